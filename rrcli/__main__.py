@@ -1,0 +1,6 @@
+"""``python -m rrcli``."""
+
+from rrcli.cli import main
+
+if __name__ == "__main__":
+    main()

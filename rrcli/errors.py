@@ -1,0 +1,139 @@
+"""rrcli's exceptions, in one tree.
+
+Every error a user can see is an ``RRCLIError``; each class knows the exit code the CLI returns for
+it (SPEC §1: 1 some jobs failed or a profile had errors, 2 usage error or unusable profile, 130
+interrupted)::
+
+    RRCLIError                      exit 1
+    ├── UsageError                  exit 2: bad options, missing files; nothing was sent
+    │   ├── ProfileError            the profile cannot be used (carries every diagnostic)
+    │   ├── OutputExistsError       results file exists without --resume/--overwrite
+    │   └── GateUnavailableError    the shared gate (Redis) cannot be reached at start
+    └── ProviderError               one HTTP attempt failed; translated ONCE in providers/base.py
+        ├── TransportError          connection refused/reset, DNS, TLS: no response at all
+        │   └── TimeoutError_       the attempt's timeout passed
+        ├── StatusError             the server answered with a non-2xx status
+        ├── InvalidResponseError    a 2xx body that is not a valid response
+        ├── StreamBrokenError       a stream that ended before it completed
+        └── RedirectError           a 3xx: never followed (credentials would travel with it)
+
+Retryability is a property of the error (``transient``, ``retry_after``), decided where the error
+is made, so the runner has no if-chain of statuses (httpx's ``_exceptions.py`` draws its tree the
+same way).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from rrcli.profile import Diagnostic
+
+__all__ = [
+    "GateUnavailableError",
+    "InvalidResponseError",
+    "OutputExistsError",
+    "ProfileError",
+    "ProviderError",
+    "RRCLIError",
+    "RedirectError",
+    "StatusError",
+    "StreamBrokenError",
+    "TimeoutError_",
+    "TransportError",
+    "UsageError",
+]
+
+
+class RRCLIError(Exception):
+    """Base of every error rrcli reports to a user."""
+
+    exit_code: ClassVar[int] = 1
+
+
+class UsageError(RRCLIError):
+    """The command cannot start: bad options, a missing file. Nothing was sent."""
+
+    exit_code: ClassVar[int] = 2
+
+
+class ProfileError(UsageError):
+    """The profile has errors; ``diagnostics`` holds every one of them, not only the first."""
+
+    def __init__(self, message: str, diagnostics: Sequence[Diagnostic] = ()) -> None:
+        super().__init__(message)
+        self.diagnostics = tuple(diagnostics)
+
+
+class OutputExistsError(UsageError):
+    """The results file exists and neither --resume nor --overwrite was given."""
+
+
+class GateUnavailableError(UsageError):
+    """The shared gate's server (Redis) cannot be reached when the run starts."""
+
+
+class ProviderError(RRCLIError):
+    """One HTTP attempt failed.
+
+    ``type`` is the stable machine name written to results and traces (``http_503``,
+    ``connect_error``, ``timeout``, ``invalid_response``, ``stream_broken``, ``redirect``,
+    ``insufficient_quota``, ``context_length_exceeded``, ``overloaded_error``...).
+    ``transient``: another attempt on the same backend may succeed. ``retry_after``: seconds the
+    server asked us to wait, or None. ``rate_limited``: the failure is the server saying "too
+    much load" (429/529): adaptive caps and cooldowns react to it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        type: str,
+        transient: bool,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+        rate_limited: bool = False,
+        body: object = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.type = type
+        self.transient = transient
+        self.status_code = status_code
+        self.retry_after = retry_after
+        self.rate_limited = rate_limited
+        self.body = body
+
+    def as_dict(self) -> dict[str, object]:
+        """The ``error`` object of a result line (SPEC §4)."""
+        return {
+            "type": self.type,
+            "message": self.message,
+            "status_code": self.status_code,
+            "retryable": self.transient,
+        }
+
+
+class TransportError(ProviderError):
+    """No response at all: connection refused or reset, DNS failure, TLS failure."""
+
+
+class TimeoutError_(TransportError):  # the builtin name is taken
+    """The attempt's timeout passed before the response completed."""
+
+
+class StatusError(ProviderError):
+    """The server answered with a non-2xx status."""
+
+
+class InvalidResponseError(ProviderError):
+    """A 2xx response whose body is not a valid response of the provider's API."""
+
+
+class StreamBrokenError(ProviderError):
+    """A streamed response that ended before it completed."""
+
+
+class RedirectError(ProviderError):
+    """A 3xx: never followed, since credentials would travel with it to another origin."""

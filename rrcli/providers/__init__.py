@@ -1,0 +1,1 @@
+"""Provider adapters behind one small contract (see ``base.py``)."""
