@@ -32,5 +32,137 @@ def main() -> None:
     strategy; rrcli sends jobs across it, retries transient failures and traces every call."""
 
 
+def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    try:
+        index, count = (int(x) for x in value.split("/"))
+    except ValueError:
+        raise click.BadParameter("expected I/N, e.g. 0/4") from None
+    if count < 1 or not 0 <= index < count:
+        raise click.BadParameter(f"expected 0 <= I < N, got {value}")
+    return index, count
+
+
+@main.command()
+@click.argument("jobs", required=False, type=click.Path(dir_okay=False, allow_dash=True))
+@click.option(
+    "--prompt", "prompts", multiple=True, help="A one-off prompt (repeatable); prints the answer."
+)
+@click.option(
+    "-p", "--profile", "profile_path", help="Profile file, or `demo` for the built-in pool."
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    help="Results file [default: <JOBS stem>.results.jsonl].",
+)
+@click.option(
+    "--traces",
+    type=click.Path(dir_okay=False),
+    help="Trace file [default: <JOBS stem>.traces.jsonl].",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    help="Jobs in flight at once (overrides the profile).",
+)
+@click.option(
+    "--resume", is_flag=True, help="Skip jobs that already have an ok result; append the rest."
+)
+@click.option("--overwrite", is_flag=True, help="Replace an existing results file.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["rrcli", "openai-batch", "anthropic-batch"]),
+    default="rrcli",
+    show_default=True,
+    help="Results format.",
+)
+@click.option("--limit", type=click.IntRange(min=0), help="Only the first N jobs.")
+@click.option(
+    "--shard", callback=_shard, metavar="I/N", help="Only jobs whose stable id hash mod N is I."
+)
+@click.option("--seed", type=int, help="Seed for random choices and jitter.")
+@click.option("--dry-run", is_flag=True, help="Parse, validate and route on paper; send nothing.")
+@click.option("--stream", is_flag=True, help="Stream responses (records time to first token).")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.option("-v", "--verbose", is_flag=True, help="Log every call.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["console", "json"]),
+    default="console",
+    show_default=True,
+    help="Log line format when not on a terminal.",
+)
+def run(
+    jobs: str | None,
+    prompts: tuple[str, ...],
+    profile_path: str | None,
+    out: str | None,
+    traces: str | None,
+    concurrency: int | None,
+    resume: bool,
+    overwrite: bool,
+    fmt: str,
+    limit: int | None,
+    shard: tuple[int, int] | None,
+    seed: int | None,
+    dry_run: bool,
+    stream: bool,
+    quiet: bool,
+    verbose: bool,
+    log_format: str,
+) -> None:
+    """Send JOBS (a .jsonl file, or - for standard input) across the profile's pool."""
+    import os
+    from pathlib import Path
+
+    from rrcli import _render
+    from rrcli._logging import configure_logging
+    from rrcli.profile import load_profile, resolve_profile_path
+    from rrcli.runner import RunOptions, plan, run_sync
+
+    if bool(jobs) == bool(prompts):
+        raise click.UsageError("give a JOBS file or --prompt TEXT (one of the two)")
+    if resume and overwrite:
+        raise click.UsageError("--resume and --overwrite exclude each other")
+    tty = sys.stderr.isatty() and not quiet
+    level = "error" if (quiet or tty) else ("debug" if verbose else "info")
+    configure_logging(level=level, fmt=log_format)
+    profile = load_profile(resolve_profile_path(profile_path, os.environ), environ=os.environ)
+    jobs_path = None if (jobs in (None, "-")) else Path(jobs)
+    stem = jobs_path.stem if jobs_path else "stdin"
+    out_path = Path(out) if out else (Path(f"{stem}.results.jsonl") if jobs else None)
+    trace_path = Path(traces) if traces else (Path(f"{stem}.traces.jsonl") if jobs else None)
+    answers = _render.PromptPrinter(stream=stream) if (prompts and out_path is None) else None
+    options = RunOptions(
+        jobs=jobs_path,
+        out=out_path,
+        traces=trace_path,
+        fmt=fmt,
+        resume=resume,
+        overwrite=overwrite,
+        concurrency=concurrency,
+        limit=limit,
+        shard=shard,
+        seed=seed,
+        stream=stream,
+        prompts=prompts,
+        on_text=answers.text if (answers and stream) else None,
+        on_result=answers.result if answers else None,
+    )
+    if dry_run:
+        import asyncio
+
+        _render.print_plan(profile, asyncio.run(plan(profile, options)))
+        return
+    with _render.RunDisplay(enabled=tty and answers is None) as display:
+        summary = run_sync(profile, options, environ=os.environ, on_start=display.start)
+    if not quiet and answers is None:
+        _render.print_summary(summary, out_path, trace_path)
+    sys.exit(summary.exit_code)
+
+
 if __name__ == "__main__":
     main()

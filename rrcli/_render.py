@@ -1,0 +1,169 @@
+"""Everything rich: the live run display, plans, summaries, diagnostics and stats tables.
+
+The only module that imports rich; only the CLI imports it. Machine output goes to stdout, the
+human display to stderr. ``NO_COLOR`` is honoured by rich itself.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from rrcli.profile import Profile
+    from rrcli.router import Router
+    from rrcli.runner import Plan, RunSummary
+
+stderr = Console(stderr=True)
+stdout = Console()
+
+
+class PromptPrinter:
+    """``run --prompt``: answers as plain text on stdout; streamed text as it arrives."""
+
+    def __init__(self, *, stream: bool) -> None:
+        self.stream = stream
+        self.partial = False
+
+    def text(self, chunk: str) -> None:
+        sys.stdout.write(chunk)
+        sys.stdout.flush()
+        self.partial = True
+
+    def result(self, result: dict[str, Any]) -> None:
+        if result["status"] == "ok":
+            if not self.partial:
+                sys.stdout.write(result["output"])
+            sys.stdout.write("\n")
+        else:
+            if self.partial:
+                sys.stdout.write("\n")
+            error = result["error"]
+            stderr.print(f"rrcli: {result['id']} failed: {error['type']}: {error['message']}",
+                         markup=False, highlight=False)  # fmt: skip
+        sys.stdout.flush()
+        self.partial = False
+
+
+class RunDisplay:
+    """The live progress display of ``rrcli run`` on a terminal: totals and a row per deployment.
+
+    It reads the run's counters four times a second from rich's refresh thread; the engine never
+    calls into it, so it costs the hot path nothing.
+    """
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled
+        self.live: Live | None = None
+        self.summary: RunSummary | None = None
+        self.router: Router | None = None
+
+    def __enter__(self) -> RunDisplay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+    def start(self, summary: RunSummary, router: Router) -> None:
+        self.summary, self.router = summary, router
+        if self.enabled:
+            self.live = Live(
+                get_renderable=self._render,
+                console=stderr,
+                refresh_per_second=4,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self.live.start()
+
+    def _render(self) -> Group:
+        summary, router = self.summary, self.router
+        assert summary is not None and router is not None
+        elapsed = max(time.monotonic() - summary.started, 1e-9)
+        done = summary.done
+        rate = done / elapsed
+        head = f"jobs {done:,}"
+        if summary.total:
+            head += f"/{summary.total:,}"
+            if rate > 0:
+                remaining = max(summary.total - done - summary.skipped, 0) / rate
+                head += f"  ETA {_duration(remaining)}"
+        head += f"  {rate:,.1f}/s  ok {summary.ok:,}  error {summary.error:,}"
+        head += f"  invalid {summary.invalid:,}"
+        if summary.skipped:
+            head += f"  skipped {summary.skipped:,}"
+        table = Table(box=None, pad_edge=False)
+        for name, justify in [
+            ("deployment", "left"),
+            ("in flight / cap", "right"),
+            ("done", "right"),
+            ("retries", "right"),
+            ("errors", "right"),
+            ("", "left"),
+        ]:
+            table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        now = time.monotonic()
+        for state in router.states:
+            gate = state.gate
+            cap = f"{gate.cap}" if gate.cap == gate.max_cap else f"{gate.cap} (max {gate.max_cap})"
+            cooling = state.cooldown_until > now if state.cooldown_until else False
+            table.add_row(
+                state.backend.id,
+                f"{state.in_flight} / {cap}",
+                f"{state.done:,}",
+                f"{state.retries:,}",
+                f"{state.errors:,}",
+                "[yellow]cooling[/]" if cooling else "",
+            )
+        return Group(Text(head, style="bold"), table)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def print_summary(summary: RunSummary, out: Path | None, traces: Path | None) -> None:
+    """One closing line on stderr: the counts and where the outputs are."""
+    jobs = summary.jobs
+    line = ", ".join(f"{count:,} {name}" for name, count in jobs.items())
+    if out is not None:
+        line += f" → {out}"
+    if traces is not None:
+        line += f" (traces: {traces})"
+    if summary.interrupted:
+        line += " — interrupted: run again with --resume to finish"
+    stderr.print(line, markup=False, highlight=False)
+
+
+def print_plan(profile: Profile, plan: Plan) -> None:
+    """``run --dry-run``: jobs per deployment, estimated input tokens and cost."""
+    table = Table(title=f"plan: {plan.jobs:,} jobs ({plan.invalid:,} invalid), nothing sent")
+    table.add_column("deployment")
+    table.add_column("model")
+    table.add_column("calls", justify="right")
+    table.add_column("est. input tokens", justify="right")
+    if plan.input_cost is not None:
+        table.add_column("est. input cost (USD)", justify="right")
+    for backend in profile.backends:
+        row = [
+            backend.id,
+            backend.model,
+            f"{plan.calls[backend.id]:,}",
+            f"{plan.input_tokens[backend.id]:,}",
+        ]
+        if plan.input_cost is not None:
+            cost = plan.input_cost.get(backend.id)
+            row.append("-" if cost is None else f"{cost:.4f}")
+        table.add_row(*row)
+    stdout.print(table)
