@@ -1,0 +1,140 @@
+"""Overhead of rrcli against a raw httpx2 loop on the same `rrcli sim` server, in the same run.
+
+    python benchmarks/bench_overhead.py [--jobs 5000] [--concurrency 64] [--stream]
+
+For each server (zero latency: CPU-bound; 50 ms: latency-bound, ceiling = concurrency / 0.05 s),
+it sends the same requests three ways and prints requests/s and the ratio to the raw loop:
+- raw: 64 coroutines sending with one httpx2.AsyncClient (no routing, no files);
+- rrcli: the whole engine (jobs file → router → gates → provider → results + traces), in process,
+  two backends of cap concurrency/2 on that server;
+- LiteLLM's Router with the same two deployments, when `import litellm` works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+import httpx2
+from _common import sim_server, write_jobs
+
+from rrcli.profile import Backend, Credentials, Profile
+from rrcli.runner import RunOptions, run
+
+
+async def raw_loop(base_url: str, n: int, concurrency: int, stream: bool) -> float:
+    limits = httpx2.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx2.AsyncClient(limits=limits, timeout=60) as client:
+        counter = iter(range(n))
+
+        async def worker() -> None:
+            for i in counter:
+                body = {
+                    "model": "sim",
+                    "messages": [{"role": "user", "content": f"Say the number {i}."}],
+                }
+                if stream:
+                    body |= {"stream": True, "stream_options": {"include_usage": True}}
+                    async with client.stream(
+                        "POST", f"{base_url}/chat/completions", json=body
+                    ) as r:
+                        async for _ in r.aiter_bytes():
+                            pass
+                        r.raise_for_status()
+                else:
+                    r = await client.post(f"{base_url}/chat/completions", json=body)
+                    r.raise_for_status()
+                    r.json()
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return n / (time.perf_counter() - t0)
+
+
+async def rrcli_run(base_url: str, jobs: Path, tmp: Path, concurrency: int, stream: bool) -> float:
+    half = max(1, concurrency // 2)
+    profile = Profile(
+        name="bench",
+        backends=tuple(
+            Backend(
+                id=f"b{i}",
+                base_url=base_url,
+                model="sim",
+                credentials=Credentials(auth="none"),
+                max_concurrency=half,
+                allow_private=True,
+            )
+            for i in range(2)
+        ),
+        concurrency=concurrency,
+    )
+    out, traces = tmp / "r.jsonl", tmp / "t.jsonl"
+    options = RunOptions(jobs=jobs, out=out, traces=traces, overwrite=True, stream=stream)
+    t0 = time.perf_counter()
+    summary = await run(profile, options, environ={})
+    elapsed = time.perf_counter() - t0
+    assert summary.ok == summary.total, summary.jobs
+    return summary.ok / elapsed
+
+
+async def litellm_router(base_url: str, n: int, concurrency: int) -> float | None:
+    try:
+        import litellm
+    except ImportError:
+        return None
+    litellm.suppress_debug_info = True
+    model_list = [
+        {
+            "model_name": "pool",
+            "litellm_params": {"model": "openai/sim", "api_base": base_url, "api_key": "x"},
+        }
+        for _ in range(2)
+    ]
+    router = litellm.Router(model_list=model_list, routing_strategy="simple-shuffle")
+    counter = iter(range(n))
+
+    async def worker() -> None:
+        for i in counter:
+            await router.acompletion(
+                model="pool", messages=[{"role": "user", "content": f"Say the number {i}."}]
+            )
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return n / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--stream", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        jobs = write_jobs(tmp / "jobs.jsonl", args.jobs)
+        print(f"{args.jobs} jobs, concurrency {args.concurrency}, stream={args.stream}")
+        for latency in (0, 50):
+            with sim_server("--latency-ms", str(latency)) as url:
+                asyncio.run(raw_loop(url, 200, args.concurrency, args.stream))  # warm up
+                raw = asyncio.run(raw_loop(url, args.jobs, args.concurrency, args.stream))
+                ours = asyncio.run(rrcli_run(url, jobs, tmp, args.concurrency, args.stream))
+                lite = None
+                if not args.stream:
+                    lite = asyncio.run(litellm_router(url, args.jobs, args.concurrency))
+            line = (
+                f"server {latency:>2} ms: raw httpx2 {raw:8.0f} req/s | rrcli {ours:8.0f} req/s "
+                f"(ratio {ours / raw:.2f})"
+            )
+            if lite is not None:
+                line += f" | LiteLLM Router {lite:8.0f} req/s (ratio {lite / raw:.2f})"
+            else:
+                line += " | LiteLLM: not installed"
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
