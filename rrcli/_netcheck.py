@@ -118,6 +118,7 @@ def check_base_urls(
         except ValueError:
             hosts[check.path] = host
     answers = resolve_hosts(hosts.values(), resolve) if hosts else {}
+    unresolved_reported: set[str] = set()
     for check in checks:
         host = parsed.get(check.path)
         if host is None:
@@ -129,7 +130,9 @@ def check_base_urls(
         else:
             answer = answers[host]
             if isinstance(answer, str):
-                findings.append(_unresolved(check.path, host, answer))
+                if host not in unresolved_reported:  # once per host, at its first backend
+                    findings.append(_unresolved(check.path, host, answer))
+                unresolved_reported.add(host)
                 kinds = {}
             else:
                 kinds = {a: _kind_or_none(a) for a in answer}

@@ -65,6 +65,8 @@ def _join(path: str, key: str) -> str:
 
 def line_for(lines: dict[str, int], path: str) -> int | None:
     """The line of ``path``, else of its nearest parent that has one."""
+    if f"{path}[0]" in lines:  # an array of tables: where its first element starts
+        return lines[f"{path}[0]"]
     while path:
         if path in lines:
             return lines[path]

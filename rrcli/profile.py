@@ -34,9 +34,9 @@ __all__ = [
     "GateSettings",
     "Price",
     "Profile",
+    "Resolver",
     "RetrySettings",
     "SimSettings",
-    "Resolver",
     "ValidationReport",
     "demo_profile_path",
     "load_profile",
@@ -294,6 +294,41 @@ class ValidationReport:
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    @property
+    def exit_code(self) -> int:
+        """SPEC §1: 0 ok, 1 the profile has errors, 2 it is not a readable profile at all."""
+        return 2 if not self.readable else 0 if self.ok else 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``rrcli validate --json`` document (SPEC §2); keys redacted."""
+        return {
+            "ok": self.ok,
+            "errors": [d.as_dict() for d in self.errors],
+            "warnings": [d.as_dict() for d in self.warnings],
+            "profile": profile_to_dict(self.profile) if self.profile is not None else None,
+        }
+
+    def plain_lines(self) -> list[str]:
+        """One line a diagnostic (``file:line: error: path: message — fix``), then a summary."""
+        lines = []
+        for d in self.diagnostics:
+            subject = f"{d.subject}: " if d.subject else ""
+            fix = f" — {d.fix}" if d.fix else ""
+            lines.append(f"{d.where}: {d.severity}: {subject}{d.message}{fix}")
+        return [*lines, self.summary()]
+
+    def summary(self) -> str:
+        def count(n: int, word: str) -> str:
+            return f"{n} {word}" + ("" if n == 1 else "s")
+
+        verdict = "ok" if self.ok else "not usable"
+        tally = f"{count(len(self.errors), 'error')}, {count(len(self.warnings), 'warning')}"
+        pool = ""
+        if self.profile is not None:
+            n = len(self.profile.backends)
+            pool = f"; {count(n, 'backend')}, strategy {self.profile.strategy}"
+        return f"{self.source}: {verdict} ({tally}){pool}"
 
 
 def demo_profile_path() -> Path:
