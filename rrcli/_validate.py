@@ -227,12 +227,14 @@ class _Checker:
         self.source = source
         self.lines = key_lines(text)
         self.ids: dict[int, str] = {}
+        self.bad: set[str] = set()  # paths whose value was reported (so no cascade)
         self.diagnostics: list[Diagnostic] = []
 
     def add(self, severity: str, path: str, message: str, fix: str = "", code: str = "") -> None:
         match = re.match(r"backends\[(\d+)\]", path)
         backend_id = self.ids.get(int(match[1])) if match else None
         line = line_for(self.lines, path)
+        self.bad.add(path)
         self.diagnostics.append(
             Diagnostic(severity, path, message, fix, self.source, line, None, code, backend_id)
         )
@@ -503,7 +505,13 @@ def _backend(
     # A backend's credentials are its own or [defaults]' — never a merge of the two.
     own_creds = "credentials" in raw or "auth" in raw
     credentials = _credentials(
-        check, provider, own if own_creds else defaults, path, environ, for_run
+        check,
+        provider,
+        own if own_creds else defaults,
+        path,
+        environ,
+        for_run,
+        source=path if own_creds else "defaults",
     )
     if "sim" in merged and provider != "sim":
         check.add(
@@ -543,6 +551,7 @@ def _credentials(
     path: str,
     environ: Mapping[str, str],
     for_run: bool,
+    source: str,
 ) -> Credentials:
     if provider == "sim":
         return Credentials(auth="none")
@@ -568,7 +577,7 @@ def _credentials(
             "keep one; api_key_env keeps the key out of the file",
             "credentials_conflict",
         )
-    elif env is None and key is None:
+    elif env is None and key is None and not _reported(check, f"{source}.credentials"):
         check.add(
             "error",
             where,
@@ -594,6 +603,10 @@ def _credentials(
             "env_unset",
         )
     return Credentials(api_key_env=env, api_key=key)
+
+
+def _reported(check: _Checker, path: str) -> bool:
+    return any(p == path or p.startswith(path + ".") for p in check.bad)
 
 
 def _pool(check: _Checker, profile: Profile) -> None:
