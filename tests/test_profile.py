@@ -353,3 +353,22 @@ def test_missing_file_and_directory(tmp_path):
     folder = validate_profile(tmp_path).diagnostics[0]
     assert ("missing", "not_a_file") == (missing.code, folder.code)
     assert "rrcli init" in missing.fix
+
+
+def test_the_schema_knows_every_field_of_the_model():
+    """Each section of the schema has exactly the fields of its dataclass, so no field of the
+    model is unreachable from a profile and no key is accepted that the model cannot hold."""
+    from dataclasses import fields
+
+    from rrcli import _validate as v
+    from rrcli.profile import CooldownSettings, GateSettings, Price, RetrySettings, SimSettings
+
+    def names(cls):
+        return {f.name for f in fields(cls)}
+
+    assert names(RetrySettings) == set(v.RETRY)
+    assert names(GateSettings) == set(v.GATE)
+    assert names(CooldownSettings) == set(v.COOLDOWN)
+    assert names(SimSettings) == set(v.SIM)
+    assert names(Price) == set(v.PRICE)
+    assert names(Backend) == set(v.BACKEND) - {"auth"}

@@ -13,7 +13,10 @@ from click.testing import CliRunner
 from rrcli.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-GOOD = '[[backends]]\nid = "a"\nauth = "none"\nprovider = "sim"\n[[backends]]\nid = "b"\nprovider = "sim"\n'
+GOOD = (
+    '[[backends]]\nid = "a"\nauth = "none"\nprovider = "sim"\n'
+    '[[backends]]\nid = "b"\nprovider = "sim"\n'
+)
 
 
 def run(*args: str, env: dict | None = None):
