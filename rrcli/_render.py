@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from rrcli.profile import Profile
+    from rrcli.profile import Profile, ValidationReport
     from rrcli.router import Router
     from rrcli.runner import Plan, RunSummary
 
@@ -167,3 +167,29 @@ def print_plan(profile: Profile, plan: Plan) -> None:
             row.append("-" if cost is None else f"{cost:.4f}")
         table.add_row(*row)
     stdout.print(table)
+
+
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow"}
+
+
+def print_validation(report: ValidationReport, console: Console | None = None) -> None:
+    """``rrcli validate`` on a terminal: one table row per diagnostic, then the verdict."""
+    console = console or Console()
+    if report.diagnostics:
+        table = Table(title=report.source, title_justify="left", show_lines=False, expand=False)
+        table.add_column("", no_wrap=True)
+        table.add_column("line", justify="right", no_wrap=True)
+        table.add_column("where", overflow="fold")
+        table.add_column("problem", overflow="fold")
+        table.add_column("fix", overflow="fold", style="dim")
+        for d in report.diagnostics:
+            table.add_row(
+                Text(d.severity, style=_SEVERITY_STYLE.get(d.severity, "")),
+                "" if d.line is None else str(d.line),
+                d.subject,
+                d.message,
+                d.fix,
+            )
+        console.print(table)
+    style = "bold green" if report.ok else "bold red"
+    console.print(Text(report.summary(), style=style))

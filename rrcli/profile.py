@@ -4,16 +4,19 @@ Frozen, slotted dataclasses that the rest of rrcli reads, and the one function t
 file into them, collecting every diagnostic (not only the first) with its key path and its fix.
 No I/O beyond reading the file and resolving hostnames; no await.
 
-SKELETON: the parser below builds the model from a well-formed file; the full validator of
-issue 2 replaces ``_parse`` and ``validate_profile`` without changing these types.
+The rules themselves live in ``_validate.py`` (the schema and the cross-field checks),
+``_netcheck.py`` (the base_url address policy) and ``_toml_lines.py`` (key path → line number);
+this module keeps the model, reading the file, and the normalized dict form.
 """
 
 from __future__ import annotations
 
+import copy
 import os
+import re
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +34,20 @@ __all__ = [
     "GateSettings",
     "Price",
     "Profile",
+    "Resolver",
     "RetrySettings",
     "SimSettings",
     "ValidationReport",
     "demo_profile_path",
     "load_profile",
+    "profile_to_dict",
+    "read_profile_text",
     "resolve_profile_path",
     "validate_profile",
 ]
+
+#: ``resolve(host) -> addresses``; raises OSError when the host does not resolve.
+Resolver = Callable[[str], Sequence[str]]
 
 STRATEGIES = (
     "round_robin",
@@ -58,12 +67,18 @@ DEFAULT_BASE_URLS = {
     "sim": "sim://local",
 }
 DEFAULT_MODEL = "gpt-4o-mini"
+DEFAULT_MODELS = {"openai": DEFAULT_MODEL, "anthropic": "claude-3-5-haiku-latest", "sim": "sim"}
+MAX_PROFILE_BYTES = 1024 * 1024
 DEFAULT_RETRY_ON_STATUS = (408, 409, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524, 529)
 
 
 @dataclass(frozen=True, slots=True)
 class Diagnostic:
-    """One problem found in a profile. ``path`` is the key path (``backends[2].credentials``)."""
+    """One problem found in a profile. ``path`` is the key path (``backends[2].credentials``).
+
+    ``code`` is a stable machine name (``unknown_key``, ``wrong_type``, ``env_unset``,
+    ``host_unresolved``...); ``backend_id`` names the backend a ``backends[N]`` path points at.
+    """
 
     severity: str  # "error" | "warning"
     path: str
@@ -72,12 +87,34 @@ class Diagnostic:
     source: str = ""
     line: int | None = None
     column: int | None = None
+    code: str = ""
+    backend_id: str | None = None
 
-    def __str__(self) -> str:
+    @property
+    def where(self) -> str:
+        """``profile.toml:12`` (or ``profile.toml:12:5``), as far as it is known."""
         where = self.source
         if self.line is not None:
             where += f":{self.line}" + (f":{self.column}" if self.column is not None else "")
-        text = f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+        return where
+
+    @property
+    def subject(self) -> str:
+        """The key path as a user reads it: ``backends[2] (id "b"): credentials``."""
+        head, sep, rest = self.path.partition("]")
+        if self.backend_id is None or not head.startswith("backends[") or not sep:
+            return self.path
+        label = f'{head}] (id "{self.backend_id}")'
+        rest = rest.removeprefix(".")
+        return f"{label}: {rest}" if rest else label
+
+    def __str__(self) -> str:
+        subject = self.subject
+        text = (
+            f"{self.where}: {subject}: {self.message}"
+            if subject
+            else (f"{self.where}: {self.message}")
+        )
         return f"{text} — {self.fix}" if self.fix else text
 
     def as_dict(self) -> dict[str, Any]:
@@ -89,6 +126,8 @@ class Diagnostic:
             "source": self.source,
             "line": self.line,
             "column": self.column,
+            "code": self.code,
+            "backend_id": self.backend_id,
         }
 
 
@@ -242,6 +281,7 @@ class ValidationReport:
     source: str
     diagnostics: tuple[Diagnostic, ...]
     profile: Profile | None
+    readable: bool = True  # False: not a TOML profile at all (missing, binary, syntax): exit 2
 
     @property
     def errors(self) -> tuple[Diagnostic, ...]:
@@ -254,6 +294,41 @@ class ValidationReport:
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    @property
+    def exit_code(self) -> int:
+        """SPEC §1: 0 ok, 1 the profile has errors, 2 it is not a readable profile at all."""
+        return 2 if not self.readable else 0 if self.ok else 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``rrcli validate --json`` document (SPEC §2); keys redacted."""
+        return {
+            "ok": self.ok,
+            "errors": [d.as_dict() for d in self.errors],
+            "warnings": [d.as_dict() for d in self.warnings],
+            "profile": profile_to_dict(self.profile) if self.profile is not None else None,
+        }
+
+    def plain_lines(self) -> list[str]:
+        """One line a diagnostic (``file:line: error: path: message — fix``), then a summary."""
+        lines = []
+        for d in self.diagnostics:
+            subject = f"{d.subject}: " if d.subject else ""
+            fix = f" — {d.fix}" if d.fix else ""
+            lines.append(f"{d.where}: {d.severity}: {subject}{d.message}{fix}")
+        return [*lines, self.summary()]
+
+    def summary(self) -> str:
+        def count(n: int, word: str) -> str:
+            return f"{n} {word}" + ("" if n == 1 else "s")
+
+        verdict = "ok" if self.ok else "not usable"
+        tally = f"{count(len(self.errors), 'error')}, {count(len(self.warnings), 'warning')}"
+        pool = ""
+        if self.profile is not None:
+            n = len(self.profile.backends)
+            pool = f"; {count(n, 'backend')}, strategy {self.profile.strategy}"
+        return f"{self.source}: {verdict} ({tally}){pool}"
 
 
 def demo_profile_path() -> Path:
@@ -290,90 +365,167 @@ def resolve_profile_path(
 
 
 def validate_profile(
-    path: Path | str, *, environ: Mapping[str, str] | None = None, strict: bool = False
+    path: Path | str,
+    *,
+    environ: Mapping[str, str] | None = None,
+    strict: bool = False,
+    for_run: bool = False,
+    resolve: Resolver | None = None,
 ) -> ValidationReport:
-    """Read and check a profile, collecting every diagnostic. Never raises for bad content."""
+    """Read and check a profile, collecting every diagnostic. Never raises for bad content.
+
+    ``strict`` turns warnings into errors. ``for_run``: an ``api_key_env`` naming an unset
+    variable is an error (``rrcli run``), not a warning (``rrcli validate``). ``resolve(host)``
+    returns the host's addresses (default: the system resolver, within a 2 s budget).
+    """
+    from rrcli._validate import check_document
+
     source = str(path)
     environ = os.environ if environ is None else environ
+    text, problem = read_profile_text(Path(path))
+    if problem is not None:
+        return ValidationReport(source, (replace(problem, source=source),), None, readable=False)
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        diag = Diagnostic("error", "", f"cannot read profile: {exc}", source=source)
-        return ValidationReport(source, (diag,), None)
-    profile, diagnostics = _parse(data, source, environ)
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return ValidationReport(source, (_syntax_diagnostic(exc, source),), None, readable=False)
+    if not data:
+        diag = Diagnostic(
+            "error",
+            "",
+            "the profile is empty",
+            "add at least one [[backends]] table (rrcli init writes a starter profile)",
+            source,
+            code="empty",
+        )
+        return ValidationReport(source, (diag,), None, readable=False)
+    profile, diagnostics = check_document(
+        data, text, source, environ=environ, for_run=for_run, resolve=resolve
+    )
+    diagnostics.sort(key=lambda d: (d.line is None, d.line or 0))
     if strict:
-        diagnostics = [
-            Diagnostic("error", d.path, d.message, d.fix, d.source, d.line, d.column)
-            for d in diagnostics
-        ]
+        diagnostics = [replace(d, severity="error") for d in diagnostics]
+    if any(d.severity == "error" for d in diagnostics):
+        profile = None
     return ValidationReport(source, tuple(diagnostics), profile)
 
 
 def load_profile(
-    path: Path | str, *, environ: Mapping[str, str] | None = None, for_run: bool = True
+    path: Path | str,
+    *,
+    environ: Mapping[str, str] | None = None,
+    for_run: bool = True,
+    resolve: Resolver | None = None,
 ) -> Profile:
     """The profile at ``path``, or ProfileError naming every error in it."""
-    report = validate_profile(path, environ=environ)
+    report = validate_profile(path, environ=environ, for_run=for_run, resolve=resolve)
     if not report.ok or report.profile is None:
-        raise ProfileError(f"{path}: the profile has errors", report.diagnostics)
+        lines = "\n".join(f"  {d}" for d in report.errors)
+        raise ProfileError(f"{path}: the profile has errors:\n{lines}", report.diagnostics)
     return report.profile
 
 
-def _parse(
-    data: dict[str, Any], source: str, environ: Mapping[str, str]
-) -> tuple[Profile | None, list[Diagnostic]]:
-    """SKELETON parser: trusts the file's shape. Issue 2 replaces it with the full validator."""
-    diagnostics: list[Diagnostic] = []
-    defaults = dict(data.get("defaults", {}))
-    backends = []
-    for raw in data.get("backends", []):
-        merged = {**defaults, **raw}
-        provider = merged.get("provider", "openai")
-        creds = merged.get("credentials", {})
-        if merged.get("auth") == "none" or creds.get("auth") == "none" or provider == "sim":
-            credentials = Credentials(auth="none")
-        else:
-            credentials = Credentials(creds.get("api_key_env"), creds.get("api_key"))
-        price = merged.get("price")
-        sim = merged.get("sim")
-        backends.append(
-            Backend(
-                id=str(merged["id"]),
-                provider=provider,
-                base_url=merged.get("base_url", DEFAULT_BASE_URLS[provider]),
-                model=merged.get("model", DEFAULT_MODEL),
-                credentials=credentials,
-                max_concurrency=int(merged.get("max_concurrency", 8)),
-                rpm=merged.get("rpm"),
-                tpm=merged.get("tpm"),
-                weight=float(merged.get("weight", 1)),
-                timeout=float(merged.get("timeout", 60.0)),
-                headers=dict(merged.get("headers", {})),
-                params=dict(merged.get("params", {})),
-                allow_private=bool(merged.get("allow_private", False)),
-                gate_scope=merged.get("gate_scope", ""),
-                reasoning_feedback=bool(merged.get("reasoning_feedback", False)),
-                price=Price(**price) if price else None,
-                sim=SimSettings(**sim) if sim is not None else None,
+def read_profile_text(path: Path) -> tuple[str, Diagnostic | None]:
+    """The file's text, or ONE diagnostic saying why it cannot be a profile (never raises)."""
+
+    def unusable(message: str, fix: str, code: str) -> tuple[str, Diagnostic]:
+        return "", Diagnostic("error", "", message, fix, str(path), code=code)
+
+    try:
+        if path.is_dir():
+            return unusable("is a directory", "name the profile file inside it", "not_a_file")
+        size = path.stat().st_size
+        if size > MAX_PROFILE_BYTES:
+            return unusable(
+                f"is {size / MAX_PROFILE_BYTES:.1f} MiB; a profile is at most 1 MiB",
+                "check that this is the profile and not a jobs or results file",
+                "too_large",
             )
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return unusable(
+            "no such file", "check the path, or write a starter profile with rrcli init", "missing"
         )
-    retry = dict(data.get("retry", {}))
-    if "retry_on_status" in retry:
-        retry["retry_on_status"] = frozenset(retry["retry_on_status"])
-    profile = Profile(
-        name=data.get("name", ""),
-        strategy=data.get("strategy", "round_robin"),
-        rotate_every=int(data.get("rotate_every", 1)),
-        binding=data.get("binding", "request"),
-        same_model=bool(data.get("same_model", False)),
-        concurrency=data.get("concurrency"),
-        seed=data.get("seed"),
-        retry=RetrySettings(**retry),
-        gate=GateSettings(**data.get("gate", {})),
-        cooldown=CooldownSettings(**data.get("cooldown", {})),
-        backends=tuple(backends),
-        source=source,
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        return unusable(f"cannot be read ({reason})", "check its permissions", "unreadable")
+    try:
+        return raw.decode("utf-8").removeprefix("\ufeff"), None
+    except UnicodeDecodeError as exc:
+        return unusable(
+            f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+            "save the profile as UTF-8 TOML",
+            "not_utf8",
+        )
+
+
+def _syntax_diagnostic(exc: tomllib.TOMLDecodeError, source: str) -> Diagnostic:
+    text = str(exc)
+    match = re.search(r"\(at line (\d+), column (\d+)\)", text)
+    message = re.sub(r"\s*\(at line \d+, column \d+\)", "", text) or "invalid TOML"
+    line, column = (int(match[1]), int(match[2])) if match else (None, None)
+    if "end of document" in text and line is None:
+        message = text
+    return Diagnostic(
+        "error",
+        "",
+        f"not valid TOML: {message}",
+        "fix the TOML syntax at that place (strings need quotes, tables need [brackets])",
+        source,
+        line,
+        column,
+        code="toml_syntax",
     )
-    if not backends:
-        diagnostics.append(Diagnostic("error", "backends", "no backends", source=source))
-    return profile, diagnostics
+
+
+def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
+    """The normalized profile: every backend with its defaults filled in, no None values.
+
+    It is what ``rrcli validate --json`` prints, and it is valid TOML input again
+    (``tomli_w.dumps``): a profile written from it means the same. ``redact`` replaces a
+    literal api_key by ``"***"``.
+    """
+    out: dict[str, Any] = {
+        "name": profile.name,
+        "strategy": profile.strategy,
+        "rotate_every": profile.rotate_every,
+        "binding": profile.binding,
+        "same_model": profile.same_model,
+    }
+    if profile.concurrency is not None:
+        out["concurrency"] = profile.concurrency
+    if profile.seed is not None:
+        out["seed"] = profile.seed
+    retry = _plain(profile.retry)
+    retry["retry_on_status"] = sorted(profile.retry.retry_on_status)
+    out["retry"] = retry
+    out["gate"] = _plain(profile.gate)
+    out["cooldown"] = _plain(profile.cooldown)
+    out["backends"] = [_backend_to_dict(b, redact) for b in profile.backends]
+    return out
+
+
+def _backend_to_dict(backend: Backend, redact: bool) -> dict[str, Any]:
+    out = _plain(backend)
+    for key in ("credentials", "price", "sim", "headers", "params"):
+        out.pop(key, None)
+    if not backend.gate_scope:
+        out.pop("gate_scope")
+    if backend.provider != "sim":
+        creds = backend.credentials.redacted()
+        if not redact and backend.credentials.api_key is not None:
+            creds["api_key"] = backend.credentials.api_key
+        out["credentials"] = creds
+    out["headers"] = dict(backend.headers)
+    out["params"] = copy.deepcopy(dict(backend.params))
+    if backend.price is not None:
+        out["price"] = _plain(backend.price)
+    if backend.sim is not None:
+        out["sim"] = _plain(backend.sim)
+    return out
+
+
+def _plain(record: Any) -> dict[str, Any]:
+    """A flat dataclass's fields, without None values (TOML has no null)."""
+    values = {f.name: getattr(record, f.name) for f in fields(record)}
+    return {k: v for k, v in values.items() if v is not None}

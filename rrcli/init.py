@@ -1,0 +1,90 @@
+"""``rrcli init``: a starter profile that validates as written.
+
+For openai and anthropic it names one environment variable per backend (``OPENAI_API_KEY_1``...),
+so the only warnings ``rrcli validate`` gives on it are the variables not yet exported; for sim
+it is a pool of simulated backends of different speeds that runs offline at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rrcli.errors import UsageError
+
+__all__ = ["starter_profile", "starter_text", "write_starter"]
+
+_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-3-5-haiku-latest", "sim": "sim-small"}
+_BASE_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
+_SIM_SPEEDS = ((20, 4), (60, 4), (150, 8))  # (latency_ms, max_concurrency), cycled
+
+
+def starter_profile(provider: str = "openai", backends: int = 3) -> dict[str, Any]:
+    """The starter profile as TOML-ready data: a pool of ``backends`` of one provider."""
+    pool = []
+    for n in range(1, backends + 1):
+        backend: dict[str, Any] = {"id": f"{provider}-{n}"}
+        if provider == "sim":
+            latency, cap = _SIM_SPEEDS[(n - 1) % len(_SIM_SPEEDS)]
+            backend["max_concurrency"] = cap
+            backend["sim"] = {
+                "latency_ms": latency,
+                "jitter_ms": latency // 4,
+                "error_rate": 0.0,
+                "rate_limit_rate": 0.0,
+                "output_tokens": 32,
+            }
+        else:
+            # written out (not left to the default) so a user sees where to point it elsewhere
+            backend["base_url"] = _BASE_URLS[provider]
+            backend["max_concurrency"] = 4
+            backend["credentials"] = {"api_key_env": f"{provider.upper()}_API_KEY_{n}"}
+        pool.append(backend)
+    return {
+        "name": f"{provider}-pool",
+        "strategy": "least_loaded",
+        "binding": "request",
+        "defaults": {
+            "provider": provider,
+            "model": _MODELS[provider],
+            "timeout": 60.0,
+        },
+        "retry": {"max_retries": 3, "max_retry_time": 120.0, "backoff_initial": 0.5},
+        "backends": pool,
+    }
+
+
+def starter_text(provider: str = "openai", backends: int = 3) -> str:
+    """The starter profile as TOML, with a short header saying what to do next."""
+    import tomli_w
+
+    if provider == "sim":
+        next_step = "# Simulated backends: no network, no key. Try: rrcli validate <this file>"
+    else:
+        names = ", ".join(f"{provider.upper()}_API_KEY_{n}" for n in range(1, backends + 1))
+        next_step = f"# Export {names} (one key per backend), then: rrcli validate <this file>"
+    header = (
+        "# rrcli profile: a pool of backends and how to route across it.\n"
+        f"{next_step}\n"
+        "# Every key is described in `man 5 rrcli-profile`.\n\n"
+    )
+    return header + tomli_w.dumps(starter_profile(provider, backends))
+
+
+def write_starter(
+    path: Path, provider: str = "openai", backends: int = 3, force: bool = False
+) -> Path:
+    """Write the starter profile to ``path``; never over an existing file without ``force``."""
+    if path.is_dir():
+        raise UsageError(
+            f"{path} is a directory — name the profile file, e.g. {path / 'rrcli.toml'}"
+        )
+    if path.exists() and not force:
+        raise UsageError(f"{path} exists — pass --force to overwrite it, or name another path")
+    if not path.parent.is_dir():
+        raise UsageError(f"{path.parent} does not exist — create the folder first")
+    try:
+        path.write_text(starter_text(provider, backends), encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+    return path

@@ -1,0 +1,66 @@
+"""`rrcli init`: a starter profile that validates as written, never written over by accident."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from rrcli.cli import main
+from rrcli.profile import validate_profile
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "sim"])
+def test_starter_profile_validates_as_written(tmp_path, provider):
+    """The starter profile has no errors; its only warnings are the unset key variables
+    (and, on a machine without DNS, the unresolvable public host)."""
+    path = tmp_path / "rrcli.toml"
+    result = CliRunner().invoke(
+        main, ["init", str(path), "--provider", provider, "--backends", "2"]
+    )
+    assert 0 == result.exit_code
+    report = validate_profile(path, environ={})
+    assert [] == list(report.errors)
+    assert {"env_unset", "host_unresolved"} >= {w.code for w in report.warnings}
+    env_warnings = [w.path for w in report.warnings if w.code == "env_unset"]
+    expected = (
+        []
+        if provider == "sim"
+        else ["backends[0].credentials.api_key_env", "backends[1].credentials.api_key_env"]
+    )
+    assert expected == env_warnings
+    assert 2 == len(report.profile.backends)
+
+
+def test_starter_keys_are_one_variable_per_backend(tmp_path):
+    """openai: OPENAI_API_KEY_1..N, one per backend, never shared."""
+    path = tmp_path / "rrcli.toml"
+    CliRunner().invoke(main, ["init", str(path), "--backends", "3"])
+    names = [b.credentials.api_key_env for b in validate_profile(path, environ={}).profile.backends]
+    assert ["OPENAI_API_KEY_1", "OPENAI_API_KEY_2", "OPENAI_API_KEY_3"] == names
+
+
+def test_default_path_is_rrcli_toml_in_the_working_folder(tmp_path):
+    """Without PATH, init writes ./rrcli.toml."""
+    runner = CliRunner()
+    with runner.isolated_filesystem(temp_dir=tmp_path) as cwd:
+        result = runner.invoke(main, ["init", "--provider", "sim"])
+        assert 0 == result.exit_code
+        assert validate_profile(f"{cwd}/rrcli.toml").ok
+
+
+def test_never_overwrites_without_force(tmp_path):
+    """An existing file is kept (exit 2, message naming --force); --force replaces it."""
+    path = tmp_path / "rrcli.toml"
+    path.write_text("# mine\n")
+    kept = CliRunner().invoke(main, ["init", str(path)])
+    assert (2, "# mine\n") == (kept.exit_code, path.read_text())
+    assert "--force" in kept.output
+    forced = CliRunner().invoke(main, ["init", str(path), "--force", "--provider", "sim"])
+    assert 0 == forced.exit_code
+    assert validate_profile(path).ok
+
+
+def test_bad_backends_count_is_a_usage_error(tmp_path):
+    """--backends 0 is refused by the option parser (exit 2)."""
+    result = CliRunner().invoke(main, ["init", str(tmp_path / "x.toml"), "--backends", "0"])
+    assert 2 == result.exit_code
