@@ -323,7 +323,9 @@ def check_host(host: str, *, explicit: bool) -> None:
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP; without
+    # it every response waits ~40 ms for the client's delayed ACK (Nagle).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     return sock
@@ -371,6 +373,22 @@ class RunningSim:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"the sim server at {self.url} did not start")
             time.sleep(0.002)
+
+    def stats(self) -> dict[str, Any]:
+        """What the server saw (``GET /stats``): requests, peak_concurrency, rate_limited..."""
+        return self._get("/stats")
+
+    def reset(self) -> dict[str, Any]:
+        """Zero the counters (``/stats/reset``)."""
+        return self._get("/stats/reset")
+
+    def _get(self, path: str) -> dict[str, Any]:
+        import json
+        import urllib.request
+
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(self.url + path, timeout=10) as response:
+            return json.loads(response.read())
 
     def stop(self) -> None:
         self._server.should_exit = True
