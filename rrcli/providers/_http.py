@@ -57,6 +57,7 @@ class HTTPProvider:
         *,
         retry: RetrySettings,
         clock: Callable[[], float] = time.perf_counter,
+        transport: httpx2.AsyncBaseTransport | None = None,  # tests: MockTransport for parsing
     ) -> None:
         self.backend = backend
         self._key = api_key
@@ -73,6 +74,7 @@ class HTTPProvider:
             timeout=httpx2.Timeout(backend.timeout),
             limits=httpx2.Limits(max_connections=cap, max_keepalive_connections=cap),
             follow_redirects=False,
+            transport=transport,
         )
 
     # --- the adapter's hooks --------------------------------------------------------------
