@@ -32,7 +32,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from rrcli.errors import UsageError
@@ -253,58 +253,32 @@ class SimConfig:
     api_keys: tuple[str, ...] = ()  # when given, any other key answers 401
 
 
-def config_from_options(
-    *,
-    latency_ms: float = 0.0,
-    jitter_ms: float = 0.0,
-    error_rate: float = 0.0,
-    rate_limit_rate: float = 0.0,
-    retry_after_ms: float = 100.0,
-    output_tokens: int = 32,
-    ttft_ms: float | None = None,
-    tokens_per_s: float | None = None,
-    cap: int | None = None,
-    cut_stream_rate: float = 0.0,
-    stream_error_rate: float = 0.0,
-    pause_turn_rate: float = 0.0,
-    seed: int | None = None,
-    model: str | None = None,
-    api_keys: tuple[str, ...] = (),
-) -> SimConfig:
-    """A SimConfig from flat options (the ``rrcli sim`` flags, the tests' fixture)."""
-    for name, rate in (
-        ("error-rate", error_rate),
-        ("rate-limit-rate", rate_limit_rate),
-        ("cut-stream-rate", cut_stream_rate),
-        ("stream-error-rate", stream_error_rate),
-        ("pause-turn-rate", pause_turn_rate),
-    ):
+_SETTINGS_FIELDS = frozenset(f.name for f in fields(SimSettings))
+
+
+def config_from_options(**options: Any) -> SimConfig:
+    """A SimConfig from flat options (the ``rrcli sim`` flags, the tests' fixture): SimSettings'
+    fields plus SimConfig's own (``cap``, ``cut_stream_rate``, ``api_keys``...). None means the
+    default. Raises UsageError naming the flag for a value out of range."""
+    options = {k: v for k, v in options.items() if v is not None}
+    for name in ("error_rate", "rate_limit_rate", "cut_stream_rate", "stream_error_rate"):
+        rate = options.get(name, 0.0)
         if not 0.0 <= rate <= 1.0:
-            raise UsageError(f"--{name}: expected a share between 0 and 1, got {rate}")
-    if error_rate + rate_limit_rate > 1.0:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag}: expected a share between 0 and 1, got {rate}")
+    if not 0.0 <= options.get("pause_turn_rate", 0.0) <= 1.0:
+        raise UsageError("--pause-turn-rate: expected a share between 0 and 1")
+    if options.get("error_rate", 0.0) + options.get("rate_limit_rate", 0.0) > 1.0:
         raise UsageError("--error-rate plus --rate-limit-rate must not exceed 1")
-    if cap is not None and cap < 1:
-        raise UsageError(f"--cap: expected a positive number of requests, got {cap}")
-    settings = SimSettings(
-        latency_ms=latency_ms,
-        jitter_ms=jitter_ms,
-        error_rate=error_rate,
-        rate_limit_rate=rate_limit_rate,
-        retry_after_ms=retry_after_ms,
-        output_tokens=output_tokens,
-        ttft_ms=ttft_ms,
-        tokens_per_s=tokens_per_s,
-    )
-    return SimConfig(
-        settings=settings,
-        cap=cap,
-        cut_stream_rate=cut_stream_rate,
-        stream_error_rate=stream_error_rate,
-        pause_turn_rate=pause_turn_rate,
-        seed=seed,
-        model=model,
-        api_keys=tuple(api_keys),
-    )
+    if options.get("cap", 1) < 1:
+        raise UsageError(f"--cap: expected a positive number of requests, got {options['cap']}")
+    settings = SimSettings(**{k: v for k, v in options.items() if k in _SETTINGS_FIELDS})
+    rest = {k: v for k, v in options.items() if k not in _SETTINGS_FIELDS}
+    rest["api_keys"] = tuple(rest.get("api_keys", ()))
+    try:
+        return SimConfig(settings=settings, **rest)
+    except TypeError as exc:
+        raise UsageError(f"unknown sim option: {exc}") from None
 
 
 def check_host(host: str, *, explicit: bool) -> None:
