@@ -11,7 +11,7 @@ import sys
 import click
 
 from rrcli import __version__
-from rrcli.errors import RRCLIError
+from rrcli.errors import RRCLIError, UsageError
 
 
 class _Group(click.Group):
@@ -225,3 +225,54 @@ def init(path: str, provider: str, backends: int, force: bool) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@main.command("sim")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, help="Port to listen on (0: any free).")
+@click.option("--latency-ms", default=0.0, show_default=True, help="Response time per request.")
+@click.option("--jitter-ms", default=0.0, show_default=True, help="Latency varies by ± this.")
+@click.option(
+    "--error-rate", default=0.0, show_default=True, help="Share of requests that get 500."
+)
+@click.option(
+    "--rate-limit-rate", default=0.0, show_default=True, help="Share of requests that get 429."
+)
+@click.option(
+    "--retry-after-ms", default=100.0, show_default=True, help="Retry-After sent with 429s."
+)
+@click.option("--cap", type=int, default=None, help="Concurrent requests above N answer 429.")
+@click.option("--output-tokens", default=32, show_default=True, help="Tokens in each reply.")
+@click.option("--ttft-ms", type=float, default=None, help="Time to first token (streams).")
+@click.option("--tokens-per-s", type=float, default=None, help="Streaming speed after the first.")
+@click.option(
+    "--cut-stream-rate", default=0.0, show_default=True, help="Share of streams cut halfway."
+)
+@click.option(
+    "--stream-error-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of streams with an error event halfway.",
+)
+@click.option(
+    "--pause-turn-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of Anthropic replies that stop with pause_turn.",
+)
+@click.option("--api-key", "api_keys", multiple=True, help="Accept only this key (repeatable).")
+@click.option("--seed", type=int, default=None, help="Makes the random draws repeatable.")
+@click.option("--model", default=None, help="Model name to report (default: the request's).")
+@click.pass_context
+def sim_command(ctx: click.Context, host: str, port: int, **options: object) -> None:
+    """Serve simulated OpenAI and Anthropic APIs on loopback, for trying profiles and tests."""
+    from rrcli.sim import check_host, config_from_options, serve
+
+    explicit = ctx.get_parameter_source("host") is not click.core.ParameterSource.DEFAULT
+    check_host(host, explicit=explicit)
+    try:
+        serve(config_from_options(**options), host, port, echo=lambda s: click.echo(s, err=False))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

@@ -14,15 +14,45 @@ CONTRACT (filled in by the providers work; the runner codes against exactly this
   and calls ``on_text(chunk)`` for each piece of output text as it arrives (for ``--prompt
   --stream``); without it ``on_text`` is never called.
 - ``await provider.aclose()`` closes its client.
+
+ERRORS are made here and only here: ``translate_transport_error`` turns an httpx2 exception into
+a ``TransportError``/``TimeoutError_`` (transient), ``error_from_status`` turns a non-2xx answer
+into a ``StatusError``/``RedirectError`` with ``transient``, ``rate_limited`` and ``retry_after``
+decided by the rules of SPEC §7 (as ``map_httpcore_exceptions`` does for httpx).
 """
 
 from __future__ import annotations
 
+import email.utils
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["Call", "Provider", "Reply"]
+import httpx2
+import orjson
+
+from rrcli.errors import (
+    InvalidResponseError,
+    ProviderError,
+    RedirectError,
+    StatusError,
+    TimeoutError_,
+    TransportError,
+)
+from rrcli.profile import RetrySettings
+
+__all__ = [
+    "Call",
+    "Provider",
+    "Reply",
+    "error_from_status",
+    "invalid_response",
+    "is_context_length_message",
+    "redact",
+    "retry_after_seconds",
+    "translate_transport_error",
+]
 
 
 @dataclass(slots=True)
@@ -68,3 +98,191 @@ class Provider(Protocol):
     async def send(self, call: Call, on_text: Callable[[str], None] | None = None) -> Reply: ...
 
     async def aclose(self) -> None: ...
+
+
+# --- the ONE error translation --------------------------------------------------------------
+
+MESSAGE_LIMIT = 300  # characters of the server's error message kept in ours
+
+#: How servers say "the prompt does not fit": OpenAI, Anthropic, vLLM, llama.cpp, Ollama, TGI...
+_CONTEXT_WORDINGS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "context window",
+    "context size",
+    "context limit",
+    "exceed_context_size",
+    "maximum model length",
+    "prompt is too long",
+    "input is too long",
+    "too many tokens",
+    "too many input tokens",
+)
+
+#: httpx2 exception class → (our class, type, transient). Most specific first.
+_TRANSPORT_ERRORS: tuple[tuple[type[Exception], type[ProviderError], str, bool], ...] = (
+    (httpx2.ConnectTimeout, TimeoutError_, "connect_timeout", True),
+    (httpx2.PoolTimeout, TimeoutError_, "pool_timeout", True),
+    (httpx2.TimeoutException, TimeoutError_, "timeout", True),
+    (httpx2.ConnectError, TransportError, "connect_error", True),
+    (httpx2.ProxyError, TransportError, "proxy_error", True),
+    (httpx2.RemoteProtocolError, TransportError, "remote_protocol_error", True),
+    (httpx2.ReadError, TransportError, "read_error", True),
+    (httpx2.WriteError, TransportError, "write_error", True),
+    (httpx2.CloseError, TransportError, "close_error", True),
+    (httpx2.NetworkError, TransportError, "network_error", True),
+    (httpx2.DecodingError, InvalidResponseError, "invalid_response", True),
+    (httpx2.UnsupportedProtocol, ProviderError, "unsupported_protocol", False),
+    (httpx2.LocalProtocolError, ProviderError, "local_protocol_error", False),
+    (httpx2.InvalidURL, ProviderError, "invalid_url", False),
+)
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with every occurrence of ``secret`` masked (a last guard; keys never belong)."""
+    if secret and secret in text:
+        return text.replace(secret, "***")
+    return text
+
+
+def translate_transport_error(exc: Exception, secret: str | None = None) -> ProviderError:
+    """The rrcli error for an exception raised by the HTTP client (no usable response)."""
+    detail = redact(str(exc) or type(exc).__name__, secret)
+    for klass, ours, type_, transient in _TRANSPORT_ERRORS:
+        if isinstance(exc, klass):
+            return ours(f"{type_.replace('_', ' ')}: {detail}", type=type_, transient=transient)
+    return TransportError(f"transport error: {detail}", type="transport_error", transient=True)
+
+
+def invalid_response(reason: str, status: int | None = None) -> InvalidResponseError:
+    """A 2xx answer that is not a valid response of the API: transient (SPEC §7)."""
+    return InvalidResponseError(
+        f"invalid response: {reason}", type="invalid_response", transient=True, status_code=status
+    )
+
+
+def is_context_length_message(text: str) -> bool:
+    """Whether a server's error text says the prompt is longer than the model's context."""
+    lowered = text.lower()
+    return any(wording in lowered for wording in _CONTEXT_WORDINGS)
+
+
+def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """The delay the server asked for: ``retry-after-ms``, else ``Retry-After`` (seconds or an
+    HTTP date), never negative; None when absent or unreadable. ``headers`` lookups must be
+    case-insensitive (httpx2.Headers) or use lower-case keys."""
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        try:
+            return max(0.0, float(value) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def error_details(body: bytes | Any) -> tuple[str, str, str]:
+    """(message, type, code) from an error body in the OpenAI, Anthropic or a plain shape."""
+    data = body
+    if isinstance(body, bytes | bytearray):
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return body[:MESSAGE_LIMIT].decode("utf-8", "replace").strip(), "", ""
+    if not isinstance(data, dict):
+        return "", "", ""
+    error = data.get("error", data)
+    if isinstance(error, str):
+        return error, "", ""
+    if not isinstance(error, dict):
+        return "", "", ""
+    message = error.get("message") or error.get("detail") or data.get("message") or ""
+    if not isinstance(message, str):
+        message = str(message)
+    kind = error.get("type")
+    code = error.get("code")
+    return message, kind if isinstance(kind, str) else "", code if isinstance(code, str) else ""
+
+
+def error_from_status(
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes | Any,
+    retry: RetrySettings,
+    *,
+    secret: str | None = None,
+    now: float | None = None,
+) -> ProviderError:
+    """The rrcli error for a non-2xx answer (SPEC §7).
+
+    Transient when the status is in ``retry.retry_on_status`` or the error is Anthropic's
+    ``overloaded_error``; the server's ``x-should-retry`` header overrides that; a 429 for
+    ``insufficient_quota`` and a 400 saying the context is too long are never transient.
+    """
+    if 300 <= status < 400:
+        target = redact(headers.get("location") or "(no Location header)", secret)
+        return RedirectError(
+            f"HTTP {status} redirect to {target} not followed (credentials would travel with "
+            "it) — set base_url to the final address",
+            type="redirect",
+            transient=False,
+            status_code=status,
+        )
+    message, kind, code = error_details(body)
+    message = redact(message, secret)
+    if len(message) > MESSAGE_LIMIT:
+        message = message[: MESSAGE_LIMIT - 1] + "…"
+    text = f"HTTP {status}: {message}" if message else f"HTTP {status}"
+    type_ = f"http_{status}"
+    overloaded = kind in ("overloaded_error", "rate_limit_error")
+    rate_limited = status in (429, 529) or overloaded
+    transient = status in retry.retry_on_status or overloaded
+    should_retry = headers.get("x-should-retry")
+    if should_retry in ("true", "false"):
+        transient = should_retry == "true"
+    if "insufficient_quota" in (kind, code):
+        type_, transient, rate_limited = "insufficient_quota", False, False
+        text += " — the account is out of credit or quota; add funds or use another key"
+    elif status in (400, 413) and is_context_length_message(f"{message} {kind} {code}"):
+        type_, transient = "context_length_exceeded", False
+    return StatusError(
+        text,
+        type=type_,
+        transient=transient,
+        status_code=status,
+        retry_after=retry_after_seconds(headers, now) if transient or rate_limited else None,
+        rate_limited=rate_limited,
+        body=None,
+    )
+
+
+#: Error types of an ``error`` event inside a 200 stream that another attempt may cure.
+_TRANSIENT_EVENT_TYPES = frozenset(
+    {"overloaded_error", "rate_limit_error", "api_error", "server_error", "timeout_error"}
+)
+
+
+def stream_error(error: object, secret: str | None = None) -> ProviderError:
+    """The rrcli error for an ``error`` event (or an ``error`` object in a 200 body)."""
+    message, kind, code = error_details({"error": error})
+    message = redact(message, secret)[:MESSAGE_LIMIT]
+    kind = kind or code or "stream_error"
+    return ProviderError(
+        f"error event in the stream: {kind}: {message}" if message else f"error event: {kind}",
+        type=kind,
+        transient=kind in _TRANSIENT_EVENT_TYPES,
+        rate_limited=kind in ("overloaded_error", "rate_limit_error"),
+    )

@@ -1,0 +1,188 @@
+"""What the OpenAI and Anthropic adapters share: one client per backend, one attempt per send.
+
+An adapter says how to build a request body, how to read a plain response body and how to fold a
+stream of SSE events; this class sends it (plain, or streamed over ``client.stream`` with the
+incremental parser), measures the time to the first generated text, and routes every failure
+through the ONE translation in ``base.py``. A streaming request answered with one plain JSON body
+(some gateways do that) is read as the whole response.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Protocol
+from urllib.parse import urlsplit
+
+import httpx2
+import orjson
+
+from rrcli.errors import ProviderError, StreamBrokenError
+from rrcli.profile import Backend, RetrySettings
+from rrcli.providers._sse import SSEEvent, SSEParser
+from rrcli.providers.base import (
+    Call,
+    Reply,
+    error_from_status,
+    invalid_response,
+    stream_error,
+    translate_transport_error,
+)
+
+__all__ = ["HTTPProvider", "StreamFold"]
+
+
+class StreamFold(Protocol):
+    """Folds one response's SSE events into a Reply."""
+
+    done: bool
+
+    def add(self, event: SSEEvent) -> str | None:
+        """Take one event; return the output text it carried ("" for reasoning only), or None
+        when it carried no generated text. Raises ProviderError for an ``error`` event."""
+
+    def reply(self) -> Reply: ...
+
+
+class HTTPProvider:
+    """One backend's HTTP adapter. Subclasses set ``path`` and implement the four hooks."""
+
+    path: ClassVar[str]
+    request_id_header: ClassVar[str] = "x-request-id"
+
+    def __init__(
+        self,
+        backend: Backend,
+        api_key: str | None,
+        *,
+        retry: RetrySettings,
+        clock: Callable[[], float] = time.perf_counter,
+        transport: httpx2.AsyncBaseTransport | None = None,  # tests: MockTransport for parsing
+    ) -> None:
+        self.backend = backend
+        self._key = api_key
+        self._retry = retry
+        self._clock = clock
+        self._url = backend.base_url.rstrip("/") + self.path
+        parts = urlsplit(self._url)
+        self.server_address: str | None = parts.netloc.rpartition("@")[2] or None
+        cap = max(1, backend.max_concurrency)
+        headers = {**backend.headers, "content-type": "application/json"}
+        headers.update(self.auth_headers(api_key))
+        self._client = httpx2.AsyncClient(
+            headers=headers,
+            timeout=httpx2.Timeout(backend.timeout),
+            limits=httpx2.Limits(max_connections=cap, max_keepalive_connections=cap),
+            follow_redirects=False,
+            transport=transport,
+        )
+
+    # --- the adapter's hooks --------------------------------------------------------------
+
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        raise NotImplementedError
+
+    def build_body(self, call: Call) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def parse_body(self, data: dict[str, Any]) -> Reply:
+        """A plain response body → Reply; raises InvalidResponseError when it is not one."""
+        raise NotImplementedError
+
+    def new_stream(self) -> StreamFold:
+        raise NotImplementedError
+
+    # --- one attempt ------------------------------------------------------------------------
+
+    async def send(self, call: Call, on_text: Callable[[str], None] | None = None) -> Reply:
+        content = orjson.dumps(self.build_body(call))
+        try:
+            if call.stream:
+                return await self._send_streamed(content, on_text)
+            response = await self._client.post(self._url, content=content)
+        except httpx2.HTTPError as exc:
+            raise translate_transport_error(exc, self._key) from exc
+        if not 200 <= response.status_code < 300:
+            raise self._status_error(response)
+        return self._read_plain(response)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def _status_error(self, response: httpx2.Response) -> ProviderError:
+        return error_from_status(
+            response.status_code, response.headers, response.content, self._retry, secret=self._key
+        )
+
+    def _read_plain(self, response: httpx2.Response) -> Reply:
+        try:
+            data = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            raise invalid_response("the body is not JSON", response.status_code) from None
+        if not isinstance(data, dict):
+            raise invalid_response("the body is not a JSON object", response.status_code)
+        if data.get("error"):
+            raise stream_error(data["error"], self._key)
+        reply = self.parse_body(data)
+        return self._finish(reply, response)
+
+    def _finish(self, reply: Reply, response: httpx2.Response) -> Reply:
+        reply.http_status = response.status_code
+        reply.request_id = response.headers.get(self.request_id_header) or reply.request_id
+        return reply
+
+    async def _send_streamed(self, content: bytes, on_text: Callable[[str], None] | None) -> Reply:
+        started = self._clock()
+        async with self._client.stream("POST", self._url, content=content) as response:
+            if not 200 <= response.status_code < 300:
+                await response.aread()
+                raise self._status_error(response)
+            if "text/event-stream" not in response.headers.get("content-type", ""):
+                await response.aread()
+                return self._read_plain(response)
+            fold = self.new_stream()
+            parser = SSEParser()
+            ttft_ms: float | None = None
+            try:
+                async for chunk in response.aiter_bytes():
+                    for event in parser.feed(chunk):
+                        piece = fold.add(event)
+                        if piece is None:
+                            continue
+                        if ttft_ms is None:
+                            ttft_ms = (self._clock() - started) * 1000.0
+                        if piece and on_text is not None:
+                            on_text(piece)
+            except httpx2.TimeoutException:
+                raise
+            except httpx2.TransportError as exc:
+                raise self._broken(f"the connection failed mid-stream ({exc})") from exc
+            for event in parser.finish():
+                fold.add(event)
+            if not fold.done:
+                raise self._broken("the stream ended before its end marker")
+            reply = fold.reply()
+            reply.ttft_ms = ttft_ms
+            return self._finish(reply, response)
+
+    def _broken(self, why: str) -> StreamBrokenError:
+        return StreamBrokenError(
+            f"stream broken: {why}", type="stream_broken", transient=True, status_code=200
+        )
+
+
+def token_sum(usage: Mapping[str, Any], *names: str) -> int | None:
+    """The sum of the usage counters present among ``names``; None when none is present."""
+    values = [usage[name] for name in names if isinstance(usage.get(name), int)]
+    return sum(values) if values else None
+
+
+def parse_event_json(event: SSEEvent) -> dict[str, Any]:
+    """An event's data as a JSON object, or InvalidResponseError."""
+    try:
+        data = orjson.loads(event.data)
+    except orjson.JSONDecodeError:
+        raise invalid_response(f"a stream event is not JSON: {event.data[:80]!r}") from None
+    if not isinstance(data, dict):
+        raise invalid_response("a stream event is not a JSON object")
+    return data

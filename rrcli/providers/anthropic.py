@@ -1,0 +1,172 @@
+"""The ``anthropic`` provider: the Messages API (``POST {base_url}/v1/messages``).
+
+Differences from the OpenAI shape handled here: the system prompt is its own field, ``max_tokens``
+is required (1024 by default), output is the text blocks joined, thinking blocks become
+``reasoning_content``, input tokens include the cache's, stop reasons are mapped to OpenAI's
+finish reasons, and a ``pause_turn`` stop hands the runner a ``continuation`` to send back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from rrcli.providers._http import HTTPProvider, parse_event_json, token_sum
+from rrcli.providers._sse import SSEEvent
+from rrcli.providers.base import Call, Reply, invalid_response, stream_error
+
+__all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "AnthropicProvider"]
+
+ANTHROPIC_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 1024
+_FINISH_REASONS = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
+_INPUT_COUNTERS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+class AnthropicProvider(HTTPProvider):
+    """``x-api-key`` and ``anthropic-version`` headers; SSE events by name when streaming."""
+
+    path = "/v1/messages"
+    request_id_header = "request-id"
+
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        headers = {"anthropic-version": ANTHROPIC_VERSION}
+        if api_key:
+            headers["x-api-key"] = api_key
+        return headers
+
+    def build_body(self, call: Call) -> dict[str, Any]:
+        body = {**self.backend.params, **call.params}
+        body["model"] = self.backend.model
+        body.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
+        system: list[str] = []
+        messages = []
+        for message in call.messages:
+            if message.get("role") == "system" and not messages:
+                system.append(_text_of(message.get("content")))
+            elif "reasoning_content" in message:
+                messages.append({k: v for k, v in message.items() if k != "reasoning_content"})
+            else:
+                messages.append(message)
+        if system:
+            body["system"] = "\n\n".join(system)
+        body["messages"] = messages
+        if call.stream:
+            body["stream"] = True
+        else:
+            body.pop("stream", None)
+        return body
+
+    def parse_body(self, data: dict[str, Any]) -> Reply:
+        content = data.get("content")
+        if not isinstance(content, list):
+            raise invalid_response("no content blocks in the body")
+        return _reply(content, data.get("stop_reason"), data.get("usage") or {}, data)
+
+    def new_stream(self) -> _AnthropicStream:
+        return _AnthropicStream(self._key)
+
+
+def _text_of(content: object) -> str:
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return "" if content is None else str(content)
+
+
+def _reply(
+    content: list[Any], stop_reason: str | None, usage: dict[str, Any], body: dict[str, Any]
+) -> Reply:
+    texts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    thinking = [
+        b.get("thinking", "")
+        for b in content
+        if isinstance(b, dict) and b.get("type") == "thinking"
+    ]
+    return Reply(
+        output="".join(texts),
+        finish_reason=_FINISH_REASONS.get(stop_reason, stop_reason) if stop_reason else None,
+        input_tokens=token_sum(usage, *_INPUT_COUNTERS),
+        output_tokens=token_sum(usage, "output_tokens"),
+        response_model=body.get("model"),
+        reasoning_content="".join(thinking) or None,
+        request_id=body.get("id"),
+        body=body,
+        continuation=(
+            {"role": "assistant", "content": content} if stop_reason == "pause_turn" else None
+        ),
+    )
+
+
+class _AnthropicStream:
+    """Folds ``message_start`` … ``message_stop`` into the message they describe."""
+
+    __slots__ = ("_key", "blocks", "done", "message", "stop_reason", "usage")
+
+    def __init__(self, key: str | None) -> None:
+        self._key = key
+        self.done = False
+        self.message: dict[str, Any] = {}
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.stop_reason: str | None = None
+        self.usage: dict[str, Any] = {}
+
+    def add(self, event: SSEEvent) -> str | None:
+        name = event.event
+        if name == "ping":
+            return None
+        data = parse_event_json(event)
+        kind = data.get("type", name)
+        if kind == "content_block_delta":
+            return self._delta(data.get("index", 0), data.get("delta") or {})
+        if kind == "message_start":
+            self.message = data.get("message") or {}
+            self._usage(self.message.get("usage"))
+        elif kind == "content_block_start":
+            self.blocks[data.get("index", len(self.blocks))] = dict(data.get("content_block") or {})
+        elif kind == "content_block_stop":
+            block = self.blocks.get(data.get("index", -1))
+            if block is not None and "partial_json" in block:
+                try:
+                    block["input"] = orjson.loads(block.pop("partial_json") or "{}")
+                except orjson.JSONDecodeError:
+                    raise invalid_response("a tool_use block's input is not JSON") from None
+        elif kind == "message_delta":
+            self.stop_reason = (data.get("delta") or {}).get("stop_reason") or self.stop_reason
+            self._usage(data.get("usage"))
+        elif kind == "message_stop":
+            self.done = True
+        elif kind == "error":
+            raise stream_error(data.get("error"), self._key)
+        return None
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> str | None:
+        block = self.blocks.setdefault(index, {"type": "text", "text": ""})
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text = delta.get("text", "")
+            block["text"] = block.get("text", "") + text
+            return text or None
+        if kind == "thinking_delta":
+            thinking = delta.get("thinking", "")
+            block["thinking"] = block.get("thinking", "") + thinking
+            return "" if thinking else None
+        if kind == "signature_delta":
+            block["signature"] = block.get("signature", "") + delta.get("signature", "")
+        elif kind == "input_json_delta":
+            block["partial_json"] = block.get("partial_json", "") + delta.get("partial_json", "")
+        return None
+
+    def _usage(self, usage: object) -> None:
+        if isinstance(usage, dict):
+            self.usage.update((k, v) for k, v in usage.items() if v is not None)
+
+    def reply(self) -> Reply:
+        content = [self.blocks[i] for i in sorted(self.blocks)]
+        body = {
+            **self.message,
+            "content": content,
+            "stop_reason": self.stop_reason,
+            "usage": self.usage,
+        }
+        return _reply(content, self.stop_reason, self.usage, body)

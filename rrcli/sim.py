@@ -1,0 +1,386 @@
+"""Simulated LLM backends: the behaviour model, and the ``rrcli sim`` server built on it.
+
+Trying a profile should not cost money, and the tests and benchmarks need a server whose latency,
+errors, rate limits and concurrency cap are known. ``SimBehaviour`` decides what one simulated
+call does (outcome, timing, deterministic output text); the in-process ``sim`` provider and this
+HTTP server share it, so a profile behaves alike with either.
+
+The server speaks OpenAI ``/v1/chat/completions`` and Anthropic ``/v1/messages`` (plain and SSE
+streaming, usage in both), ``/v1/models``, and ``/stats`` (``/stats/reset``) so tests can see what
+the server saw: requests, peak concurrency, 429s sent, and requests per credential (by a short
+sha256 fingerprint of the key, with the header it came in).
+
+Tests force behaviour per backend with request headers (a profile's ``headers``):
+``x-sim-status: CODE`` answers that status (with ``x-sim-error-type``, ``x-sim-error-code``,
+``x-sim-error-message``, and ``x-sim-response-headers: {JSON}`` added to the answer, a null value
+removing one); ``x-sim-mode: a,b`` with ``cut-stream`` (end a stream halfway, without its end
+marker), ``stream-error`` (an ``error`` event halfway through a 200 stream), ``pause-turn``
+(Anthropic: stop with ``pause_turn`` halfway unless the last message is the assistant's, i.e. once
+per turn), ``plain-json`` (answer a streaming request with one JSON body), ``reasoning`` (add
+reasoning text / a thinking block).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ipaddress
+import math
+import random
+import socket
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from rrcli.errors import UsageError
+from rrcli.profile import SimSettings
+
+__all__ = [
+    "RunningSim",
+    "SimBehaviour",
+    "SimConfig",
+    "check_host",
+    "config_from_options",
+    "key_fingerprint",
+    "pacing",
+    "serve",
+]
+
+_WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
+    "uniform",
+    "victor",
+    "whiskey",
+    "xray",
+    "yankee",
+    "zulu",
+    "amber",
+    "basil",
+    "cedar",
+    "dune",
+    "ember",
+    "fern",
+    "grove",
+    "harbor",
+    "island",
+    "jade",
+    "kelp",
+    "lagoon",
+    "meadow",
+    "nectar",
+    "orchid",
+    "pebble",
+    "quartz",
+    "river",
+    "sage",
+    "tide",
+    "umber",
+    "valley",
+    "willow",
+    "yarrow",
+    "zephyr",
+    "acorn",
+    "birch",
+    "clover",
+    "drift",
+    "elm",
+    "frost",
+    "glade",
+    "heath",
+    "iris",
+]
+_VARIANTS = 64
+OK, ERROR, RATE_LIMITED = 0, 1, 2
+
+
+def key_fingerprint(key: str) -> str:
+    """How /stats names a credential: the first 12 hex digits of the key's sha256."""
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def last_user_text(messages: list[dict[str, Any]]) -> str:
+    """The text of the last user message ("" when there is none)."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return ""
+    return ""
+
+
+def estimate_input_tokens(messages: list[dict[str, Any]]) -> int:
+    """About four characters a token, as rough tokenizers count: at least 1."""
+    chars = 0
+    for message in messages:
+        content = message.get("content")
+        chars += len(content) if isinstance(content, str) else 16
+    return chars // 4 + 1
+
+
+def pacing(count: int, ttft: float, total: float) -> Iterator[tuple[float, int, int]]:
+    """How a stream of ``count`` pieces is paced: (seconds to sleep first, start, end) per group.
+
+    The first piece comes at ``ttft``, the last at ``total`` (seconds from the start); pieces in
+    between are spaced evenly, grouped so that no sleep is shorter than 5 ms.
+    """
+    if count <= 0:
+        yield ttft, 0, 0
+        return
+    yield ttft, 0, 1
+    rest = count - 1
+    if rest <= 0:
+        return
+    span = max(0.0, total - ttft)
+    if span <= 0:
+        yield 0.0, 1, count
+        return
+    interval = span / rest
+    step = max(1, math.ceil(0.005 / interval))
+    for start in range(1, count, step):
+        end = min(count, start + step)
+        yield interval * (end - start), start, end
+
+
+class SimBehaviour:
+    """What one simulated call does. Shared by the in-process provider and ``rrcli sim``.
+
+    Output is deterministic: ``output_tokens`` words chosen by a checksum of the last user message,
+    so two runs (or a plain and a streamed call) give the same text. Times are seconds here.
+    """
+
+    __slots__ = ("_cut", "_limit", "_pieces", "_rng", "_texts", "instant", "may_fail", "settings")
+
+    def __init__(self, settings: SimSettings, rng: random.Random) -> None:
+        self.settings = settings
+        self._rng = rng
+        self._cut = settings.error_rate
+        self._limit = settings.error_rate + settings.rate_limit_rate
+        self.may_fail = self._limit > 0
+        self.instant = not (
+            settings.latency_ms or settings.jitter_ms or settings.ttft_ms or settings.tokens_per_s
+        )
+        self._pieces: dict[int, tuple[str, ...]] = {}
+        self._texts: dict[int, str] = {}
+
+    def outcome(self) -> int:
+        """OK, ERROR (a 500) or RATE_LIMITED (a 429), drawn from the configured rates."""
+        if not self.may_fail:
+            return OK
+        draw = self._rng.random()
+        if draw < self._cut:
+            return ERROR
+        return RATE_LIMITED if draw < self._limit else OK
+
+    def chance(self, rate: float) -> bool:
+        return rate > 0 and self._rng.random() < rate
+
+    def variant(self, messages: list[dict[str, Any]]) -> int:
+        return zlib.crc32(last_user_text(messages).encode()) % _VARIANTS
+
+    def pieces(self, variant: int) -> tuple[str, ...]:
+        """The output's tokens, as stream pieces (the first without a leading space)."""
+        pieces = self._pieces.get(variant)
+        if pieces is None:
+            count = max(0, self.settings.output_tokens)
+            words = [
+                _WORDS[(variant * 7 + i * (variant % 5 + 1)) % len(_WORDS)] for i in range(count)
+            ]
+            pieces = tuple(w if i == 0 else " " + w for i, w in enumerate(words))
+            self._pieces[variant] = pieces
+            self._texts[variant] = "".join(pieces)
+        return pieces
+
+    def text(self, variant: int) -> str:
+        text = self._texts.get(variant)
+        if text is None:
+            self.pieces(variant)
+            text = self._texts[variant]
+        return text
+
+    def timeline(self, count: int) -> tuple[float, float]:
+        """(time to first token, total time) in seconds for a reply of ``count`` tokens.
+
+        Without ``ttft_ms`` the first token comes at the latency (± jitter); with
+        ``tokens_per_s`` the rest follow at that rate, otherwise by the latency.
+        """
+        s = self.settings
+        latency = s.latency_ms
+        if s.jitter_ms:
+            latency = max(0.0, latency + self._rng.uniform(-s.jitter_ms, s.jitter_ms))
+        ttft = latency if s.ttft_ms is None else s.ttft_ms
+        total = max(latency, ttft)
+        if s.tokens_per_s:
+            total = max(total, ttft + max(0, count - 1) * 1000.0 / s.tokens_per_s)
+        return ttft / 1000.0, total / 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """The ``rrcli sim`` server's behaviour: the shared model's settings plus the server's own."""
+
+    settings: SimSettings = field(default_factory=SimSettings)
+    cap: int | None = None  # concurrent requests above this answer 429
+    cut_stream_rate: float = 0.0
+    stream_error_rate: float = 0.0
+    pause_turn_rate: float = 0.0
+    seed: int | None = None
+    model: str | None = None  # reported model; None echoes the request's
+    api_keys: tuple[str, ...] = ()  # when given, any other key answers 401
+
+
+_SETTINGS_FIELDS = frozenset(f.name for f in fields(SimSettings))
+
+
+def config_from_options(**options: Any) -> SimConfig:
+    """A SimConfig from flat options (the ``rrcli sim`` flags, the tests' fixture): SimSettings'
+    fields plus SimConfig's own (``cap``, ``cut_stream_rate``, ``api_keys``...). None means the
+    default. Raises UsageError naming the flag for a value out of range."""
+    options = {k: v for k, v in options.items() if v is not None}
+    for name in ("error_rate", "rate_limit_rate", "cut_stream_rate", "stream_error_rate"):
+        rate = options.get(name, 0.0)
+        if not 0.0 <= rate <= 1.0:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag}: expected a share between 0 and 1, got {rate}")
+    if not 0.0 <= options.get("pause_turn_rate", 0.0) <= 1.0:
+        raise UsageError("--pause-turn-rate: expected a share between 0 and 1")
+    if options.get("error_rate", 0.0) + options.get("rate_limit_rate", 0.0) > 1.0:
+        raise UsageError("--error-rate plus --rate-limit-rate must not exceed 1")
+    if options.get("cap", 1) < 1:
+        raise UsageError(f"--cap: expected a positive number of requests, got {options['cap']}")
+    settings = SimSettings(**{k: v for k, v in options.items() if k in _SETTINGS_FIELDS})
+    rest = {k: v for k, v in options.items() if k not in _SETTINGS_FIELDS}
+    rest["api_keys"] = tuple(rest.get("api_keys", ()))
+    try:
+        return SimConfig(settings=settings, **rest)
+    except TypeError as exc:
+        raise UsageError(f"unknown sim option: {exc}") from None
+
+
+def check_host(host: str, *, explicit: bool) -> None:
+    """Refuse a non-loopback address unless the user named it: a test server with no auth
+    should not face a network by accident."""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback and not explicit:
+        raise UsageError(
+            f"refusing to listen on {host}, which is not a loopback address — "
+            "pass --host explicitly to serve the network"
+        )
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP; without
+    # it every response waits ~40 ms for the client's delayed ACK (Nagle).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(4096)  # connections queue from now on, even before the server loop runs
+    return sock
+
+
+def _uvicorn_server(config: SimConfig) -> Any:
+    import uvicorn
+
+    from rrcli._simserver import build_app
+
+    app = build_app(config)
+    return uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            http="h11",
+            loop="asyncio",
+            lifespan="off",
+            timeout_keep_alive=60,
+            backlog=4096,
+        )
+    )
+
+
+class RunningSim:
+    """A sim server running in a background thread (tests and benchmarks).
+
+    ``url`` is ``http://host:port``: the base_url of an anthropic backend; add ``/v1`` for an
+    openai one (``openai_url``). ``stop()`` shuts it down.
+    """
+
+    def __init__(self, config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._sock = _bind(host, port)
+        bound_port = self._sock.getsockname()[1]
+        self.url = f"http://{host}:{bound_port}"
+        self.openai_url = self.url + "/v1"
+        self._server = _uvicorn_server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10.0
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the sim server at {self.url} did not start")
+            time.sleep(0.002)
+
+    def stats(self) -> dict[str, Any]:
+        """What the server saw (``GET /stats``): requests, peak_concurrency, rate_limited..."""
+        return self._get("/stats")
+
+    def reset(self) -> dict[str, Any]:
+        """Zero the counters (``/stats/reset``)."""
+        return self._get("/stats/reset")
+
+    def _get(self, path: str) -> dict[str, Any]:
+        import json
+        import urllib.request
+
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(self.url + path, timeout=10) as response:
+            return json.loads(response.read())
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10.0)
+        self._sock.close()
+
+
+def serve(config: SimConfig, host: str, port: int, *, echo: Any = print) -> None:
+    """Run the server in the foreground until interrupted; ``echo`` the URL once listening."""
+    sock = _bind(host, port)
+    url = f"http://{host}:{sock.getsockname()[1]}"
+    server = _uvicorn_server(config)
+    echo(
+        f"rrcli sim listening on {url} — openai base_url {url}/v1, anthropic base_url {url}, "
+        f"stats {url}/stats"
+    )
+    try:
+        asyncio.run(server.serve(sockets=[sock]))
+    finally:
+        sock.close()
