@@ -321,6 +321,7 @@ class _Engine:
         sink = on_text if (stream and self.options.on_text is not None) else None
         t_queue = first_try = time.monotonic()
         attempt = 0
+        paused: Reply | None = None
         while True:
             attempt += 1
             await state.gate.reserve(estimate)
@@ -372,10 +373,13 @@ class _Engine:
             self._trace(
                 job, turn, attempt, lease, "ok", ts_start, t0, t1, queue_ms, stream, reply=reply
             )
+            if paused is not None:  # the end of a paused turn: join the parts
+                reply = _join(paused, reply)
             if reply.continuation is None:
                 await router.release(lease)
                 return (reply, latency_ms), attempt
             # Anthropic pause_turn: continue the same turn on the same backend, same slot.
+            paused = reply
             messages = [*messages, reply.continuation]
             call = Call(messages, params, stream)
             t_queue = time.monotonic()
@@ -435,6 +439,22 @@ class _CallbackWriter:
 
     def flush(self) -> None:
         pass
+
+
+def _join(first: Reply, rest: Reply) -> Reply:
+    """A turn continued after Anthropic's pause_turn: one output, the usage of both calls."""
+
+    def add(a: int | None, b: int | None) -> int | None:
+        return None if a is None and b is None else (a or 0) + (b or 0)
+
+    rest.output = first.output + rest.output
+    rest.input_tokens = add(first.input_tokens, rest.input_tokens)
+    rest.output_tokens = add(first.output_tokens, rest.output_tokens)
+    if first.reasoning_content:
+        rest.reasoning_content = first.reasoning_content + (rest.reasoning_content or "")
+    if rest.ttft_ms is None:
+        rest.ttft_ms = first.ttft_ms
+    return rest
 
 
 def _ms(seconds: float | None) -> float | None:
