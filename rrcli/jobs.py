@@ -119,34 +119,30 @@ class KeySet:
     def __len__(self) -> int:
         return self._n
 
-    def add(self, key: str) -> bool:
-        """Add ``key``; True if it was new, False if it was already there."""
+    def _slot(self, key: object) -> tuple[int, int]:
+        """(index, hash): where ``key``'s hash sits, or the empty slot where it would go."""
         h = (hash(key) & _M64) or 1
         table, mask = self._table, self._mask
         i = h & mask
         v = table[i]
-        while v:
-            if v == h:
-                return False
+        while v and v != h:
             i = (i + 1) & mask
             v = table[i]
-        table[i] = h
+        return i, h
+
+    def add(self, key: str) -> bool:
+        """Add ``key``; True if it was new, False if it was already there."""
+        i, h = self._slot(key)
+        if self._table[i]:
+            return False
+        self._table[i] = h
         self._n += 1
         if self._n > self._limit:
-            self._resize(2 * (mask + 1))
+            self._resize(2 * (self._mask + 1))
         return True
 
     def __contains__(self, key: object) -> bool:
-        h = (hash(key) & _M64) or 1
-        table, mask = self._table, self._mask
-        i = h & mask
-        v = table[i]
-        while v:
-            if v == h:
-                return True
-            i = (i + 1) & mask
-            v = table[i]
-        return False
+        return self._table[self._slot(key)[0]] != 0
 
     def _resize(self, size: int) -> None:
         old = getattr(self, "_table", ())
