@@ -1,0 +1,225 @@
+"""The trace file (SPEC §5): record fields and order, RFC 3339 timestamps, no secrets."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rrcli import __version__
+from rrcli.errors import UsageError
+from rrcli.profile import Backend, Credentials, Price, Profile, SimSettings
+from rrcli.trace import CALL_FIELDS, TraceWriter, new_run_id, rfc3339
+
+RFC3339_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+T0 = 1_795_987_889.123456  # 2026-11-29T21:31:29.123Z
+
+PROFILE = Profile(
+    name="pool",
+    strategy="least_loaded",
+    binding="session",
+    backends=(
+        Backend(
+            id="openai-a",
+            base_url="https://user:hunter2@api.example.com:8443/v1?key=sk-in-url",
+            model="gpt-4o-mini",
+            credentials=Credentials(api_key="sk-secret-literal"),
+            headers={"X-Api-Token": "tok-secret-header"},
+            params={"temperature": 0},
+            max_concurrency=4,
+            price=Price(input=0.15, output=0.6),
+        ),
+        Backend(id="sim-1", provider="sim", base_url="sim://local", sim=SimSettings()),
+    ),
+)
+
+
+def read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_bytes().split(b"\n")[:-1]]
+
+
+def call(writer: TraceWriter, **overrides) -> None:
+    fields = {
+        "job_id": "q1",
+        "deployment": "openai-a",
+        "provider": "openai",
+        "model": "gpt-4o-mini",
+        "outcome": "ok",
+        "ts_start": T0,
+        "ts_end": T0 + 0.2315,
+    }
+    writer.call(**{**fields, **overrides})
+
+
+def test_run_record_names_the_pool_without_secrets(tmp_path):
+    """The run record lists each backend's id, provider, model, host, cap and price, never keys,
+    headers, URL user info or query."""
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path, "run-1", clock=lambda: T0) as writer:
+        writer.run(PROFILE)
+    (record,) = read(path)
+    assert ["event", "run_id", "ts", "rrcli_version", "profile"] == list(record)
+    assert ("run", "run-1", "2026-11-29T21:31:29.123Z", __version__) == (
+        record["event"],
+        record["run_id"],
+        record["ts"],
+        record["rrcli_version"],
+    )
+    expected = {
+        "name": "pool",
+        "strategy": "least_loaded",
+        "binding": "session",
+        "backends": [
+            {
+                "id": "openai-a",
+                "provider": "openai",
+                "model": "gpt-4o-mini",
+                "host": "api.example.com:8443",
+                "max_concurrency": 4,
+                "price": {"input": 0.15, "output": 0.6},
+            },
+            {
+                "id": "sim-1",
+                "provider": "sim",
+                "model": "gpt-4o-mini",
+                "host": None,
+                "max_concurrency": 8,
+                "price": None,
+            },
+        ],
+    }
+    assert expected == record["profile"]
+    text = path.read_text()
+    for secret in ("sk-secret-literal", "tok-secret-header", "hunter2", "sk-in-url"):
+        assert secret not in text
+
+
+def test_call_record_has_exactly_the_spec_fields_in_order(tmp_path):
+    """A call record carries exactly SPEC §5's fields in SPEC order, with the values given."""
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path, "run-1") as writer:
+        call(
+            writer,
+            job_id=7,
+            session="s1",
+            turn=2,
+            attempt=3,
+            response_model="gpt-4o-mini-2024-07-18",
+            server_address="api.example.com:443",
+            binding="kept",
+            outcome="retry",
+            http_status=429,
+            error_type="http_429",
+            retry_after_ms=1000.0,
+            backoff_ms=1000.0,
+            queue_ms=3.5,
+            ttft_ms=80.25,
+            input_tokens=12,
+            output_tokens=1,
+            stream=True,
+        )
+    (record,) = read(path)
+    expected_fields = [
+        "event", "run_id", "job_id", "session", "turn", "attempt", "deployment", "provider",
+        "model", "response_model", "server_address", "binding", "outcome", "http_status",
+        "error_type", "retry_after_ms", "backoff_ms", "queue_ms", "ts_start", "ts_end",
+        "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "stream",
+    ]  # fmt: skip
+    assert expected_fields == list(record)
+    assert list(CALL_FIELDS) == list(record)
+    assert ("call", "run-1", 7, "s1", 2, 3, "kept", "retry", 429) == (
+        record["event"],
+        record["run_id"],
+        record["job_id"],
+        record["session"],
+        record["turn"],
+        record["attempt"],
+        record["binding"],
+        record["outcome"],
+        record["http_status"],
+    )
+    assert ("2026-11-29T21:31:29.123Z", "2026-11-29T21:31:29.354Z") == (
+        record["ts_start"],
+        record["ts_end"],
+    )
+    assert 231.5 == record["latency_ms"]
+
+
+def test_call_defaults(tmp_path):
+    """Unset call fields are null, turn 0, attempt 1, stream false."""
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path, "r") as writer:
+        call(writer)
+    (record,) = read(path)
+    assert (0, 1, False, None, None, None) == (
+        record["turn"],
+        record["attempt"],
+        record["stream"],
+        record["session"],
+        record["binding"],
+        record["ttft_ms"],
+    )
+
+
+def test_run_end_record(tmp_path):
+    """run_end carries the four job counts (0 when absent) and whether the run was interrupted."""
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path, "r", clock=lambda: T0) as writer:
+        writer.run_end({"ok": 9, "error": 1}, interrupted=True)
+    (record,) = read(path)
+    expected = {
+        "event": "run_end",
+        "run_id": "r",
+        "ts": "2026-11-29T21:31:29.123Z",
+        "jobs": {"ok": 9, "error": 1, "invalid": 0, "skipped": 0},
+        "interrupted": True,
+    }
+    assert expected == record
+    assert list(expected) == list(record)
+
+
+def test_appends_across_runs(tmp_path):
+    """A second run appends to the trace file; each line carries its own run_id."""
+    path = tmp_path / "t.jsonl"
+    for run_id in ("a", "b"):
+        with TraceWriter(path, run_id) as writer:
+            writer.run(PROFILE)
+            call(writer)
+    assert ["a", "a", "b", "b"] == [r["run_id"] for r in read(path)]
+
+
+def test_no_path_writes_nothing(tmp_path):
+    """TraceWriter(None) accepts every record and writes nowhere."""
+    writer = TraceWriter(None, "r")
+    writer.run(PROFILE)
+    call(writer)
+    writer.run_end({}, False)
+    writer.close()
+    assert [] == list(tmp_path.iterdir())
+
+
+def test_unwritable_path_is_a_usage_error(tmp_path):
+    """A trace path in a missing folder is a usage error naming the path, before any call."""
+    with pytest.raises(UsageError, match=f"cannot write traces to {tmp_path}/nope/t.jsonl"):
+        TraceWriter(tmp_path / "nope" / "t.jsonl", "r")
+
+
+@given(st.floats(min_value=0, max_value=4_102_444_800, allow_nan=False))
+def test_rfc3339_matches_datetime(ts):
+    """Timestamps are RFC 3339 UTC with milliseconds, the instant truncated to the millisecond."""
+    text = rfc3339(ts)
+    assert RFC3339_MS.match(text)
+    parsed = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    assert 0 <= ts - parsed.timestamp() < 0.001 + 1e-6 * max(1.0, ts / 1e9)
+
+
+def test_new_run_id_is_unique_and_sortable():
+    """Run ids start with their UTC start time and differ from run to run."""
+    a, b = new_run_id(lambda: T0), new_run_id(lambda: T0)
+    assert a != b
+    assert "20261129T213129Z" == a.split("-")[0]
