@@ -266,7 +266,8 @@ class LocalGate:
 
         Calls that were already in flight when the cap was halved answer from the old load; their
         429s say nothing new. So after a decrease, the next ``in_flight`` reports (as many as
-        there were calls in flight then) cannot decrease the cap again."""
+        there were other calls in flight then) cannot decrease the cap again. Call it while the
+        attempt still holds its slot, before releasing it."""
         if not self._adaptive:
             return
         held = self._hold > 0
@@ -277,7 +278,7 @@ class LocalGate:
             if held or self._cap == 1:
                 return
             self._cap = max(1, self._cap // 2)
-            self._hold = self._in_flight
+            self._hold = max(0, self._in_flight - 1)  # the others in flight
             log.info("rrcli.cap_decreased", scope=self.scope, cap=self._cap)
             return
         self._streak += 1
