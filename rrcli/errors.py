@@ -8,7 +8,8 @@ interrupted)::
     ├── UsageError                  exit 2: bad options, missing files; nothing was sent
     │   ├── ProfileError            the profile cannot be used (carries every diagnostic)
     │   ├── OutputExistsError       results file exists without --resume/--overwrite
-    │   └── GateUnavailableError    the shared gate (Redis) cannot be reached at start
+    │   ├── GateUnavailableError    the shared gate (Redis) cannot be reached at start
+    │   └── NoBackendError          routing found no backend the call may use (failover tried all)
     └── ProviderError               one HTTP attempt failed; translated ONCE in providers/base.py
         ├── TransportError          connection refused/reset, DNS, TLS: no response at all
         │   └── TimeoutError_       the attempt's timeout passed
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GateUnavailableError",
     "InvalidResponseError",
+    "NoBackendError",
     "OutputExistsError",
     "ProfileError",
     "ProviderError",
@@ -72,6 +74,12 @@ class OutputExistsError(UsageError):
 
 class GateUnavailableError(UsageError):
     """The shared gate's server (Redis) cannot be reached when the run starts."""
+
+
+class NoBackendError(UsageError):
+    """A routing decision found no backend the call may use: every one was excluded (failover
+    already tried them all) or none can be chosen (weighted with weight 0). The runner makes it
+    the job's final error."""
 
 
 class ProviderError(RRCLIError):

@@ -1,0 +1,336 @@
+"""Per-backend gates: the one place that decides whether a call may start (SPEC §8).
+
+A gate guards one gate scope (backends sharing a ``gate_scope`` share one). It holds three limits:
+
+- **concurrency**: never more calls in flight than the effective cap. Waiters are served FIFO and a
+  freed slot is handed straight to the longest waiter, so a busy worker that takes a slot back at
+  once cannot starve them; ``try_acquire`` never overtakes a waiter.
+- **rate** (``rpm``/``tpm``): GCRA, paced evenly — one start every 60/rpm s, a burst of at most
+  max(1, rpm/60). ``reserve`` books the budget at the moment it computes the start time (no
+  check-then-act race between concurrent callers) and then sleeps until then; a request larger
+  than the whole burst is admitted once the bucket is idle, so it never deadlocks.
+- **adaptive cap** (AIMD): halve on a 429/529, grow by one after ``cap`` successes in a row.
+
+``Gate`` is the interface (a Redis gate implements the same one); ``LocalGate`` is the in-process
+implementation. All times are seconds; clock and sleep are passed in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import structlog
+
+if TYPE_CHECKING:
+    import random
+
+    from rrcli.profile import Backend, Profile
+
+__all__ = ["Clock", "Gate", "LocalGate", "Sleep", "make_gates"]
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+log = structlog.get_logger()
+
+
+class Gate(Protocol):
+    """What the router and the runner need of a gate, local or shared."""
+
+    scope: str
+
+    @property
+    def cap(self) -> int: ...  # the effective cap (lowered by adaptive)
+    @property
+    def max_cap(self) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def waiting(self) -> int: ...
+
+    async def acquire(self) -> None: ...
+    async def try_acquire(self) -> bool: ...
+    async def release(self) -> None: ...
+    async def reserve(self, tokens: int) -> None: ...
+    async def settle(self, estimated: int, actual: int) -> None: ...
+    def record(self, rate_limited: bool) -> None: ...
+    def pause_until(self, deadline: float) -> None: ...
+    def add_release_listener(self, callback: Callable[[], None]) -> None: ...
+    def remove_release_listener(self, callback: Callable[[], None]) -> None: ...
+
+
+@dataclass(slots=True)
+class _Gcra:
+    """One GCRA budget. ``interval``: seconds of budget one unit costs; ``tolerance``: the burst,
+    in seconds (max(interval, 1 s): at most one second's worth at once). ``tat``: the theoretical
+    arrival time, when the budget booked so far has drained."""
+
+    interval: float
+    tolerance: float
+    tat: float = float("-inf")
+
+    @classmethod
+    def per_minute(cls, limit: int) -> _Gcra:
+        interval = 60.0 / limit
+        return cls(interval, max(interval, 1.0))
+
+    def earliest(self, units: int, now: float) -> float:
+        """The first time a request of ``units`` fits; a request larger than the whole burst fits
+        once everything booked before it has drained."""
+        return max(now, self.tat - max(0.0, self.tolerance - units * self.interval))
+
+    def book(self, units: int, at: float) -> None:
+        self.tat = max(self.tat, at) + units * self.interval
+
+
+class LocalGate:
+    """The in-process gate of one scope. Not thread-safe: one event loop owns it."""
+
+    def __init__(
+        self,
+        scope: str,
+        max_concurrency: int,
+        *,
+        rpm: int | None = None,
+        tpm: int | None = None,
+        adaptive: bool = False,
+        clock: Clock,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError(f"gate {scope!r}: max_concurrency must be at least 1")
+        self.scope = scope
+        self._max_cap = max_concurrency
+        self._cap = max_concurrency
+        self._in_flight = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._listeners: list[Callable[[], None]] = []
+        self._clock = clock
+        self._sleep = sleep
+        self._rpm = _Gcra.per_minute(rpm) if rpm else None
+        self._tpm = _Gcra.per_minute(tpm) if tpm else None
+        self._adaptive = adaptive
+        self._streak = 0  # successes in a row since the cap last changed
+        self._hold = 0  # attempts still to report before another decrease counts
+        self._paused_until = float("-inf")
+        self._waker: asyncio.Task[None] | None = None
+
+    # -- read-only state ---------------------------------------------------------------------
+
+    @property
+    def cap(self) -> int:
+        return self._cap
+
+    @property
+    def max_cap(self) -> int:
+        return self._max_cap
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    @property
+    def paused_until(self) -> float:
+        return self._paused_until
+
+    def __repr__(self) -> str:
+        return f"LocalGate({self.scope!r}, {self._in_flight}/{self._cap}, waiting={self.waiting})"
+
+    # -- concurrency -------------------------------------------------------------------------
+
+    def _admits(self) -> bool:
+        return self._in_flight < self._cap and self._clock() >= self._paused_until
+
+    async def acquire(self) -> None:
+        """Wait for a slot; FIFO among waiters. Cancelled while waiting, it holds nothing."""
+        if not self._waiters and self._admits():
+            self._in_flight += 1
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        self._ensure_waker()
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self._free_slot()  # handed a slot just as we were cancelled: pass it on
+            else:
+                self._waiters.remove(future)
+            raise
+
+    async def try_acquire(self) -> bool:
+        """Take a slot only if one is free and nobody is waiting for one."""
+        if self._waiters or not self._admits():
+            return False
+        self._in_flight += 1
+        return True
+
+    async def release(self) -> None:
+        """Give a slot back; the longest waiter gets it directly."""
+        self._free_slot()
+
+    def _free_slot(self) -> None:
+        if self._in_flight <= 0:
+            raise RuntimeError(f"gate {self.scope!r}: release without a slot held")
+        self._in_flight -= 1
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Hand free slots to waiters in order, then tell the listeners what is left."""
+        while self._waiters and self._admits():
+            future = self._waiters.popleft()
+            if not future.done():
+                self._in_flight += 1
+                future.set_result(None)
+        if self._admits():
+            for callback in tuple(self._listeners):
+                callback()
+
+    def add_release_listener(self, callback: Callable[[], None]) -> None:
+        """``callback()`` runs whenever a slot may have become free (release, regrowth, a pause
+        ending)."""
+        self._listeners.append(callback)
+
+    def remove_release_listener(self, callback: Callable[[], None]) -> None:
+        self._listeners.remove(callback)
+
+    # -- server-given pauses -----------------------------------------------------------------
+
+    def pause_until(self, deadline: float) -> None:
+        """Admit nothing new before ``deadline`` (a later deadline extends, an earlier never
+        shortens). Slots already held are not revoked."""
+        if deadline <= self._paused_until:
+            return
+        self._paused_until = deadline
+        log.info("rrcli.gate_paused", scope=self.scope, seconds=round(deadline - self._clock(), 3))
+        self._ensure_waker()
+
+    def _ensure_waker(self) -> None:
+        if self._waker is not None or self._clock() >= self._paused_until:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop yet: the first acquire starts the waker
+            return
+        self._waker = loop.create_task(self._wake())
+
+    async def _wake(self) -> None:
+        try:
+            while (left := self._paused_until - self._clock()) > 0:
+                await self._sleep(left)
+        finally:
+            self._waker = None
+        self._dispatch()
+
+    # -- rate budgets ------------------------------------------------------------------------
+
+    async def reserve(self, tokens: int) -> None:
+        """Wait until the rpm and tpm budgets let a call of ``tokens`` start, charging both.
+
+        The start time is computed and booked in one step, with no await in between, so
+        concurrent callers queue behind each other's bookings instead of all reading the same
+        unspent budget. Cancelled while waiting, the booking stays (the budget errs on the safe
+        side)."""
+        now = self._clock()
+        start = now
+        tokens = max(0, tokens)
+        if self._rpm is not None:
+            start = max(start, self._rpm.earliest(1, now))
+        if self._tpm is not None and tokens:
+            start = max(start, self._tpm.earliest(tokens, now))
+        if self._rpm is not None:
+            self._rpm.book(1, start)
+        if self._tpm is not None and tokens:
+            self._tpm.book(tokens, start)
+        if start > now:
+            await self._sleep(start - now)
+
+    async def settle(self, estimated: int, actual: int) -> None:
+        """Correct the tpm booking of one call by its real usage (either way)."""
+        if self._tpm is not None and actual != estimated:
+            self._tpm.tat += (actual - estimated) * self._tpm.interval
+
+    # -- adaptive cap (AIMD) -----------------------------------------------------------------
+
+    def record(self, rate_limited: bool) -> None:
+        """One attempt's outcome, for ``adaptive`` gates: halve the cap on a 429/529, grow it by
+        one after ``cap`` successes in a row.
+
+        Calls that were already in flight when the cap was halved answer from the old load; their
+        429s say nothing new. So after a decrease, the next ``in_flight`` reports (as many as
+        there were other calls in flight then) cannot decrease the cap again. Call it while the
+        attempt still holds its slot, before releasing it."""
+        if not self._adaptive:
+            return
+        held = self._hold > 0
+        if held:
+            self._hold -= 1
+        if rate_limited:
+            self._streak = 0
+            if held or self._cap == 1:
+                return
+            self._cap = max(1, self._cap // 2)
+            self._hold = max(0, self._in_flight - 1)  # the others in flight
+            log.info("rrcli.cap_decreased", scope=self.scope, cap=self._cap)
+            return
+        self._streak += 1
+        if self._streak >= self._cap and self._cap < self._max_cap:
+            self._cap += 1
+            self._streak = 0
+            log.info("rrcli.cap_increased", scope=self.scope, cap=self._cap)
+            self._dispatch()
+
+
+def make_gates(
+    profile: Profile,
+    *,
+    clock: Clock,
+    rng: random.Random | None = None,
+    sleep: Sleep = asyncio.sleep,
+) -> dict[str, Gate]:
+    """One in-process gate per gate scope of the profile.
+
+    Backends that share a scope share one gate: its cap is the smallest ``max_concurrency`` among
+    them and its rpm/tpm the smallest set (a warning names the scope when they differ). ``rng`` is
+    unused by local gates (kept for the shared gate's signature).
+    """
+    groups: dict[str, list[Backend]] = {}
+    for backend in profile.backends:
+        groups.setdefault(backend.scope, []).append(backend)
+    gates: dict[str, Gate] = {}
+    for scope, members in groups.items():
+        caps = {b.max_concurrency for b in members}
+        rpm = _smallest(b.rpm for b in members)
+        tpm = _smallest(b.tpm for b in members)
+        if len(caps) > 1 or len({(b.rpm, b.tpm) for b in members}) > 1:
+            log.warning(
+                "rrcli.gate_scope_mismatch",
+                scope=scope,
+                backends=[b.id for b in members],
+                max_concurrency=min(caps),
+                rpm=rpm,
+                tpm=tpm,
+            )
+        gates[scope] = LocalGate(
+            scope,
+            min(caps),
+            rpm=rpm,
+            tpm=tpm,
+            adaptive=profile.gate.adaptive,
+            clock=clock,
+            sleep=sleep,
+        )
+    return gates
+
+
+def _smallest(values: Iterable[int | None]) -> int | None:
+    given = [v for v in values if v]
+    return min(given) if given else None

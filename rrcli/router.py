@@ -1,0 +1,364 @@
+"""Live per-backend state and the routing decision that turns a call into a held slot (SPEC §6).
+
+The router owns what changes while a run goes: each backend's calls in flight, EWMA latency,
+cooldown and display counters, the session bindings, and the queue of requests waiting for
+``first_available``. A strategy (strategies.py) picks among the eligible backends; the router
+takes the slot on the chosen backend's gate and hands it back as a ``Lease``.
+
+Counters cannot drift: a backend's ``in_flight`` goes up only in ``_grant`` (a lease now holds a
+slot) and down only in ``release`` (it no longer does), each guarded by ``lease.held``; a request
+cancelled while waiting never got a lease, and a slot handed to it as it was cancelled is passed
+on. All times are seconds unless a name ends in ``_ms``; clock, rng and sleep are passed in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import structlog
+
+from rrcli.errors import NoBackendError, ProviderError
+from rrcli.gate import Clock, Gate, Sleep
+from rrcli.profile import Backend, Profile
+from rrcli.strategies import Candidate, FirstAvailable, make_strategy
+
+__all__ = ["EWMA_ALPHA", "BackendState", "Lease", "Router"]
+
+log = structlog.get_logger()
+
+EWMA_ALPHA = 0.3  # weight of the newest latency sample
+POLL_INITIAL = 0.03  # first_available: the first wait before polling the gates again
+POLL_MAX = 1.0  # ... doubling up to this
+
+
+@dataclass(slots=True, eq=False)
+class BackendState:
+    """One backend's live state. ``in_flight`` counts this backend's own calls (its gate may be
+    shared with others of its scope); the counters feed the live display."""
+
+    backend: Backend
+    gate: Gate
+    position: int
+    clock: Clock = field(repr=False)
+    in_flight: int = 0
+    done: int = 0  # successful attempts
+    retries: int = 0  # attempts taken again after a failure (trace outcome "retry")
+    failed_attempts: int = 0
+    ewma_latency_ms: float | None = None
+    cooldown_until: float = 0.0
+    failures_in_a_row: int = 0
+
+    @property
+    def errors(self) -> int:
+        """Failed attempts that no retry followed (trace outcome "error")."""
+        return self.failed_attempts - self.retries
+
+    @property
+    def cap(self) -> int:
+        return self.gate.cap
+
+    @property
+    def cooling(self) -> bool:
+        return self.clock() < self.cooldown_until
+
+
+@dataclass(slots=True, eq=False)
+class Lease:
+    """A routed call. While ``held`` it holds one slot of ``state.gate``."""
+
+    state: BackendState
+    binding: str | None = None  # "new" | "kept" | "rebound" | None (binding = "request")
+    held: bool = True
+
+
+@dataclass(slots=True, eq=False)
+class _Waiter:
+    """A first_available request waiting for a slot anywhere in the pool."""
+
+    exclude: frozenset[str]
+    granted: asyncio.Future[BackendState]
+    kick: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Router:
+    """Routes calls across the pool; see the module docstring."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        gates: Mapping[str, Gate],
+        *,
+        rng: random.Random,
+        clock: Clock,
+        sleep: Sleep,
+    ) -> None:
+        self.profile = profile
+        self.states: tuple[BackendState, ...] = tuple(
+            BackendState(b, gates[b.scope], i, clock) for i, b in enumerate(profile.backends)
+        )
+        self._by_id = {s.backend.id: s for s in self.states}
+        self._strategy = make_strategy(profile, rng)
+        self._skip_cooling = self._strategy.load_aware or profile.cooldown.round_robin
+        self._rng = rng
+        self._clock = clock
+        self._sleep = sleep
+        self._sessions = profile.binding == "session"
+        self._bindings: dict[str, tuple[BackendState, str]] = {}
+        self._saved: dict[str, str] = {}
+        self._queue: deque[_Waiter] = deque()
+        if isinstance(self._strategy, FirstAvailable):
+            for gate in {id(s.gate): s.gate for s in self.states}.values():
+                gate.add_release_listener(self._kick_head)
+
+    # -- public API --------------------------------------------------------------------------
+
+    async def acquire(
+        self, *, session: str | None = None, exclude: frozenset[str] = frozenset()
+    ) -> Lease:
+        """One routing decision, returning holding ONE slot on the chosen backend's gate.
+
+        With ``binding = "session"`` a session routes at its first call and stays there;
+        ``exclude`` names backends not to use (failover). Raises NoBackendError when every
+        backend is excluded."""
+        if not (self._sessions and session is not None):
+            return self._grant(await self._route(exclude), None)
+        bound = self._bindings.get(session)
+        tag = "new"
+        if bound is None and session in self._saved:
+            saved = self._by_id.get(self._saved.pop(session))
+            if saved is not None:
+                bound = self._bindings[session] = (saved, "kept")
+            else:
+                tag = "rebound"
+        if bound is not None:
+            state, tag = bound
+            if state.backend.id not in exclude:
+                await state.gate.acquire()
+                return self._grant(state, tag)
+            tag = "rebound"  # failover moves the session
+        state = await self._route(exclude)
+        self._bindings[session] = (state, tag)
+        return self._grant(state, tag)
+
+    async def reacquire(self, lease: Lease) -> None:
+        """A retry takes a slot again on the SAME backend (FIFO at its gate)."""
+        if lease.held:
+            raise RuntimeError("reacquire of a lease that still holds its slot")
+        state = lease.state
+        await state.gate.acquire()
+        state.retries += 1
+        self._grant(state, lease.binding, lease)
+
+    async def release(self, lease: Lease) -> None:
+        """Give the lease's slot back (idempotent): to a waiter at the gate first, then to the
+        first_available requests already waiting, before any new request."""
+        if not lease.held:
+            return
+        lease.held = False
+        lease.state.in_flight -= 1
+        await self._free(lease.state.gate)
+
+    def observe(
+        self,
+        state: BackendState,
+        *,
+        latency_ms: float | None = None,
+        error: ProviderError | None = None,
+    ) -> None:
+        """One attempt's outcome: EWMA latency (successes only), display counters, cooldown, the
+        gate's AIMD and a server-given pause."""
+        now = self._clock()
+        if error is None:
+            state.done += 1
+            state.failures_in_a_row = 0
+            if latency_ms is not None:
+                old = state.ewma_latency_ms
+                state.ewma_latency_ms = (
+                    latency_ms if old is None else old + EWMA_ALPHA * (latency_ms - old)
+                )
+            state.gate.record(False)
+            return
+        state.failed_attempts += 1
+        if error.rate_limited:
+            state.gate.record(True)
+        if error.retry_after is not None and error.rate_limited:
+            self._cool(state, now + error.retry_after, "retry_after")
+            if self.profile.retry.respect_retry_after:
+                state.gate.pause_until(now + error.retry_after)
+        if error.transient:
+            state.failures_in_a_row += 1
+            limit = self.profile.cooldown.consecutive_failures
+            if limit and state.failures_in_a_row >= limit:
+                state.failures_in_a_row = 0
+                self._cool(state, now + self.profile.cooldown.duration, "consecutive_failures")
+
+    def restore_bindings(self, mapping: Mapping[str, str]) -> None:
+        """Saved ``{session: deployment id}`` bindings from an earlier run (``--resume``)."""
+        self._saved.update(mapping)
+
+    def forget(self, session: str) -> None:
+        """Drop a finished session's binding, so memory stays flat over long runs."""
+        self._bindings.pop(session, None)
+        self._saved.pop(session, None)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _grant(self, state: BackendState, binding: str | None, lease: Lease | None = None) -> Lease:
+        """The one place a backend's in_flight goes up: a slot of its gate is now held."""
+        state.in_flight += 1
+        if lease is None:
+            return Lease(state, binding)
+        lease.held = True
+        return lease
+
+    def _cool(self, state: BackendState, until: float, reason: str) -> None:
+        """Extend the cooldown to ``until``; a cooldown is never shortened."""
+        if until > state.cooldown_until:
+            state.cooldown_until = until
+            log.info(
+                "rrcli.backend_cooling",
+                backend=state.backend.id,
+                reason=reason,
+                seconds=round(until - self._clock(), 3),
+            )
+
+    def _candidates(self, exclude: frozenset[str]) -> tuple[list[BackendState], float | None]:
+        """The backends this decision may use, and, when every one of them is cooling, the time
+        the first recovers (then the list is empty)."""
+        allowed = [
+            s
+            for s in self.states
+            if s.backend.id not in exclude and self._strategy.admits(s.backend)
+        ]
+        if not allowed:
+            tried = ", ".join(sorted(exclude))
+            raise NoBackendError(
+                f"no backend left to route to: already tried {tried}"
+                if exclude
+                else "no backend can be chosen: every weight is 0"
+            )
+        if not self._skip_cooling:
+            return allowed, None
+        warm = [s for s in allowed if not s.cooling]
+        return warm, (None if warm else min(s.cooldown_until for s in allowed))
+
+    @staticmethod
+    def _snapshot(states: list[BackendState]) -> list[Candidate]:
+        return [
+            Candidate(
+                s.position,
+                s.backend.weight,
+                s.gate.in_flight,
+                s.gate.waiting,
+                max(1, s.gate.cap),
+                s.ewma_latency_ms,
+            )
+            for s in states
+        ]
+
+    async def _route(self, exclude: frozenset[str]) -> BackendState:
+        """Choose a backend and take one slot on its gate."""
+        while True:
+            candidates, recovery = self._candidates(exclude)
+            if candidates:
+                break
+            # every candidate is cooling: wait for the first to recover instead of failing
+            await self._sleep(max(0.0, (recovery or 0.0) - self._clock()))
+        if isinstance(self._strategy, FirstAvailable):
+            return await self._first_available(exclude)
+        state = candidates[self._strategy.choose(self._snapshot(candidates))]
+        await state.gate.acquire()
+        return state
+
+    async def _sweep(self, exclude: frozenset[str], refused: set[int]) -> BackendState | None:
+        """Try the eligible gates in a fresh shuffle; the first that admits without queuing gives
+        its slot. ``refused`` (gate ids) spares gates that already said no in this pass."""
+        candidates, _ = self._candidates(exclude)
+        strategy = self._strategy
+        assert isinstance(strategy, FirstAvailable)
+        for i in strategy.order(self._snapshot(candidates)):
+            state = candidates[i]
+            if id(state.gate) in refused:
+                continue
+            if await state.gate.try_acquire():
+                return state
+            refused.add(id(state.gate))
+        return None
+
+    async def _first_available(self, exclude: frozenset[str]) -> BackendState:
+        """first_available: take a free slot now, or queue behind the requests already waiting.
+
+        Only the head of the queue polls (30 ms doubling to 1 s, jittered), so any number of
+        waiting requests cost a bounded rate of gate checks; a release in this process serves
+        the queue at once, in order."""
+        if not self._queue:
+            state = await self._sweep(exclude, set())
+            if state is not None:
+                return state
+        waiter = _Waiter(exclude, asyncio.get_running_loop().create_future())
+        self._queue.append(waiter)
+        try:
+            delay = POLL_INITIAL
+            while not waiter.granted.done():
+                head = self._queue[0] is waiter
+                timeout = self._rng.uniform(delay / 2, delay) if head else None
+                if await self._wait(waiter, timeout) and head:
+                    delay = min(POLL_MAX, delay * 2)
+                if head and not waiter.granted.done():
+                    await self._serve()
+            return waiter.granted.result()
+        except asyncio.CancelledError:
+            if waiter.granted.done():  # a slot was handed to us as we were cancelled
+                await self._free(waiter.granted.result().gate)
+            raise
+        finally:
+            was_head = self._queue and self._queue[0] is waiter
+            self._queue.remove(waiter)
+            if was_head:
+                self._kick_head()
+
+    async def _wait(self, waiter: _Waiter, timeout: float | None) -> bool:
+        """Wait until the waiter is granted a slot, kicked, or ``timeout`` passes (then True)."""
+        kicked = asyncio.ensure_future(waiter.kick.wait())
+        pending: set[asyncio.Future[object]] = {waiter.granted, kicked}  # type: ignore[arg-type]
+        timer = None
+        if timeout is not None:
+            timer = asyncio.ensure_future(self._sleep(timeout))
+            pending.add(timer)
+        try:
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            kicked.cancel()
+            if timer is not None:
+                timer.cancel()
+        waiter.kick.clear()
+        return timer is not None and timer.done() and not timer.cancelled()
+
+    async def _serve(self) -> None:
+        """One pass over the first_available queue, in order: each waiter gets a slot from a
+        gate that admits (a gate that said no is not asked again in this pass)."""
+        refused: set[int] = set()
+        for waiter in tuple(self._queue):
+            if waiter.granted.done():
+                continue
+            state = await self._sweep(waiter.exclude, refused)
+            if state is None:
+                continue
+            if waiter in self._queue:
+                waiter.granted.set_result(state)
+            else:  # cancelled while a shared gate was asked: never leak the slot
+                await state.gate.release()
+
+    async def _free(self, gate: Gate) -> None:
+        await gate.release()
+        if self._queue:
+            await self._serve()
+
+    def _kick_head(self) -> None:
+        """A slot may be free (or the head changed): let the head of the queue look now."""
+        if self._queue:
+            self._queue[0].kick.set()

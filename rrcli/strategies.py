@@ -1,0 +1,217 @@
+"""The six ways to pick a backend for one routing decision (SPEC §6).
+
+Strategies are pure choice: they see a snapshot of the eligible backends (``Candidate``) and
+return which one to use; they take no slot, wait for nothing and hold no I/O. The router filters
+the candidates (failover exclusions, cooldowns), takes the gate and does any waiting. Each keeps
+only its own small decision state (a rotation counter, smooth-weighted-round-robin weights); the
+rng is passed in, so a seed makes every choice repeatable.
+
+``first_available`` is the one strategy that ranks instead of picking: ``order`` gives the
+shuffled order in which the router tries the gates without queuing.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+from rrcli.profile import Backend, Profile
+
+__all__ = [
+    "Candidate",
+    "Fastest",
+    "FirstAvailable",
+    "LeastLoaded",
+    "Random",
+    "RoundRobin",
+    "Strategy",
+    "Weighted",
+    "make_strategy",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One eligible backend as a strategy sees it.
+
+    ``position``: index in profile order. ``in_flight``/``waiting``/``cap``: its gate's calls in
+    flight, requests queued, effective cap. ``ewma_latency_ms``: None until a call succeeded.
+    """
+
+    position: int
+    weight: float = 1.0
+    in_flight: int = 0
+    waiting: int = 0
+    cap: int = 1
+    ewma_latency_ms: float | None = None
+
+    @property
+    def load(self) -> float:
+        """Occupancy of the gate: (in flight + queued) / effective cap."""
+        return (self.in_flight + self.waiting) / self.cap
+
+
+class Strategy(Protocol):
+    name: ClassVar[str]
+    #: load-aware strategies skip cooling backends always; the others only with
+    #: ``cooldown.round_robin``
+    load_aware: ClassVar[bool]
+
+    def admits(self, backend: Backend) -> bool:
+        """Whether the backend can ever be chosen (weighted: weight 0 never is)."""
+        ...
+
+    def choose(self, candidates: Sequence[Candidate]) -> int:
+        """The index, in ``candidates`` (non-empty, in profile order), of the chosen backend."""
+        ...
+
+
+class _Base:
+    load_aware: ClassVar[bool] = False
+
+    def admits(self, backend: Backend) -> bool:
+        return True
+
+
+class RoundRobin(_Base):
+    """Decision k goes to backend (k // rotate_every) mod n, n the size of the whole pool; when
+    that one is not a candidate (excluded, cooling), the next candidate after it in profile
+    order."""
+
+    name = "round_robin"
+
+    def __init__(self, n: int, rotate_every: int = 1) -> None:
+        self._n = max(1, n)
+        self._every = max(1, rotate_every)
+        self._k = 0
+
+    def choose(self, candidates: Sequence[Candidate]) -> int:
+        target = (self._k // self._every) % self._n
+        self._k += 1
+        return _first_at_or_after(candidates, target)
+
+
+class Random(_Base):
+    """Uniform over the candidates."""
+
+    name = "random"
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def choose(self, candidates: Sequence[Candidate]) -> int:
+        return self._rng.randrange(len(candidates))
+
+
+class Weighted(_Base):
+    """Smooth weighted round robin (nginx): each decision adds every candidate's weight to its
+    current weight, picks the highest (the first on a tie) and takes the total off it. Over each
+    cycle of sum(weights) decisions every backend gets exactly its share, interleaved."""
+
+    name = "weighted"
+
+    def __init__(self) -> None:
+        self._current: dict[int, float] = {}
+
+    def admits(self, backend: Backend) -> bool:
+        return backend.weight > 0
+
+    def choose(self, candidates: Sequence[Candidate]) -> int:
+        total = 0.0
+        best = 0
+        for i, c in enumerate(candidates):
+            total += c.weight
+            self._current[c.position] = self._current.get(c.position, 0.0) + c.weight
+            if self._current[c.position] > self._current[candidates[best].position]:
+                best = i
+        self._current[candidates[best].position] -= total
+        return best
+
+
+class _Rotating(_Base):
+    """Picks the candidate with the smallest key; ties go to the first at or after a rotating
+    pointer, so equal backends take turns (never always the first)."""
+
+    load_aware = True
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def _key(self, c: Candidate) -> tuple[float, ...]:
+        raise NotImplementedError
+
+    def choose(self, candidates: Sequence[Candidate]) -> int:
+        keys = [self._key(c) for c in candidates]
+        low = min(keys)
+        tied = [c for c, k in zip(candidates, keys, strict=True) if k == low]
+        chosen = tied[_first_at_or_after(tied, self._next)]
+        self._next = chosen.position + 1
+        return candidates.index(chosen)
+
+
+class LeastLoaded(_Rotating):
+    """Lowest (in flight + queued) / effective cap."""
+
+    name = "least_loaded"
+
+    def _key(self, c: Candidate) -> tuple[float, ...]:
+        return (c.load,)
+
+
+class Fastest(_Rotating):
+    """Shortest expected delay: (in flight + queued + 1) / effective cap × EWMA latency; a
+    backend with no sample yet comes first."""
+
+    name = "fastest"
+
+    def _key(self, c: Candidate) -> tuple[float, ...]:
+        if c.ewma_latency_ms is None:
+            return (0.0, 0.0)
+        return (1.0, (c.in_flight + c.waiting + 1) / c.cap * c.ewma_latency_ms)
+
+
+class FirstAvailable(_Base):
+    """A fresh shuffle per decision; the router takes the first gate that admits without
+    queuing."""
+
+    name = "first_available"
+    load_aware = True
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def order(self, candidates: Sequence[Candidate]) -> list[int]:
+        indexes = list(range(len(candidates)))
+        self._rng.shuffle(indexes)
+        return indexes
+
+    def choose(self, candidates: Sequence[Candidate]) -> int:
+        return self.order(candidates)[0]
+
+
+def make_strategy(profile: Profile, rng: random.Random) -> Strategy:
+    """The strategy the profile names."""
+    name = profile.strategy
+    if name == "round_robin":
+        return RoundRobin(len(profile.backends), profile.rotate_every)
+    if name == "random":
+        return Random(rng)
+    if name == "weighted":
+        return Weighted()
+    if name == "least_loaded":
+        return LeastLoaded()
+    if name == "first_available":
+        return FirstAvailable(rng)
+    if name == "fastest":
+        return Fastest()
+    raise ValueError(f"unknown strategy {name!r}")
+
+
+def _first_at_or_after(candidates: Sequence[Candidate], position: int) -> int:
+    """Index of the first candidate whose position is >= ``position``, wrapping to the first."""
+    for i, c in enumerate(candidates):
+        if c.position >= position:
+            return i
+    return 0
