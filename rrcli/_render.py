@@ -110,11 +110,10 @@ class RunDisplay:
             ("", "left"),
         ]:
             table.add_column(name, justify=justify)  # type: ignore[arg-type]
-        now = time.monotonic()
         for state in router.states:
             gate = state.gate
             cap = f"{gate.cap}" if gate.cap == gate.max_cap else f"{gate.cap} (max {gate.max_cap})"
-            cooling = state.cooldown_until > now if state.cooldown_until else False
+            cooling = state.cooling
             table.add_row(
                 state.backend.id,
                 f"{state.in_flight} / {cap}",
@@ -143,7 +142,7 @@ def print_summary(summary: RunSummary, out: Path | None, traces: Path | None) ->
         line += f" (traces: {traces})"
     if summary.interrupted:
         line += " — interrupted: run again with --resume to finish"
-    stderr.print(line, markup=False, highlight=False)
+    stderr.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def print_plan(profile: Profile, plan: Plan) -> None:
