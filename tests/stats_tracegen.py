@@ -110,7 +110,7 @@ def run_records(
     for j in range(jobs):
         backend = pool[j % len(pool)]
         turns = 3 if j % 10 == 0 else 1
-        stream = j % 3 == 0
+        stream = (j // 3) % 2 == 0
         ready = start_ms + j // 4
         failed = False
         for turn in range(turns):
