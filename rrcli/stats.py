@@ -76,7 +76,7 @@ def summarize(
             _check_path(Path(source))
     reader = _read(sources, by, workers or _cpus())
     cols = reader.columns()
-    runs = _select_runs(reader, cols, [run] if isinstance(run, str) else run, since_ms)
+    runs, starts = _select_runs(reader, cols, [run] if isinstance(run, str) else run, since_ms)
     codes = np.array([reader.run_ids[r] for r in runs if r in reader.run_ids], np.int32)
     if len(codes) < len(reader.run_ids):
         cols = cols.take(np.isin(cols.run, codes))
@@ -86,7 +86,7 @@ def summarize(
         "groups": _groups(reader, cols, price_in, price_out, runs),
         "total": _stats("total", cols, price_in, price_out, len(cols.t0)),
         "jobs": _jobs(reader, runs),
-        "runs": [_run_row(reader, cols, r) for r in runs],
+        "runs": [_run_row(reader, cols, r, starts[r]) for r in runs],
         "malformed_lines": reader.malformed,
     }
     if timeline_bins:
@@ -179,21 +179,21 @@ def _check_path(path: Path) -> None:
         raise UsageError(f"{path}: not readable — check its permissions")
 
 
-def _select_runs(reader, cols, wanted, since_ms) -> list[str]:
-    """The run ids to keep, in start order."""
+def _select_runs(reader, cols, wanted, since_ms) -> tuple[list[str], dict[str, float]]:
+    """The run ids to keep, in start order, and the start (epoch ms) of every run."""
     first = np.full(len(reader.run_ids), np.inf)
     np.minimum.at(first, cols.run, cols.t0)
     starts = {r: reader.run_info(r).start_ms for r in reader.runs}
     for run_id, code in reader.run_ids.items():
         if starts.get(run_id) is None:
             starts[run_id] = float(first[code])
-    ids = sorted(starts, key=lambda r: (starts[r], r))
+    ids = sorted((r for r in starts if starts[r] < np.inf), key=lambda r: (starts[r], r))
     if wanted is not None:
         keep = {_match_run(prefix, ids) for prefix in wanted}
         ids = [r for r in ids if r in keep]
     if since_ms is not None:
         ids = [r for r in ids if starts[r] >= since_ms]
-    return ids
+    return ids, starts
 
 
 def _match_run(prefix: str, ids: list[str]) -> str:
@@ -297,15 +297,12 @@ def _jobs(reader: TraceReader, runs: list[str]) -> dict[str, int]:
     return total
 
 
-def _run_row(reader: TraceReader, cols: Columns, run_id: str) -> dict[str, Any]:
+def _run_row(reader: TraceReader, cols: Columns, run_id: str, start: float) -> dict[str, Any]:
     info = reader.run_info(run_id)
     code = reader.run_ids.get(run_id)
-    start = info.start_ms
-    if start is None and code is not None:
-        start = float(cols.t0[cols.run == code].min())
     return {
         "run_id": run_id,
-        "start": rfc3339(start) if start is not None else None,
+        "start": rfc3339(start),
         "profile": info.profile,
         "strategy": info.strategy,
         "calls": int((cols.run == code).sum()) if code is not None else 0,
