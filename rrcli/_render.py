@@ -2,12 +2,13 @@
 
 Why it exists: the core returns plain data; how it looks (tables, plots, colours, widths) is
 decided here only, so the core stays testable and the CLI stays thin. ``NO_COLOR`` is honoured
-by rich itself. Output that is not a terminal gets a wide fixed width so a table piped to a file
+by rich itself. Output that is not a terminal (and no COLUMNS) gets a wide fixed width so a table piped to a file
 is not folded.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rich.console import Console
@@ -19,7 +20,7 @@ _PIPE_WIDTH = 160
 
 def _console() -> Console:
     console = Console()
-    if not console.is_terminal:
+    if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=_PIPE_WIDTH)
     return console
 
@@ -40,7 +41,7 @@ def render_stats(summary: dict[str, Any]) -> None:
     """The SPEC §10 table: one row per group, then the total, the jobs and malformed lines."""
     console = _console()
     table = Table(title=f"rrcli stats by {summary['by']}", title_justify="left")
-    table.add_column(summary["by"], overflow="fold")
+    table.add_column(summary["by"], no_wrap=True)
     for name in ("calls", "ok", "retried", "errors", "share"):
         table.add_column(name, justify="right")
     table.add_column("latency ms\np50/p95/p99", justify="right")
