@@ -2,8 +2,8 @@
 
 Why it exists: the core returns plain data; how it looks (tables, plots, colours, widths) is
 decided here only, so the core stays testable and the CLI stays thin. ``NO_COLOR`` is honoured
-by rich itself. Output that is not a terminal (and no COLUMNS) gets a wide fixed width so a table piped to a file
-is not folded.
+by rich itself. Output that is not a terminal (and no COLUMNS) gets a wide fixed width, so a
+table piped to a file is not folded.
 """
 
 from __future__ import annotations
