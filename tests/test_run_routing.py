@@ -1,4 +1,4 @@
-"""`rrcli run` end to end against `rrcli sim` over loopback: who served what, and how many at once."""
+"""`rrcli run` end to end against `rrcli sim` over loopback: who served what, and how many."""
 
 from __future__ import annotations
 

@@ -1,0 +1,122 @@
+"""Benchmark `rrcli stats` against DuckDB's read_json on the same trace file (run on demand).
+
+    python benchmarks/bench_stats.py [--lines 1000000] [--workers N]
+
+Writes a SPEC §5 trace of LINES lines once (cached in the temp folder; several runs, retries,
+errors, streamed calls), then summarises it in a fresh process per engine and prints the wall
+time and peak RSS of each, and the ratio. DuckDB computes the same per-deployment call counts
+and latency p50/p95 (quantile_cont is the same linear method); it is skipped with a message when
+it is not installed (`pip install duckdb`). Targets: under 2 s and under 300 MB for 1,000,000
+lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+RRCLI = """
+import json, resource, sys, time
+from rrcli.stats import summarize
+t = time.perf_counter()
+s = summarize([sys.argv[1]], workers=int(sys.argv[2]) or None)
+wall = time.perf_counter() - t
+self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+groups = {g["key"]: [g["calls"], g["latency_ms"]["p50"], g["latency_ms"]["p95"]]
+          for g in s["groups"]}
+print(json.dumps({"wall": wall, "rss": self_mb, "child_rss": child_mb, "groups": groups}))
+"""
+
+DUCKDB = """
+import json, resource, sys, time
+import duckdb
+t = time.perf_counter()
+rows = duckdb.connect().execute(
+    "select deployment, count(*), quantile_cont(latency_ms, 0.5) filter (where outcome = 'ok'),"
+    " quantile_cont(latency_ms, 0.95) filter (where outcome = 'ok')"
+    " from read_json(?, format = 'newline_delimited', ignore_errors = true)"
+    " where event = 'call' group by deployment", [sys.argv[1]]).fetchall()
+wall = time.perf_counter() - t
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"wall": wall, "rss": rss, "child_rss": 0.0,
+                  "groups": {r[0]: list(r[1:]) for r in rows}}))
+"""
+
+
+def trace_file(n: int) -> Path:
+    """A cached trace of n lines: runs of 80,000 jobs, a day apart."""
+    from stats_tracegen import lines, run_records
+
+    path = Path(tempfile.gettempdir()) / f"rrcli-bench-stats-{n}.jsonl"
+    if path.exists():
+        return path
+    print(f"writing {n:,} trace lines to {path} (once) ...", flush=True)
+    part = path.with_suffix(".part")
+    written, k = 0, 0
+    with part.open("wb") as out:
+        while written < n:
+            batch = []
+            for record in run_records(
+                f"run-{k}", jobs=80_000, start_ms=1_767_000_000_000 + k * 86_400_000, seed=k
+            ):
+                batch.append(record)
+                if written + len(batch) == n:
+                    break
+            out.write(lines(batch))
+            written += len(batch)
+            k += 1
+    part.rename(path)
+    return path
+
+
+def measure(code: str, path: Path, workers: int) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(path), str(workers)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    return json.loads(result.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lines", type=int, default=1_000_000)
+    parser.add_argument("--workers", type=int, default=0, help="0: the usable CPUs")
+    args = parser.parse_args()
+    path = trace_file(args.lines)
+    size = path.stat().st_size / 2**20
+    print(f"{args.lines:,} lines, {size:.0f} MiB, {os.cpu_count()} CPUs")
+    ours = measure(RRCLI, path, args.workers)
+    print(
+        f"rrcli stats : {ours['wall']:.2f} s, peak RSS {ours['rss']:.0f} MB "
+        f"(each reader process {ours['child_rss']:.0f} MB), "
+        f"{args.lines / ours['wall']:,.0f} lines/s"
+    )
+    try:
+        import duckdb  # noqa: F401
+    except ImportError:
+        print("duckdb     : skipped (not installed: pip install duckdb)")
+        return
+    theirs = measure(DUCKDB, path, 0)
+    print(f"duckdb      : {theirs['wall']:.2f} s, peak RSS {theirs['rss']:.0f} MB")
+    print(f"ratio       : rrcli/duckdb time {ours['wall'] / theirs['wall']:.2f}x")
+    same = all(
+        ours["groups"][k][0] == v[0] and abs(ours["groups"][k][1] - v[1]) < 1e-6
+        for k, v in theirs["groups"].items()
+    )
+    print(f"same counts and p50 as duckdb: {same}")
+
+
+if __name__ == "__main__":
+    main()
