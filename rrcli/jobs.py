@@ -244,13 +244,19 @@ def _shape(obj: dict[str, Any]) -> str:
         )
     allowed = _ALLOWED[kind]
     if not obj.keys() <= allowed:
-        extra = sorted(obj.keys() - allowed)
         both = [k for k in _SHAPE_KEYS if k in obj]
         if len(both) > 1:
             raise _Bad(f"has both {both[0]} and {both[1]} — use one shape a line")
-        hint = difflib.get_close_matches(extra[0], sorted(allowed), n=1)
-        fix = f' (did you mean "{hint[0]}"?)' if hint else " — put your own fields under metadata"
-        raise _Bad(f"unknown key {orjson.dumps(extra[0]).decode()} for a {kind} job{fix}")
+        # Eval files carry their own fields ("answer", "category"): those are ignored. A key
+        # that looks like a misspelt one of ours ("sytem") would silently change the request,
+        # so it is refused with the fix.
+        for extra in sorted(obj.keys() - allowed):
+            hint = difflib.get_close_matches(extra, sorted(allowed), n=1, cutoff=0.8)
+            if hint:
+                raise _Bad(
+                    f"unknown key {orjson.dumps(extra).decode()} for a {kind} job (did you mean "
+                    f'"{hint[0]}"? put fields of your own under metadata)'
+                )
     return kind
 
 
