@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from rrcli.checks import JobsReport, ProbeResult
     from rrcli.profile import Profile, ValidationReport
     from rrcli.router import Router
     from rrcli.runner import Plan, RunSummary
@@ -144,6 +145,24 @@ def print_summary(summary: RunSummary, out: Path | None, traces: Path | None) ->
     if summary.interrupted:
         line += " — interrupted: run again with --resume to finish"
     stderr.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def probe_lines(results: list[ProbeResult]) -> list[str]:
+    """``validate --probe``: one line per backend."""
+    return [
+        f"probe: {r.backend}: ok in {r.latency_ms:.0f} ms ({r.detail})"
+        if r.ok
+        else f"probe: {r.backend}: FAILED — {r.detail}"
+        for r in results
+    ]
+
+
+def jobs_report_lines(report: JobsReport) -> list[str]:
+    """``validate --jobs``: the shapes counted, then each invalid line."""
+    kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(report.kinds.items()))
+    head = f"{report.source}: {report.jobs:,} jobs ({kinds or 'none'}), "
+    head += f"{len(report.invalid):,} invalid"
+    return [head, *(f"{report.source}: {message}" for message in report.invalid)]
 
 
 def print_plan(profile: Profile, plan: Plan) -> None:

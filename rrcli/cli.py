@@ -170,7 +170,16 @@ def run(
 @click.option(
     "--strict", is_flag=True, help="Treat warnings as errors (e.g. an unset api_key_env)."
 )
-def validate(profile: str, as_json: bool, strict: bool) -> None:
+@click.option(
+    "--probe", is_flag=True, help="Send one tiny request to each backend; report latency."
+)
+@click.option(
+    "--jobs",
+    "jobs_path",
+    type=click.Path(dir_okay=False),
+    help="Also check a jobs file: its shapes and every invalid line.",
+)
+def validate(profile: str, as_json: bool, strict: bool, probe: bool, jobs_path: str | None) -> None:
     """Check PROFILE before any money is spent: every problem at once, with its line and fix.
 
     PROFILE is a TOML file, or `demo` for the built-in simulated pool. Exit status: 0 ok,
@@ -182,17 +191,50 @@ def validate(profile: str, as_json: bool, strict: bool) -> None:
     from rrcli.profile import resolve_profile_path, validate_profile
 
     report = validate_profile(resolve_profile_path(profile, os.environ), strict=strict)
+    document = report.as_dict()
+    extra_lines: list[str] = []
+    failed = False
+    if jobs_path is not None:
+        from pathlib import Path
+
+        from rrcli._render import jobs_report_lines
+        from rrcli.checks import check_jobs
+
+        jobs_report = check_jobs(Path(jobs_path))
+        document["jobs"] = jobs_report.as_dict()
+        extra_lines += jobs_report_lines(jobs_report)
+        failed |= bool(jobs_report.invalid)
+    if probe and report.ok and report.profile is not None:
+        import asyncio
+
+        from rrcli._render import probe_lines
+        from rrcli.checks import probe as probe_backends
+
+        results = asyncio.run(probe_backends(report.profile, os.environ))
+        document["probe"] = [_probe_dict(r) for r in results]
+        extra_lines += probe_lines(results)
+        failed |= not all(r.ok for r in results)
     if as_json:
-        click.echo(json.dumps(report.as_dict(), indent=2))
+        document["ok"] = document["ok"] and not failed
+        click.echo(json.dumps(document, indent=2))
     elif not report.readable:
         click.echo(f"rrcli: {report.diagnostics[0]}", err=True)
-    elif sys.stdout.isatty():
-        from rrcli._render import print_validation
-
-        print_validation(report)
     else:
-        click.echo("\n".join(report.plain_lines()))
-    sys.exit(report.exit_code)
+        if sys.stdout.isatty():
+            from rrcli._render import print_validation
+
+            print_validation(report)
+        else:
+            click.echo("\n".join(report.plain_lines()))
+        for line in extra_lines:
+            click.echo(line)
+    sys.exit(report.exit_code or (1 if failed else 0))
+
+
+def _probe_dict(result: object) -> dict[str, object]:
+    from dataclasses import asdict
+
+    return asdict(result)  # type: ignore[call-overload]
 
 
 @main.command()
