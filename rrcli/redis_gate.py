@@ -273,7 +273,11 @@ class _Hub:
                 wait = self.retry
 
     async def _listen(self) -> None:
-        """Wake this process's waiters when any process releases a slot of their scope."""
+        """Wake this process's waiters when any process releases a slot of their scope.
+
+        The subscription's socket is also the outage detector: it closes the moment Redis goes
+        away, so even a process that sent nothing then knows to wait out the grace.
+        """
         from redis.exceptions import ConnectionError, TimeoutError
 
         channels = {g.keys["wake"]: g for g in self.gates.values()}
@@ -282,6 +286,7 @@ class _Hub:
             try:
                 async with self.client().pubsub() as pubsub:
                     await pubsub.subscribe(*channels)
+                    self._came_back()
                     delay = BACKOFF_INITIAL
                     async for message in pubsub.listen():
                         gate = channels.get(message.get("channel"))
@@ -289,9 +294,10 @@ class _Hub:
                             continue
                         if message.get("data") != self.process:  # ours were counted already
                             gate.wake()
-            except (ConnectionError, TimeoutError, OSError):
+            except (ConnectionError, TimeoutError, OSError) as exc:
+                self._went_down(exc)
                 await self.sleep(self.rng.uniform(delay / 2, delay))  # polls cover the gap
-                delay = min(BACKOFF_MAX, delay * 2)
+                delay = min(self.retry, delay * 2)
 
     async def close(self) -> None:
         """Stop renewal and listening, release every held lease, close the connection."""
