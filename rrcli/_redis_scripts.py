@@ -13,7 +13,7 @@ Keys of one scope (see ``scope_keys``)::
     qexp    ZSET  ticket -> expiry            the waiters' own short leases
     seq     STR   arrival counter
     aimd    HASH  cap, ok                     the shared effective cap (adaptive)
-    pause   STR   server time until which no call starts (Retry-After)
+    pause   STR   server time until which no slot is granted (Retry-After)
     gcra    HASH  r, t                        theoretical arrival times of the rpm and tpm budgets
     wake    pub/sub channel                   a slot was released (payload: the releasing process)
 
@@ -75,7 +75,7 @@ local admitted, ahead = 0, 0
 if redis.call('ZSCORE', KEYS[1], token) then
   admitted = 1  -- admitted already; the reply was lost on the way back
 elseif ticket == '' then
-  if used < cap and redis.call('ZCARD', KEYS[2]) == 0 then admitted = 1 end
+  if pause == 0 and used < cap and redis.call('ZCARD', KEYS[2]) == 0 then admitted = 1 end
 else
   local rank = redis.call('ZRANK', KEYS[2], ticket)
   if not rank then
@@ -83,7 +83,7 @@ else
     rank = redis.call('ZRANK', KEYS[2], ticket)
   end
   ahead = rank
-  if rank < cap - used then
+  if pause == 0 and rank < cap - used then
     admitted = 1
     redis.call('ZREM', KEYS[2], ticket)
     redis.call('ZREM', KEYS[3], ticket)
@@ -140,14 +140,12 @@ return added
 """,
 )
 
-# KEYS gcra pause; ARGV request_interval request_burst token_interval token_burst cost.
+# KEYS gcra; ARGV request_interval request_burst token_interval token_burst cost.
 # GCRA on both budgets at once: a call starts only if both admit it, and only then is either
 # charged. An interval of 0 means "no such limit". Returns the seconds to wait ('0' = charged).
 RESERVE = Script(
-    ("gcra", "pause"),
+    ("gcra",),
     """
-local pause = tonumber(redis.call('GET', KEYS[2]) or 0)
-if pause > now then return fmt(pause - now) end
 local wait, new, horizon = 0, {}, 0
 local specs = {{'r', tonumber(ARGV[1]), tonumber(ARGV[2]), 1},
                {'t', tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}}
@@ -197,22 +195,32 @@ return fmt(cur - now)
 """,
 )
 
-# KEYS aimd; ARGV max_cap rate_limited(0|1) ttl. The shared AIMD cap: halve on a 429/529, grow by
-# one after `cap` successes in a row, never above max_cap nor below 1. Returns the new cap.
+# KEYS aimd slots; ARGV max_cap rate_limited(0|1) ttl. The shared AIMD cap: halve on a 429/529,
+# grow by one after `cap` successes in a row, never above max_cap nor below 1. As in the local
+# gate, the calls that were in flight when the cap was halved answered from the old load: their
+# next reports (`hold`, as many as the other slots held then) cannot halve it again.
+# Returns the new cap.
 AIMD = Script(
-    ("aimd",),
+    ("aimd", "slots"),
     """
 local max_cap = tonumber(ARGV[1])
 local cap = tonumber(redis.call('HGET', KEYS[1], 'cap') or max_cap)
 local ok = tonumber(redis.call('HGET', KEYS[1], 'ok') or 0)
+local hold = tonumber(redis.call('HGET', KEYS[1], 'hold') or 0)
+local held = hold > 0
+if held then hold = hold - 1 end
 if cap > max_cap then cap = max_cap end
 if ARGV[2] == '1' then
-  cap, ok = math.max(1, math.floor(cap / 2)), 0
+  ok = 0
+  if not held and cap > 1 then
+    cap = math.max(1, math.floor(cap / 2))
+    hold = math.max(0, redis.call('ZCARD', KEYS[2]) - 1)
+  end
 else
   ok = ok + 1
-  if ok >= cap then cap, ok = math.min(max_cap, cap + 1), 0 end
+  if ok >= cap and cap < max_cap then cap, ok = cap + 1, 0 end
 end
-redis.call('HSET', KEYS[1], 'cap', cap, 'ok', ok)
+redis.call('HSET', KEYS[1], 'cap', cap, 'ok', ok, 'hold', hold)
 redis.call('PEXPIRE', KEYS[1], ms(tonumber(ARGV[3])))
 return cap
 """,

@@ -329,6 +329,7 @@ class RedisGate:
     def __init__(self, hub: _Hub, limits: ScopeLimits) -> None:
         self.hub = hub
         self.limits = limits
+        self.scope = limits.scope
         self.keys = lua.scope_keys(limits.scope)
         self.held: list[str] = []
         self._cap = limits.max_cap
@@ -351,6 +352,11 @@ class RedisGate:
         return self.limits.max_cap
 
     @property
+    def paused_until(self) -> float:
+        """This process's clock time until which the scope is paused, as last learnt."""
+        return self._paused_until
+
+    @property
     def in_flight(self) -> int:
         return len(self.held)
 
@@ -360,19 +366,20 @@ class RedisGate:
 
     # -- slots -------------------------------------------------------------------------------
 
-    async def _admit(self, token: str, ticket: str) -> tuple[bool, int, int]:
-        """One admission step; returns (admitted, tickets ahead, free slots)."""
+    async def _admit(self, token: str, ticket: str) -> tuple[bool, int, int, float]:
+        """One admission step; returns (admitted, tickets ahead, free slots, pause seconds)."""
         hub = self.hub
         reply = await hub.run(
             lua.ACQUIRE, self.keys, token, ticket, self.max_cap, hub.lease, hub.ticket_lease
         )
         admitted, cap, pause, ahead, free = reply
         self._cap = int(cap)
-        if float(pause) > 0:
-            self._paused_until = max(self._paused_until, hub.clock() + float(pause))
+        pause = float(pause)
+        if pause > 0:
+            self._paused_until = max(self._paused_until, hub.clock() + pause)
         if admitted:
             self.held.append(token)
-        return bool(admitted), int(ahead), int(free)
+        return bool(admitted), int(ahead), int(free), pause
 
     async def acquire(self) -> None:
         """Wait for a slot, FIFO with every waiter of every process."""
@@ -387,7 +394,7 @@ class RedisGate:
                     if hub.outage:
                         await hub.ping()
                     await hub.wait_admissible()
-                    admitted, ahead, free = await self._admit(token, token)
+                    admitted, ahead, free, pause = await self._admit(token, token)
                 except _Down:
                     await hub.sleep(hub.rng.uniform(delay / 2, delay))
                     delay = min(BACKOFF_MAX, delay * 2)
@@ -395,6 +402,9 @@ class RedisGate:
                 delay = BACKOFF_INITIAL
                 if admitted:
                     return
+                if pause > 0:  # a server asked every process to hold off
+                    await hub.sleep(min(pause, hub.poll))
+                    continue
                 await self._await_releases(seen, max(1, ahead - free + 1))
         except BaseException:
             if token not in self.held:
@@ -422,9 +432,9 @@ class RedisGate:
         try:
             if hub.outage:
                 await hub.ping()
-            if hub.admit_after > hub.clock():
+            if max(hub.admit_after, self._paused_until) > hub.clock():
                 return False
-            admitted, _, _ = await self._admit(hub.token(), "")
+            admitted, *_ = await self._admit(hub.token(), "")
         except _Down:
             return False
         return admitted
@@ -456,11 +466,9 @@ class RedisGate:
     # -- rate limits -------------------------------------------------------------------------
 
     async def reserve(self, tokens: int) -> None:
-        """Wait until the shared rpm/tpm budgets and any shared pause let a call start."""
+        """Wait until the shared rpm/tpm budgets let a call of ``tokens`` start; charge them."""
         hub = self.hub
         if not (self._req_interval or self._tok_interval):
-            while (left := self._paused_until - hub.clock()) > 0:
-                await hub.sleep(left)
             return
         while True:
             wait = float(
@@ -497,14 +505,16 @@ class RedisGate:
         if cap is not None:
             self._cap = int(cap)
 
-    async def pause_until(self, deadline: float) -> None:
-        """Pause this scope for every process until ``deadline`` (this process's clock)."""
+    def pause_until(self, deadline: float) -> None:
+        """Grant no slot, in any process, before ``deadline`` (this process's clock); a later
+        deadline extends the pause, an earlier one never shortens it. Held slots stay held."""
         hub = self.hub
         seconds = deadline - hub.clock()
-        if seconds <= 0:
+        if seconds <= 0 or deadline <= self._paused_until:
             return
-        self._paused_until = max(self._paused_until, deadline)
-        await hub.best_effort("pause", lua.PAUSE, self.keys, seconds)
+        self._paused_until = deadline
+        log.info("rrcli.gate_paused", scope=self.scope, seconds=round(seconds, 3))
+        hub.background(hub.best_effort("pause", lua.PAUSE, self.keys, seconds))
 
 
 class RedisGates(dict[str, RedisGate]):

@@ -319,15 +319,15 @@ def test_tpm_refund_frees_the_budget(redis_url):
 
 
 def test_a_pause_holds_every_process_and_is_never_shortened(redis_url):
-    """pause_until in one process holds another's calls; a shorter later pause changes nothing."""
+    """pause_until in one process holds acquires everywhere; a shorter later pause is ignored."""
 
     async def main() -> float:
         a, b = (make_redis_gates(profile(redis_url), rng=random.Random(i)) for i in range(2))
         now = time.monotonic()
-        await a["b"].pause_until(now + 1.0)
-        await a["b"].pause_until(now + 0.2)
+        a["b"].pause_until(now + 1.0)
+        a["b"].pause_until(now + 0.2)
+        await until(lambda: redis.Redis.from_url(redis_url).exists("rrcli:{b}:pause"))
         await b["b"].acquire()
-        await b["b"].reserve(1)
         waited = time.monotonic() - now
         for s in (a, b):
             await s.close()
@@ -356,6 +356,30 @@ def test_adaptive_cap_is_shared(redis_url):
         return a["b"].cap, cap_b, taken
 
     assert (3, 2, [True, True, False]) == asyncio.run(main())
+
+
+def test_429s_of_calls_already_in_flight_halve_the_shared_cap_once(redis_url):
+    """Three calls in flight answer 429: the cap halves once (8 -> 4); a later 429 halves again."""
+
+    async def main() -> tuple[int, int]:
+        a, b = (
+            make_redis_gates(profile(redis_url, cap=8, adaptive=True), rng=random.Random(i))
+            for i in range(2)
+        )
+        for gate in (a["b"], a["b"], b["b"]):
+            await gate.acquire()
+        for gate in (a["b"], a["b"], b["b"]):
+            gate.record(True)
+        await asyncio.gather(*a.hub._tasks, *b.hub._tasks)
+        with redis.Redis.from_url(redis_url) as client:
+            after_burst = int(client.hget("rrcli:{b}:aimd", "cap"))
+        b["b"].record(True)
+        await until(lambda: 2 == b["b"].cap)
+        for s in (a, b):
+            await s.close()
+        return after_burst, b["b"].cap
+
+    assert (4, 2) == asyncio.run(main())
 
 
 def test_every_key_of_a_scope_shares_one_hash_tag(redis_url):
