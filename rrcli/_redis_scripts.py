@@ -1,0 +1,227 @@
+"""The Lua scripts behind the Redis gate (issue 7), one atomic step each.
+
+Why Lua: every step of the shared gate (admit a waiter, renew leases, charge a rate budget) reads
+and writes several keys; a script runs them as one atomic step on the server, so no two processes
+can both see the last free slot. Time is the server's (``TIME``), never a host's clock, so hosts
+with skewed clocks agree. Every key of one scope carries the hash tag ``{scope}``
+(``rrcli:{scope}:slots``...) so each script touches one hash slot and also runs on Redis Cluster.
+
+Keys of one scope (see ``scope_keys``)::
+
+    slots   ZSET  lease token -> expiry       the slots held now (a dead holder's expire)
+    queue   ZSET  ticket -> arrival number    the waiters, FIFO across processes
+    qexp    ZSET  ticket -> expiry            the waiters' own short leases
+    seq     STR   arrival counter
+    aimd    HASH  cap, ok                     the shared effective cap (adaptive)
+    pause   STR   server time until which no slot is granted (Retry-After)
+    gcra    HASH  r, t                        theoretical arrival times of the rpm and tpm budgets
+    wake    pub/sub channel                   a slot was released (payload: the releasing process)
+
+Numbers cross the script boundary as strings: Redis truncates Lua numbers to integers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = ["ABANDON", "ACQUIRE", "AIMD", "PAUSE", "RELEASE", "RENEW", "RESERVE", "SETTLE",
+           "Script", "scope_keys"]  # fmt: skip
+
+KEY_NAMES = ("slots", "queue", "qexp", "seq", "aimd", "pause", "gcra", "wake")
+
+
+def scope_keys(scope: str) -> dict[str, str]:
+    """The Redis keys of one gate scope, all with the hash tag ``{scope}``."""
+    return {name: f"rrcli:{{{scope}}}:{name}" for name in KEY_NAMES}
+
+
+class Script:
+    """A Lua script and its SHA1, so callers can send ``EVALSHA`` and fall back to ``EVAL``."""
+
+    __slots__ = ("keys", "sha", "text")
+
+    def __init__(self, keys: tuple[str, ...], body: str) -> None:
+        self.keys = keys
+        self.text = _PRELUDE + body
+        self.sha = hashlib.sha1(self.text.encode()).hexdigest()
+
+
+_PRELUDE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local function fmt(x) return string.format('%.6f', x) end
+local function ms(x) return math.ceil(x * 1000) end
+"""
+
+# KEYS slots queue qexp seq aimd pause; ARGV token ticket('' = try, no queuing) max_cap lease
+# ticket_lease. Returns {admitted, cap, pause_remaining, ahead, free}.
+ACQUIRE = Script(
+    ("slots", "queue", "qexp", "seq", "aimd", "pause"),
+    """
+local token, ticket = ARGV[1], ARGV[2]
+local max_cap, lease, ticket_lease = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
+  redis.call('ZREM', KEYS[2], dead)
+  redis.call('ZREM', KEYS[3], dead)
+end
+local cap = tonumber(redis.call('HGET', KEYS[5], 'cap') or max_cap)
+if cap > max_cap then cap = max_cap end
+if cap < 1 then cap = 1 end
+local pause = tonumber(redis.call('GET', KEYS[6]) or 0) - now
+if pause < 0 then pause = 0 end
+local used = redis.call('ZCARD', KEYS[1])
+local admitted, ahead = 0, 0
+if redis.call('ZSCORE', KEYS[1], token) then
+  admitted = 1  -- admitted already; the reply was lost on the way back
+elseif ticket == '' then
+  if pause == 0 and used < cap and redis.call('ZCARD', KEYS[2]) == 0 then admitted = 1 end
+else
+  local rank = redis.call('ZRANK', KEYS[2], ticket)
+  if not rank then
+    redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ticket)
+    rank = redis.call('ZRANK', KEYS[2], ticket)
+  end
+  ahead = rank
+  if pause == 0 and rank < cap - used then
+    admitted = 1
+    redis.call('ZREM', KEYS[2], ticket)
+    redis.call('ZREM', KEYS[3], ticket)
+  else
+    redis.call('ZADD', KEYS[3], now + ticket_lease, ticket)
+    for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], ms(ticket_lease) + 1000) end
+  end
+end
+if admitted == 1 then
+  redis.call('ZADD', KEYS[1], now + lease, token)
+  redis.call('PEXPIRE', KEYS[1], ms(lease) + 1000)
+  used = used + 1
+end
+return {admitted, cap, fmt(pause), ahead, cap - used}
+""",
+)
+
+# KEYS slots wake; ARGV token process. Frees one slot and wakes the waiters of every process.
+RELEASE = Script(
+    ("slots", "wake"),
+    """
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('PUBLISH', KEYS[2], ARGV[2])
+return removed
+""",
+)
+
+# KEYS slots queue qexp wake; ARGV token process. A waiter that gave up (cancelled): leaves the
+# queue, and frees the slot if it was admitted on the way.
+ABANDON = Script(
+    ("slots", "queue", "qexp", "wake"),
+    """
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if removed == 1 then redis.call('PUBLISH', KEYS[4], ARGV[2]) end
+return removed
+""",
+)
+
+# KEYS slots; ARGV lease token... Pushes the expiry of every held lease to now + lease. A lease
+# that is missing (Redis restarted empty, or the lease ran out while this process was cut off) is
+# added back: the call is still in flight, so the slot is taken. Returns how many were re-added.
+RENEW = Script(
+    ("slots",),
+    """
+local lease = tonumber(ARGV[1])
+local added = 0
+for i = 2, #ARGV do
+  added = added + redis.call('ZADD', KEYS[1], now + lease, ARGV[i])
+end
+redis.call('PEXPIRE', KEYS[1], ms(lease) + 1000)
+return added
+""",
+)
+
+# KEYS gcra; ARGV request_interval request_burst token_interval token_burst cost.
+# GCRA on both budgets at once: a call starts only if both admit it, and only then is either
+# charged. An interval of 0 means "no such limit". Returns the seconds to wait ('0' = charged).
+RESERVE = Script(
+    ("gcra",),
+    """
+local wait, new, horizon = 0, {}, 0
+local specs = {{'r', tonumber(ARGV[1]), tonumber(ARGV[2]), 1},
+               {'t', tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}}
+for _, s in ipairs(specs) do
+  local field, interval, burst, cost = s[1], s[2], s[3], s[4]
+  if interval > 0 then
+    local tat = tonumber(redis.call('HGET', KEYS[1], field) or now)
+    if tat < now then tat = now end
+    new[field] = tat + cost * interval
+    local w = new[field] - now - math.max(burst, cost) * interval
+    if w > wait then wait = w end
+    if new[field] - now > horizon then horizon = new[field] - now end
+  end
+end
+if wait > 0 then return fmt(wait) end
+for field, tat in pairs(new) do redis.call('HSET', KEYS[1], field, fmt(tat)) end
+redis.call('PEXPIRE', KEYS[1], ms(horizon) + 1000)
+return '0'
+""",
+)
+
+# KEYS gcra; ARGV token_interval delta_tokens. Charges (delta > 0) or refunds (delta < 0) the tpm
+# budget once the real usage is known; a refund never moves the budget before now.
+SETTLE = Script(
+    ("gcra",),
+    """
+local tat = tonumber(redis.call('HGET', KEYS[1], 't') or now)
+tat = tat + tonumber(ARGV[2]) * tonumber(ARGV[1])
+if tat < now then tat = now end
+redis.call('HSET', KEYS[1], 't', fmt(tat))
+if tat > now then redis.call('PEXPIRE', KEYS[1], ms(tat - now) + 1000) end
+return fmt(tat - now)
+""",
+)
+
+# KEYS pause; ARGV seconds. Pauses the scope for every process; extends, never shortens.
+PAUSE = Script(
+    ("pause",),
+    """
+local until_ = now + tonumber(ARGV[1])
+local cur = tonumber(redis.call('GET', KEYS[1]) or 0)
+if until_ > cur then
+  redis.call('SET', KEYS[1], fmt(until_), 'PX', ms(tonumber(ARGV[1])) + 1000)
+  cur = until_
+end
+return fmt(cur - now)
+""",
+)
+
+# KEYS aimd slots; ARGV max_cap rate_limited(0|1) ttl. The shared AIMD cap: halve on a 429/529,
+# grow by one after `cap` successes in a row, never above max_cap nor below 1. As in the local
+# gate, the calls that were in flight when the cap was halved answered from the old load: their
+# next reports (`hold`, as many as the other slots held then) cannot halve it again.
+# Returns the new cap.
+AIMD = Script(
+    ("aimd", "slots"),
+    """
+local max_cap = tonumber(ARGV[1])
+local cap = tonumber(redis.call('HGET', KEYS[1], 'cap') or max_cap)
+local ok = tonumber(redis.call('HGET', KEYS[1], 'ok') or 0)
+local hold = tonumber(redis.call('HGET', KEYS[1], 'hold') or 0)
+local held = hold > 0
+if held then hold = hold - 1 end
+if cap > max_cap then cap = max_cap end
+if ARGV[2] == '1' then
+  ok = 0
+  if not held and cap > 1 then
+    cap = math.max(1, math.floor(cap / 2))
+    hold = math.max(0, redis.call('ZCARD', KEYS[2]) - 1)
+  end
+else
+  ok = ok + 1
+  if ok >= cap and cap < max_cap then cap, ok = cap + 1, 0 end
+end
+redis.call('HSET', KEYS[1], 'cap', cap, 'ok', ok, 'hold', hold)
+redis.call('PEXPIRE', KEYS[1], ms(tonumber(ARGV[3])))
+return cap
+""",
+)
