@@ -534,7 +534,7 @@ async def run(
     if options.on_result is None:
         resume = prepare_output(options.out, resume=options.resume, overwrite=options.overwrite)
     summary = RunSummary(new_run_id())
-    router = _make_router(profile, rng)
+    router, gates = _make_router(profile, rng)
     if resume is not None and resume.sessions:
         router.restore_bindings(resume.sessions)
     providers = {
@@ -575,22 +575,33 @@ async def run(
             traces.flush()
             for provider in providers.values():
                 await provider.aclose()
+            await _close_gates(gates)
     log.info(
         "rrcli.run_finished", run_id=summary.run_id, interrupted=summary.interrupted, **summary.jobs
     )
     return summary
 
 
-def _make_router(profile: Profile, rng: random.Random) -> Router:
-    if profile.gate.kind == "redis":
+def _make_router(
+    profile: Profile, rng: random.Random, *, local: bool = False
+) -> tuple[Router, Mapping[str, Any]]:
+    """The router and the gates under it; ``local`` forces in-process gates (--dry-run)."""
+    if profile.gate.kind == "redis" and not local:
         from rrcli.redis_gate import make_redis_gates
 
-        gates = make_redis_gates(profile, rng=rng)
+        gates = make_redis_gates(profile, rng=rng)  # GateUnavailableError: exit 2, nothing sent
     else:
         from rrcli.gate import make_gates
 
         gates = make_gates(profile, clock=time.monotonic, rng=rng)
-    return Router(profile, gates, rng=rng, clock=time.monotonic, sleep=asyncio.sleep)
+    return Router(profile, gates, rng=rng, clock=time.monotonic, sleep=asyncio.sleep), gates
+
+
+async def _close_gates(gates: Mapping[str, Any]) -> None:
+    """Shared gates hold connections and leases: give them back (local gates hold nothing)."""
+    close = getattr(gates, "close", None)
+    if close is not None:
+        await close()
 
 
 def _open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO]:
@@ -685,7 +696,7 @@ class Plan:
 async def plan(profile: Profile, options: RunOptions) -> Plan:
     """Parse, validate and route every selected job on paper, with an idle pool; send nothing."""
     seed = options.seed if options.seed is not None else profile.seed
-    router = _make_router(profile, random.Random(seed))
+    router, _ = _make_router(profile, random.Random(seed), local=True)
     result = Plan(calls={b.id: 0 for b in profile.backends})
     result.input_tokens = dict.fromkeys(result.calls, 0)
     summary = RunSummary("dry-run")

@@ -1,0 +1,150 @@
+"""Several `rrcli run` processes sharing caps and rate limits through a real redis-server."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from runkit import calls, popen, read_jsonl, rrcli, write_jobs, write_profile
+from test_redis_gate import RedisServer, _server  # the redis-server fixtures of the gate's tests
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def redis_gate():
+    yield from _server()
+
+
+def shared_profile(tmp_path, servers, caps, url, **top):
+    backends = [
+        {"id": f"b{i}", "base_url": s.openai_url, "max_concurrency": cap}
+        for i, (s, cap) in enumerate(zip(servers, caps, strict=True))
+    ]
+    gate = {"kind": "redis", "url": url, "lease": 2.0, **top.pop("gate", {})}
+    return write_profile(tmp_path / "p.toml", backends, gate=gate, **top)
+
+
+def start_shards(tmp_path, profile, jobs, n, *extra):
+    return [
+        popen(
+            "run",
+            jobs,
+            "-p",
+            profile,
+            "-q",
+            "--shard",
+            f"{i}/{n}",
+            "--out",
+            tmp_path / f"r{i}.jsonl",
+            "--traces",
+            tmp_path / f"t{i}.jsonl",
+            *extra,
+            cwd=tmp_path,
+        )
+        for i in range(n)
+    ]
+
+
+def test_four_processes_hold_each_cap_and_use_it(tmp_path, sim_server, redis_gate):
+    """Four processes on one pool with caps 2 and 3: no server ever sees more than its cap, and
+    each cap is used to the full (the servers' own peak counters)."""
+    servers = [sim_server(latency_ms=40, jitter_ms=10, cap=cap) for cap in (2, 3)]
+    profile = shared_profile(
+        tmp_path, servers, (2, 3), redis_gate.url, strategy="least_loaded", concurrency=5
+    )
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 160)
+    procs = start_shards(tmp_path, profile, jobs, 4)
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert 0 == proc.returncode, err
+    assert [2, 3] == [s.stats()["peak_concurrency"] for s in servers]
+    assert 160 == sum(len(read_jsonl(tmp_path / f"r{i}.jsonl")) for i in range(4))
+
+
+def test_a_killed_process_gives_its_slots_back_after_the_lease(tmp_path, sim_server, redis_gate):
+    """A process killed with SIGKILL while holding slots: after the lease the others get the slots
+    back and finish; the cap held throughout."""
+    server = sim_server(latency_ms=60, cap=2)
+    profile = shared_profile(tmp_path, [server], (2,), redis_gate.url, concurrency=2)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 60)
+    procs = start_shards(tmp_path, profile, jobs, 3)
+    time.sleep(1.5)
+    procs[0].send_signal(signal.SIGKILL)
+    procs[0].wait()
+    for proc in procs[1:]:
+        _, err = proc.communicate(timeout=120)
+        assert 0 == proc.returncode, err
+    assert server.stats()["peak_concurrency"] <= 2
+    again = rrcli(
+        "run", jobs, "-p", profile, "-q", "--shard", "0/3", "--resume",
+        "--out", tmp_path / "r0.jsonl", "--traces", tmp_path / "t0.jsonl", cwd=tmp_path,
+    )  # fmt: skip
+    assert 0 == again.returncode, again.stderr
+    done = [
+        r for i in range(3) for r in read_jsonl(tmp_path / f"r{i}.jsonl") if r["status"] == "ok"
+    ]
+    assert 60 == len({r["id"] for r in done}) == len(done)
+
+
+def test_rpm_is_shared_by_three_processes(tmp_path, sim_server, redis_gate):
+    """rpm = 1200 (20 a second, burst 20) shared by three processes: over any window, the starts
+    of all processes together stay within burst + rate × window."""
+    server = sim_server()
+    profile = shared_profile(tmp_path, [server], (8,), redis_gate.url)
+    text = profile.read_text().replace("max_concurrency = 8", "max_concurrency = 8\nrpm = 1200")
+    profile.write_text(text)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 90)
+    for proc in start_shards(tmp_path, profile, jobs, 3):
+        _, err = proc.communicate(timeout=120)
+        assert 0 == proc.returncode, err
+    from datetime import datetime
+
+    starts = sorted(
+        datetime.fromisoformat(c["ts_start"].replace("Z", "+00:00")).timestamp()
+        for i in range(3)
+        for c in calls(tmp_path / f"t{i}.jsonl")
+    )
+    assert 90 == len(starts)
+    for i, t in enumerate(starts):
+        for j in range(i, len(starts)):
+            window = starts[j] - t
+            assert j - i + 1 <= 20 + 20 * window + 1, (i, j, window)
+    assert starts[-1] - starts[0] >= (90 - 20) / 20 * 0.9  # paced, not all at once
+
+
+def test_redis_restarted_mid_run_no_crash_no_cap_exceeded(tmp_path, sim_server):
+    """Redis killed and started again (empty) while two processes run: no crash, the server never
+    sees more than the cap, every job is accounted for."""
+    redis = RedisServer().start()
+    try:
+        server = sim_server(latency_ms=50, cap=3)
+        profile = shared_profile(tmp_path, [server], (3,), redis.url, concurrency=3)
+        jobs = write_jobs(tmp_path / "jobs.jsonl", 80)
+        procs = start_shards(tmp_path, profile, jobs, 2)
+        time.sleep(1.0)
+        redis.stop()
+        time.sleep(1.0)
+        redis.start()
+        for proc in procs:
+            _, err = proc.communicate(timeout=120)
+            assert 0 == proc.returncode, err
+            assert "Traceback" not in err
+        assert server.stats()["peak_concurrency"] <= 3
+        results = [r for i in range(2) for r in read_jsonl(tmp_path / f"r{i}.jsonl")]
+        assert 80 == len({r["id"] for r in results if r["status"] == "ok"})
+    finally:
+        redis.stop()
+
+
+def test_unreachable_redis_at_start_is_exit_2_naming_the_url(tmp_path, sim_server):
+    """No Redis at the gate's url: exit 2 before anything is sent, the message names the url."""
+    server = sim_server()
+    url = "redis://127.0.0.1:1/0"
+    profile = shared_profile(tmp_path, [server], (2,), url)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 3)
+    result = rrcli("run", jobs, "-p", profile, cwd=tmp_path)
+    assert 2 == result.returncode
+    assert url in result.stderr and "Traceback" not in result.stderr
+    assert 0 == server.stats()["requests"]
