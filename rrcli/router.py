@@ -81,7 +81,6 @@ class _Waiter:
 
     exclude: frozenset[str]
     granted: asyncio.Future[BackendState]
-    kick: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Router:
@@ -110,9 +109,14 @@ class Router:
         self._bindings: dict[str, tuple[BackendState, str]] = {}
         self._saved: dict[str, str] = {}
         self._queue: deque[_Waiter] = deque()
+        self._poller: asyncio.Task[None] | None = None
+        self._kick = asyncio.Event()  # replaced per poller: an Event binds to one loop
+        self._quiet = False
+        distinct = {id(s.gate): s.gate for s in self.states}.values()
+        self._n_gates = len(distinct)
         if isinstance(self._strategy, FirstAvailable):
-            for gate in {id(s.gate): s.gate for s in self.states}.values():
-                gate.add_release_listener(self._kick_head)
+            for gate in distinct:
+                gate.add_release_listener(self._on_capacity)
 
     # -- public API --------------------------------------------------------------------------
 
@@ -292,73 +296,88 @@ class Router:
     async def _first_available(self, exclude: frozenset[str]) -> BackendState:
         """first_available: take a free slot now, or queue behind the requests already waiting.
 
-        Only the head of the queue polls (30 ms doubling to 1 s, jittered), so any number of
-        waiting requests cost a bounded rate of gate checks; a release in this process serves
-        the queue at once, in order."""
+        A release in this process serves the queue at once, in order. One poller per router
+        covers what this process cannot see (slots freed elsewhere, a cap growing back, a pause
+        ending): it wakes when a gate says a slot may be free, or after a jittered backoff
+        (30 ms doubling to 1 s), so any number of waiting requests cost one bounded stream of
+        gate checks."""
         if not self._queue:
             state = await self._sweep(exclude, set())
             if state is not None:
                 return state
-        waiter = _Waiter(exclude, asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(exclude, loop.create_future())
         self._queue.append(waiter)
+        if self._poller is None:
+            self._kick = asyncio.Event()
+            self._poller = loop.create_task(self._poll())
+        elif len(self._queue) == 1:
+            self._kick.set()  # a new head: restart the backoff from 30 ms
         try:
-            delay = POLL_INITIAL
-            while not waiter.granted.done():
-                head = self._queue[0] is waiter
-                timeout = self._rng.uniform(delay / 2, delay) if head else None
-                if await self._wait(waiter, timeout) and head:
-                    delay = min(POLL_MAX, delay * 2)
-                if head and not waiter.granted.done():
-                    await self._serve()
-            return waiter.granted.result()
+            return await waiter.granted
         except asyncio.CancelledError:
-            if waiter.granted.done():  # a slot was handed to us as we were cancelled
-                await self._free(waiter.granted.result().gate)
+            granted = waiter.granted
+            if granted.done() and not granted.cancelled():  # handed a slot as it was cancelled
+                await self._free(granted.result().gate)
             raise
         finally:
-            was_head = self._queue and self._queue[0] is waiter
             self._queue.remove(waiter)
-            if was_head:
-                self._kick_head()
 
-    async def _wait(self, waiter: _Waiter, timeout: float | None) -> bool:
-        """Wait until the waiter is granted a slot, kicked, or ``timeout`` passes (then True)."""
-        kicked = asyncio.ensure_future(waiter.kick.wait())
-        pending: set[asyncio.Future[object]] = {waiter.granted, kicked}  # type: ignore[arg-type]
-        timer = None
-        if timeout is not None:
-            timer = asyncio.ensure_future(self._sleep(timeout))
-            pending.add(timer)
+    async def _poll(self) -> None:
+        """Serve the queue whenever a slot may be free, backing off while none is."""
+        head: _Waiter | None = None
+        delay = POLL_INITIAL
         try:
-            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            while self._queue:
+                if self._queue[0] is not head:
+                    head, delay = self._queue[0], POLL_INITIAL
+                if await self._wait_kick(self._rng.uniform(delay / 2, delay)):
+                    delay = min(POLL_MAX, delay * 2)
+                await self._serve()
+        finally:
+            self._poller = None
+
+    async def _wait_kick(self, timeout: float) -> bool:
+        """Wait for a kick or ``timeout`` seconds; True when the time ran out."""
+        kicked = asyncio.ensure_future(self._kick.wait())
+        timer = asyncio.ensure_future(self._sleep(timeout))
+        try:
+            await asyncio.wait((kicked, timer), return_when=asyncio.FIRST_COMPLETED)
         finally:
             kicked.cancel()
-            if timer is not None:
-                timer.cancel()
-        waiter.kick.clear()
-        return timer is not None and timer.done() and not timer.cancelled()
+            timer.cancel()
+        self._kick.clear()
+        return timer.done() and not timer.cancelled()
 
     async def _serve(self) -> None:
         """One pass over the first_available queue, in order: each waiter gets a slot from a
-        gate that admits (a gate that said no is not asked again in this pass)."""
+        gate that admits. A gate that said no is not asked again in this pass, and the pass ends
+        once every gate has said no."""
         refused: set[int] = set()
         for waiter in tuple(self._queue):
+            if len(refused) >= self._n_gates:
+                return
             if waiter.granted.done():
                 continue
             state = await self._sweep(waiter.exclude, refused)
             if state is None:
                 continue
-            if waiter in self._queue:
+            if waiter.granted.done():  # cancelled while a shared gate was asked
+                await self._free(state.gate)
+            else:
                 waiter.granted.set_result(state)
-            else:  # cancelled while a shared gate was asked: never leak the slot
-                await state.gate.release()
 
     async def _free(self, gate: Gate) -> None:
-        await gate.release()
+        """Release a slot, then let the first_available queue have it before anyone new."""
+        self._quiet = True  # the pass below serves this release; no need to wake the poller
+        try:
+            await gate.release()
+        finally:
+            self._quiet = False
         if self._queue:
             await self._serve()
 
-    def _kick_head(self) -> None:
-        """A slot may be free (or the head changed): let the head of the queue look now."""
-        if self._queue:
-            self._queue[0].kick.set()
+    def _on_capacity(self) -> None:
+        """A gate says a slot may be free: wake the poller."""
+        if self._queue and not self._quiet and self._poller is not None:
+            self._kick.set()
