@@ -1,10 +1,22 @@
 """rrcli: a command-line load-balancing runner for LLM APIs.
 
 The library API is small: load a profile, read jobs, run them, summarize traces. The CLI
-(``rrcli.cli``) is a thin layer over these.
+(``rrcli.cli``) is a thin layer over these::
+
+    import asyncio, rrcli
+    profile = rrcli.load_profile("pool.toml")
+    options = rrcli.RunOptions(jobs=Path("jobs.jsonl"), out=Path("r.jsonl"), traces=Path("t.jsonl"))
+    summary = asyncio.run(rrcli.run(profile, options))
+    table = rrcli.summarize([Path("t.jsonl")])
+
+The engine and stats are imported on first use, so ``import rrcli`` (and ``rrcli --help``)
+stays light.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from rrcli.errors import ProfileError, ProviderError, RRCLIError, UsageError
 from rrcli.profile import load_profile, validate_profile
@@ -15,8 +27,27 @@ __all__ = [
     "ProfileError",
     "ProviderError",
     "RRCLIError",
+    "RunOptions",
+    "RunSummary",
     "UsageError",
     "__version__",
+    "iter_jobs",
     "load_profile",
+    "run",
+    "summarize",
     "validate_profile",
 ]
+
+_LAZY = {
+    "RunOptions": "rrcli.runner",
+    "RunSummary": "rrcli.runner",
+    "run": "rrcli.runner",
+    "iter_jobs": "rrcli.jobs",
+    "summarize": "rrcli.stats",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'rrcli' has no attribute {name!r}")

@@ -96,3 +96,12 @@ def test_help_imports_no_heavy_module():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
     assert [] == loaded
+
+
+def test_library_api_is_exported():
+    """The small library API of rrcli/__init__.py resolves: profile, jobs, run, summarize."""
+    import rrcli
+
+    for name in rrcli.__all__:
+        assert getattr(rrcli, name) is not None, name
+    assert sorted(rrcli.__all__) == rrcli.__all__
