@@ -301,7 +301,7 @@ class _Checker:
                 good[key] = self.table(good[key], spec, f"{path}.{key}")
         if "headers" in good:
             good["headers"] = self.headers(good["headers"], f"{path}.headers")
-        for name in ("model", "messages", "stream"):
+        for name in ("model", "messages"):
             if name in good.get("params", {}):
                 self.add(
                     "warning",

@@ -205,7 +205,7 @@ class _Engine:
         attempts = 0
         latency_ms = 0.0
         usage = {"input_tokens": 0, "output_tokens": 0}
-        last_deployment = last_model = None
+        last_deployment = last_model = finish_reason = None
         for turn, text in enumerate(job.turns):
             history.append({"role": "user", "content": text})
             outcome = await self._call(job, history, turn)
@@ -218,6 +218,7 @@ class _Engine:
             latency_ms += ms
             last_deployment = lease.state.backend.id
             last_model = lease.state.backend.model
+            finish_reason = reply.finish_reason
             assistant: dict[str, Any] = {"role": "assistant", "content": reply.output}
             entry: dict[str, Any] = {
                 "output": reply.output,
@@ -238,7 +239,7 @@ class _Engine:
             "deployment": last_deployment,
             "model": last_model,
             "output": final["output"],
-            "finish_reason": "stop",
+            "finish_reason": finish_reason,
             "usage": usage,
             "attempts": attempts,
             "latency_ms": round(latency_ms, 3),
@@ -308,7 +309,8 @@ class _Engine:
         backend = state.backend
         provider = self.providers[backend.id]
         params = {**backend.params, **job.params}
-        stream = self.stream or bool(params.get("stream"))
+        # --stream, a job's own "stream", or `stream = true` in the backend's params
+        stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
         call = Call(messages, params, stream)
         estimate = _estimate_tokens(messages, params)
         printed = False
