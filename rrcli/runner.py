@@ -308,7 +308,8 @@ class _Engine:
         backend = state.backend
         provider = self.providers[backend.id]
         params = {**backend.params, **job.params}
-        stream = self.stream or bool(params.get("stream"))
+        # jobs.py moves a job's own params.stream to job.stream; the backend's params keep theirs
+        stream = self.stream or bool(job.stream) or bool(params.get("stream"))
         call = Call(messages, params, stream)
         estimate = _estimate_tokens(messages, params)
         printed = False
@@ -454,7 +455,23 @@ def _join(first: Reply, rest: Reply) -> Reply:
         rest.reasoning_content = first.reasoning_content + (rest.reasoning_content or "")
     if rest.ttft_ms is None:
         rest.ttft_ms = first.ttft_ms
+    if first.body is not None and rest.body is not None:  # batch formats write the body
+        rest.body = _join_bodies(first.body, rest.body)
     return rest
+
+
+def _join_bodies(first: dict[str, Any], rest: dict[str, Any]) -> dict[str, Any]:
+    """One Anthropic message of a paused turn's two: both parts' content blocks, usage summed."""
+    joined = dict(rest)
+    if isinstance(first.get("content"), list) and isinstance(rest.get("content"), list):
+        joined["content"] = first["content"] + rest["content"]
+    a, b = first.get("usage"), rest.get("usage")
+    if isinstance(a, dict) and isinstance(b, dict):
+        joined["usage"] = {
+            k: a.get(k, 0) + v if isinstance(v, int) and isinstance(a.get(k, 0), int) else v
+            for k, v in b.items()
+        }
+    return joined
 
 
 def _ms(seconds: float | None) -> float | None:
