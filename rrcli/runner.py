@@ -584,7 +584,10 @@ async def run(
             on_start(summary, router)
         log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.name or None)
         try:
-            await _drive(engine, jobs, options.concurrency or profile.effective_concurrency)
+            concurrency = options.concurrency or profile.effective_concurrency
+            if options.on_text is not None:  # text printed as it arrives: one answer at a time
+                concurrency = 1
+            await _drive(engine, jobs, concurrency)
         finally:
             summary.interrupted = control.stopping
             traces.run_end(summary.jobs, summary.interrupted)

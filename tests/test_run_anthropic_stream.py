@@ -285,6 +285,17 @@ def test_prompt_stream_prints_text_as_it_arrives(tmp_path, sim_server, provider)
     assert still_running
 
 
+def test_several_streamed_prompts_print_one_whole_answer_after_another(tmp_path, sim_server):
+    """Three --prompt with --stream across a mixed pool: each answer is printed whole on its own
+    line, in the order given, never interleaved with another's text."""
+    server = sim_server(ttft_ms=5, tokens_per_s=400, output_tokens=TOKENS)
+    profile = pool(tmp_path, server.openai_url, server.url)
+    prompts = ["first question", "second question", "third question"]
+    flags = [arg for prompt in prompts for arg in ("--prompt", prompt)]
+    result = run_ok(*flags, "--stream", "-p", profile, "-q", cwd=tmp_path)
+    assert answers_of(tmp_path, server, *prompts) == result.stdout.splitlines()
+
+
 def test_prompt_stream_cut_after_text_reports_the_error_and_never_retries(tmp_path, sim_server):
     """A --prompt --stream answer cut halfway, after text was printed: the partial text stays on
     stdout, the error follows it on stderr, the call is not retried (one trace call record) and
