@@ -4,7 +4,8 @@
 
 For each server (zero latency: CPU-bound; 50 ms: latency-bound, ceiling = concurrency / 0.05 s),
 it sends the same requests three ways and prints requests/s and the ratio to the raw loop:
-- raw: 64 coroutines sending with one httpx2.AsyncClient (no routing, no files);
+- raw: 64 coroutines sending with one httpx2.AsyncClient (no routing, no files), decoding each
+  answer as the least client must (`r.json()`; with --stream, each SSE data line's JSON);
 - rrcli: the whole engine (jobs file → router → gates → provider → results + traces), in process,
   two backends of cap concurrency/2 on that server;
 - LiteLLM's Router with the same two deployments, when `import litellm` works.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -41,9 +43,10 @@ async def raw_loop(base_url: str, n: int, concurrency: int, stream: bool) -> flo
                     async with client.stream(
                         "POST", f"{base_url}/chat/completions", json=body
                     ) as r:
-                        async for _ in r.aiter_bytes():
-                            pass
                         r.raise_for_status()
+                        async for line in r.aiter_lines():  # what r.json() is to a plain call
+                            if line.startswith("data: ") and line != "data: [DONE]":
+                                json.loads(line[6:])
                 else:
                     r = await client.post(f"{base_url}/chat/completions", json=body)
                     r.raise_for_status()

@@ -280,6 +280,7 @@ class _SimAPI:
             "retry-after": str(max(1, math.ceil(ms / 1000.0))),
         }
         self.ids = 0
+        self.marked = 0  # requests seen with x-sim-times
 
     async def openai(self, request: Request) -> Response:
         return await self.handle(request, self.openai_dialect)
@@ -345,7 +346,12 @@ class _SimAPI:
             body = None
         if not isinstance(body, dict):
             return self.error(dialect, 400, "the request body is not a JSON object")
-        forced = headers.get("x-sim-status")
+        forced, modes = headers.get("x-sim-status"), headers.get("x-sim-mode", "")
+        times = headers.get("x-sim-times")
+        if times is not None:
+            self.marked += 1
+            if self.marked > int(times):  # the first N requests only; then behave normally
+                forced, modes = None, ""
         if forced:
             return self.forced(dialect, int(forced), headers)
         if config.api_keys and key not in config.api_keys:
@@ -362,7 +368,7 @@ class _SimAPI:
             return self.error(dialect, 500, "simulated server error")
         if outcome == RATE_LIMITED:
             return self.error(dialect, 429, "simulated rate limit", headers=self.retry_headers)
-        reply = self._reply(body, headers.get("x-sim-mode", ""), dialect)
+        reply = self._reply(body, modes, dialect)
         self.ids += 1
         reply["id"] = f"sim-{self.ids}"
         response_headers = {dialect.request_id_header: reply["id"]}

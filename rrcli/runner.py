@@ -456,7 +456,23 @@ def _join(first: Reply, rest: Reply) -> Reply:
         rest.reasoning_content = first.reasoning_content + (rest.reasoning_content or "")
     if rest.ttft_ms is None:
         rest.ttft_ms = first.ttft_ms
+    if first.body is not None and rest.body is not None:  # batch formats write the body
+        rest.body = _join_bodies(first.body, rest.body)
     return rest
+
+
+def _join_bodies(first: dict[str, Any], rest: dict[str, Any]) -> dict[str, Any]:
+    """One Anthropic message of a paused turn's two: both parts' content blocks, usage summed."""
+    joined = dict(rest)
+    if isinstance(first.get("content"), list) and isinstance(rest.get("content"), list):
+        joined["content"] = first["content"] + rest["content"]
+    a, b = first.get("usage"), rest.get("usage")
+    if isinstance(a, dict) and isinstance(b, dict):
+        joined["usage"] = {
+            k: a.get(k, 0) + v if isinstance(v, int) and isinstance(a.get(k, 0), int) else v
+            for k, v in b.items()
+        }
+    return joined
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -569,7 +585,10 @@ async def run(
             on_start(summary, router)
         log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.name or None)
         try:
-            await _drive(engine, jobs, options.concurrency or profile.effective_concurrency)
+            concurrency = options.concurrency or profile.effective_concurrency
+            if options.on_text is not None:  # text printed as it arrives: one answer at a time
+                concurrency = 1
+            await _drive(engine, jobs, concurrency)
         finally:
             summary.interrupted = control.stopping
             traces.run_end(summary.jobs, summary.interrupted)

@@ -17,7 +17,8 @@ removing one); ``x-sim-mode: a,b`` with ``cut-stream`` (end a stream halfway, wi
 marker), ``stream-error`` (an ``error`` event halfway through a 200 stream), ``pause-turn``
 (Anthropic: stop with ``pause_turn`` halfway unless the last message is the assistant's, i.e. once
 per turn), ``plain-json`` (answer a streaming request with one JSON body), ``reasoning`` (add
-reasoning text / a thinking block).
+reasoning text / a thinking block). ``x-sim-times: N`` limits the forced status and modes to
+the first N requests that carry the header (per server), so a retry of the same call succeeds.
 """
 
 from __future__ import annotations

@@ -44,25 +44,18 @@ class SSEParser:
             chunk = chunk[1:]
         self._skip_lf = False
         buffer = self._buffer + chunk if self._buffer else chunk
-        start = 0
-        size = len(buffer)
-        while start < size:
-            lf = buffer.find(b"\n", start)
-            cr = buffer.find(b"\r", start, lf if lf >= 0 else size)
-            if cr >= 0:
-                end, after = cr, cr + 1
-                if after < size:
-                    if buffer[after] == 10:  # CRLF
-                        after += 1
-                else:
-                    self._skip_lf = True
-            elif lf >= 0:
-                end, after = lf, lf + 1
+        if b"\r" in buffer:  # CRLF and CR endings become LF; a final CR may have its LF next
+            self._skip_lf = buffer[-1:] == b"\r"
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buffer.split(b"\n")
+        self._buffer = lines.pop()  # the partial line after the last LF ("" when none)
+        data = self._data  # emptied in place at each event's end, so this alias stays valid
+        for raw in lines:
+            if raw[:6] == b"data: ":  # the common line, inline
+                data.append(raw[6:].decode("utf-8", errors="replace"))
+                self._has_data = True
             else:
-                break
-            self._line(buffer[start:end], events)
-            start = after
-        self._buffer = buffer[start:]
+                self._line(raw, events)
         return events
 
     def finish(self) -> list[SSEEvent]:
@@ -83,7 +76,7 @@ class SSEParser:
             if self._has_data:
                 events.append(SSEEvent(self._event or "message", "\n".join(self._data)))
             self._event = ""
-            self._data = []
+            self._data.clear()
             self._has_data = False
             return
         line = raw.decode("utf-8", errors="replace")
