@@ -148,13 +148,14 @@ def test_round_trip_through_the_normalized_form_keeps_the_meaning(data):
 def mutate(data, draw):
     """One random damage: a wrong type, an unknown key, a deleted key or a bad value."""
     target = draw(st.sampled_from(["top", "backend", "retry"]))
-    table = (
-        data
-        if target == "top"
-        else data["backends"][0]
-        if target == "backend"
-        else (data.setdefault("retry", {}))
-    )
+    table = data
+    if target == "backend":
+        backends = data.get("backends")
+        if isinstance(backends, list) and backends and isinstance(backends[0], dict):
+            table = backends[0]
+    elif target == "retry" and isinstance(data.setdefault("retry", {}), dict):
+        table = data["retry"]
+    # an earlier mutation may have replaced that table with junk: then damage the top level
     kind = draw(st.sampled_from(["type", "unknown", "delete", "value"]))
     keys = sorted(table) or ["x"]
     key = draw(st.sampled_from(keys))
