@@ -272,6 +272,7 @@ class _Engine:
         tried: set[str] = set()
         attempts = 0
         while True:
+            routed_at = time.monotonic()  # queue_ms counts the wait for a slot from here
             try:
                 lease = await self.router.acquire(
                     session=job.session if self.session_binding else None,
@@ -281,12 +282,12 @@ class _Engine:
                 return _Failure(None, attempts, {"type": "no_backend", "message": str(exc)})
             held = True
             try:
-                outcome, n = await self._attempts(job, messages, turn, lease)
+                outcome, n = await self._attempts(job, messages, turn, lease, attempts, routed_at)
                 held = False  # _attempts released the slot
             finally:
                 if held:  # cancelled while holding the slot
                     await asyncio.shield(self.router.release(lease))
-            attempts += n
+            attempts = n
             if not isinstance(outcome, ProviderError):
                 return outcome[0], lease, attempts, outcome[1]
             failure = _Failure(lease.state.backend.id, attempts, outcome.as_dict())
@@ -300,9 +301,17 @@ class _Engine:
             # failover: route again among the backends not yet tried
 
     async def _attempts(
-        self, job: Job, messages: list[dict[str, Any]], turn: int, lease: Lease
+        self,
+        job: Job,
+        messages: list[dict[str, Any]],
+        turn: int,
+        lease: Lease,
+        attempt: int,
+        routed_at: float,
     ) -> tuple[tuple[Reply, float] | ProviderError, int]:
-        """Attempts of one call on the leased backend; returns with the slot released."""
+        """Attempts of one call on the leased backend; returns with the slot released, and the
+        number of the last attempt of the turn. ``attempt``: attempts the turn made before (on
+        backends failover left); ``routed_at``: when the routing decision began (queue_ms)."""
         router = self.router
         state = lease.state
         backend = state.backend
@@ -319,8 +328,8 @@ class _Engine:
             self.options.on_text(text)  # type: ignore[misc]
 
         sink = on_text if (stream and self.options.on_text is not None) else None
-        t_queue = first_try = time.monotonic()
-        attempt = 0
+        t_queue, first_try = routed_at, time.monotonic()
+        first = attempt + 1
         paused: Reply | None = None
         while True:
             attempt += 1
@@ -333,7 +342,8 @@ class _Engine:
             except ProviderError as error:
                 t1 = time.monotonic()
                 router.observe(state, latency_ms=None, error=error)
-                delay = None if printed else self.policy.delay(attempt, error, t1 - first_try)
+                retry = attempt - first + 1
+                delay = None if printed else self.policy.delay(retry, error, t1 - first_try)
                 self._trace(
                     job,
                     turn,
@@ -366,7 +376,7 @@ class _Engine:
                 continue
             t1 = time.monotonic()
             latency_ms = round((t1 - t0) * 1000.0, 3)
-            router.observe(state, latency_ms=latency_ms, error=None)
+            router.observe(state, latency_ms=latency_ms, error=None, pause=reply.pause_s)
             if reply.input_tokens is not None or reply.output_tokens is not None:
                 actual = (reply.input_tokens or 0) + (reply.output_tokens or 0)
                 await state.gate.settle(estimate, actual)
