@@ -326,6 +326,7 @@ class _SimAPI:
             "retry-after": str(max(1, math.ceil(ms / 1000.0))),
         }
         self.ids = 0
+        self.forced_sent = 0  # answers forced by x-sim-status with x-sim-status-count
 
     async def openai(self, request: Request) -> Response:
         return await self.handle(request, self.openai_dialect)
@@ -387,6 +388,11 @@ class _SimAPI:
             return self.error(dialect, 400, "the request body is not a JSON object")
         self._count_history(body.get("messages"))
         forced = headers.get("x-sim-status")
+        if forced and "x-sim-status-count" in headers:  # only the server's first N requests
+            if self.forced_sent >= int(headers["x-sim-status-count"]):
+                forced = None
+            else:
+                self.forced_sent += 1
         if forced:
             return self.forced(dialect, int(forced), headers)
         if config.api_keys and key not in config.api_keys:

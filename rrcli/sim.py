@@ -13,7 +13,8 @@ sha256 fingerprint of the key, with the header it came in).
 
 Tests force behaviour per backend with request headers (a profile's ``headers``):
 ``x-sim-status: CODE`` answers that status (with ``x-sim-error-type``, ``x-sim-error-code``,
-``x-sim-error-message``); ``x-sim-response-headers: {JSON}`` adds headers to any answer, error or
+``x-sim-error-message``; with ``x-sim-status-count: N`` only the server's first N requests);
+``x-sim-response-headers: {JSON}`` adds headers to any answer, error or
 success (a null value removes one); ``x-sim-ratelimit: requests=MS,tokens=MS`` makes a success say
 those budgets are spent until MS from now, in the API's own headers (OpenAI
 ``x-ratelimit-remaining-requests: 0`` with ``x-ratelimit-reset-requests: 500ms``; Anthropic
