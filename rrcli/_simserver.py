@@ -15,6 +15,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import orjson
@@ -44,6 +45,28 @@ def _sse(data: object, event: str | None = None) -> bytes:
     return head + b"data: " + orjson.dumps(data) + b"\n\n"
 
 
+def _override(extra: dict[str, str], headers: Any) -> None:
+    """Apply ``x-sim-response-headers: {JSON}`` to a response's headers (null removes one)."""
+    override = headers.get("x-sim-response-headers")
+    if override:
+        for name, value in orjson.loads(override).items():
+            if value is None:
+                extra.pop(name.lower(), None)
+            else:
+                extra[name.lower()] = str(value)
+
+
+def _exhausted(spec: str) -> dict[str, float]:
+    """``x-sim-ratelimit: requests=500,tokens=250`` → the budgets to report as spent, each with
+    its reset in seconds."""
+    out: dict[str, float] = {}
+    for item in spec.split(","):
+        kind, _, ms = item.partition("=")
+        if kind.strip() in ("requests", "tokens") and ms.strip():
+            out[kind.strip()] = float(ms) / 1000.0
+    return out
+
+
 class _OpenAI:
     """The chat-completions wire format."""
 
@@ -57,6 +80,14 @@ class _OpenAI:
     def key(self, headers: Any) -> str | None:
         value = headers.get("authorization", "")
         return value[7:] if value.startswith("Bearer ") else None
+
+    def limit_headers(self, spec: str) -> dict[str, str]:
+        """Rate-limit headers saying the budgets in ``spec`` are spent (resets as durations)."""
+        out = {}
+        for kind, seconds in _exhausted(spec).items():
+            out[f"x-ratelimit-remaining-{kind}"] = "0"
+            out[f"x-ratelimit-reset-{kind}"] = f"{round(seconds * 1000)}ms"
+        return out
 
     def error_body(self, status: int, kind: str | None, message: str, code: str | None) -> bytes:
         kind = kind or self._types.get(status, "server_error")
@@ -139,6 +170,17 @@ class _Anthropic:
 
     def key(self, headers: Any) -> str | None:
         return headers.get("x-api-key")
+
+    def limit_headers(self, spec: str) -> dict[str, str]:
+        """Rate-limit headers saying the budgets in ``spec`` are spent (resets in RFC 3339)."""
+        out = {}
+        for kind, seconds in _exhausted(spec).items():
+            when = datetime.fromtimestamp(time.time() + seconds, UTC)
+            out[f"anthropic-ratelimit-{kind}-remaining"] = "0"
+            out[f"anthropic-ratelimit-{kind}-reset"] = when.isoformat(
+                timespec="milliseconds"
+            ).replace("+00:00", "Z")
+        return out
 
     def error_body(self, status: int, kind: str | None, message: str, code: str | None) -> bytes:
         kind = kind or self._types.get(status, "api_error")
@@ -250,6 +292,8 @@ class _State:
         self.streams = 0
         self.peak = self.concurrency
         self.rate_limited = 0
+        self.assistant_messages = 0  # assistant messages received in request histories
+        self.assistant_reasoning = 0  # ... of them carrying reasoning_content
         self.statuses: Counter[str] = Counter()
         self.paths: Counter[str] = Counter()
         self.credentials: Counter[str] = Counter()
@@ -261,6 +305,8 @@ class _State:
             "concurrency": self.concurrency,
             "peak_concurrency": self.peak,
             "rate_limited": self.rate_limited,
+            "assistant_messages": self.assistant_messages,
+            "assistant_reasoning": self.assistant_reasoning,
             "statuses": dict(self.statuses),
             "paths": dict(self.paths),
             "credentials": dict(self.credentials),
@@ -322,13 +368,7 @@ class _SimAPI:
         extra = dict(self.retry_headers) if status in (429, 503, 529) else {}
         if 300 <= status < 400:
             extra["location"] = "http://127.0.0.1:9/moved"
-        override = headers.get("x-sim-response-headers")
-        if override:
-            for name, value in orjson.loads(override).items():
-                if value is None:
-                    extra.pop(name.lower(), None)
-                else:
-                    extra[name.lower()] = str(value)
+        _override(extra, headers)
         message = headers.get("x-sim-error-message") or f"simulated HTTP {status}"
         kind, code = headers.get("x-sim-error-type"), headers.get("x-sim-error-code")
         return self.error(dialect, status, message, kind, code, extra)
@@ -346,6 +386,7 @@ class _SimAPI:
             body = None
         if not isinstance(body, dict):
             return self.error(dialect, 400, "the request body is not a JSON object")
+        self._count_history(body.get("messages"))
         forced, modes = headers.get("x-sim-status"), headers.get("x-sim-mode", "")
         times = headers.get("x-sim-times")
         if times is not None:
@@ -372,6 +413,9 @@ class _SimAPI:
         self.ids += 1
         reply["id"] = f"sim-{self.ids}"
         response_headers = {dialect.request_id_header: reply["id"]}
+        if "x-sim-ratelimit" in headers or "x-sim-response-headers" in headers:
+            response_headers.update(dialect.limit_headers(headers.get("x-sim-ratelimit", "")))
+            _override(response_headers, headers)
         ttft, total = behaviour.timeline(len(reply["pieces"]))
         state.statuses["200"] += 1
         state.concurrency += 1
@@ -388,6 +432,15 @@ class _SimAPI:
         state.streams += 1
         stream = self._stream(dialect, reply, ttft, total)
         return StreamingResponse(stream, media_type=_SSE, headers=response_headers)
+
+    def _count_history(self, messages: Any) -> None:
+        """What came back in the history: assistant turns, and those carrying reasoning."""
+        if not isinstance(messages, list):
+            return
+        for message in messages:
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                self.state.assistant_messages += 1
+                self.state.assistant_reasoning += "reasoning_content" in message
 
     def _count_credentials(self, headers: Any) -> None:
         seen = False

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from rrcli.profile import Backend, Profile
 
-__all__ = ["Clock", "Gate", "LocalGate", "Sleep", "make_gates"]
+__all__ = ["Aimd", "Clock", "Gate", "LocalGate", "Sleep", "aimd_step", "make_gates"]
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -87,6 +87,47 @@ class _Gcra:
         self.tat = max(self.tat, at) + units * self.interval
 
 
+PROBE_INITIAL = 4  # runs of `cap` successes before the cap grows back to the level of a 429
+PROBE_MAX = 64  # ... doubling after each probe that drew a 429 again, up to this
+
+
+@dataclass(frozen=True, slots=True)
+class Aimd:
+    """An adaptive cap's state. ``streak``: successes in a row since the cap last changed;
+    ``ceiling``: the cap at which the last 429 came (0: none known); ``probe``: runs of ``cap``
+    successes needed before growing back to the ceiling."""
+
+    cap: int
+    streak: int = 0
+    ceiling: int = 0
+    probe: int = PROBE_INITIAL
+
+
+def aimd_step(state: Aimd, max_cap: int, rate_limited: bool, held: bool = False) -> Aimd:
+    """The adaptive cap after one attempt (pure).
+
+    A 429/529 halves the cap (never below 1; not while ``held``: calls in flight when it was
+    last halved answer from the old load) and remembers the cap it came at as the ceiling. Each
+    run of ``cap`` successes grows the cap by one — quickly back up to just below the ceiling;
+    growing back TO the ceiling takes ``probe`` runs, and ``probe`` doubles (up to PROBE_MAX)
+    each time that level draws a 429 again. A whole run at the ceiling without a 429 forgets
+    it. So against a server whose hidden capacity is C, the cap spends its time at C and probes
+    C + 1 ever more rarely, instead of drawing a 429 every ~C²/2 calls as plain AIMD does."""
+    cap, streak, ceiling, probe = state.cap, state.streak, state.ceiling, state.probe
+    if rate_limited:
+        if held or cap == 1:
+            return Aimd(cap, 0, ceiling, probe)
+        probe = min(PROBE_MAX, probe * 2) if cap == ceiling else PROBE_INITIAL
+        return Aimd(max(1, cap // 2), 0, cap, probe)
+    streak += 1
+    if ceiling and cap >= ceiling and streak >= cap:
+        return Aimd(cap, 0, 0, PROBE_INITIAL)  # the level that failed holds now
+    need = cap * (probe if ceiling and cap + 1 >= ceiling else 1)
+    if streak >= need and cap < max_cap:
+        return Aimd(cap + 1, 0, ceiling, probe)
+    return Aimd(cap, streak, ceiling, probe)
+
+
 class LocalGate:
     """The in-process gate of one scope. Not thread-safe: one event loop owns it."""
 
@@ -105,7 +146,6 @@ class LocalGate:
             raise ValueError(f"gate {scope!r}: max_concurrency must be at least 1")
         self.scope = scope
         self._max_cap = max_concurrency
-        self._cap = max_concurrency
         self._in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._listeners: list[Callable[[], None]] = []
@@ -114,7 +154,7 @@ class LocalGate:
         self._rpm = _Gcra.per_minute(rpm) if rpm else None
         self._tpm = _Gcra.per_minute(tpm) if tpm else None
         self._adaptive = adaptive
-        self._streak = 0  # successes in a row since the cap last changed
+        self._aimd = Aimd(max_concurrency)
         self._hold = 0  # attempts still to report before another decrease counts
         self._paused_until = float("-inf")
         self._waker: asyncio.Task[None] | None = None
@@ -123,7 +163,7 @@ class LocalGate:
 
     @property
     def cap(self) -> int:
-        return self._cap
+        return self._aimd.cap
 
     @property
     def max_cap(self) -> int:
@@ -142,12 +182,12 @@ class LocalGate:
         return self._paused_until
 
     def __repr__(self) -> str:
-        return f"LocalGate({self.scope!r}, {self._in_flight}/{self._cap}, waiting={self.waiting})"
+        return f"LocalGate({self.scope!r}, {self._in_flight}/{self.cap}, waiting={self.waiting})"
 
     # -- concurrency -------------------------------------------------------------------------
 
     def _admits(self) -> bool:
-        return self._in_flight < self._cap and self._clock() >= self._paused_until
+        return self._in_flight < self._aimd.cap and self._clock() >= self._paused_until
 
     async def acquire(self) -> None:
         """Wait for a slot; FIFO among waiters. Cancelled while waiting, it holds nothing."""
@@ -262,7 +302,8 @@ class LocalGate:
 
     def record(self, rate_limited: bool) -> None:
         """One attempt's outcome, for ``adaptive`` gates: halve the cap on a 429/529, grow it by
-        one after ``cap`` successes in a row.
+        one after ``cap`` successes in a row — but growing back to the cap that drew the last
+        429 (the ceiling) takes ``probe`` such runs. See ``aimd_step``.
 
         Calls that were already in flight when the cap was halved answer from the old load; their
         429s say nothing new. So after a decrease, the next ``in_flight`` reports (as many as
@@ -273,19 +314,13 @@ class LocalGate:
         held = self._hold > 0
         if held:
             self._hold -= 1
-        if rate_limited:
-            self._streak = 0
-            if held or self._cap == 1:
-                return
-            self._cap = max(1, self._cap // 2)
+        before = self._aimd.cap
+        self._aimd = aimd_step(self._aimd, self._max_cap, rate_limited, held)
+        if self._aimd.cap < before:
             self._hold = max(0, self._in_flight - 1)  # the others in flight
-            log.info("rrcli.cap_decreased", scope=self.scope, cap=self._cap)
-            return
-        self._streak += 1
-        if self._streak >= self._cap and self._cap < self._max_cap:
-            self._cap += 1
-            self._streak = 0
-            log.info("rrcli.cap_increased", scope=self.scope, cap=self._cap)
+            log.info("rrcli.cap_decreased", scope=self.scope, cap=self._aimd.cap)
+        elif self._aimd.cap > before:
+            log.info("rrcli.cap_increased", scope=self.scope, cap=self._aimd.cap)
             self._dispatch()
 
 

@@ -172,9 +172,11 @@ class Router:
         *,
         latency_ms: float | None = None,
         error: ProviderError | None = None,
+        pause: float | None = None,
     ) -> None:
         """One attempt's outcome: EWMA latency (successes only), display counters, cooldown, the
-        gate's AIMD and a server-given pause."""
+        gate's AIMD and a server-given pause: ``pause`` seconds from a success's rate-limit
+        headers (a budget spent until its reset) hold the gate and cool the backend."""
         now = self._clock()
         if error is None:
             state.done += 1
@@ -185,6 +187,9 @@ class Router:
                     latency_ms if old is None else old + EWMA_ALPHA * (latency_ms - old)
                 )
             state.gate.record(False)
+            if pause:
+                self._cool(state, now + pause, "rate_limit_headers")
+                state.gate.pause_until(now + pause)
             return
         state.failed_attempts += 1
         if error.rate_limited:

@@ -273,6 +273,7 @@ class _Engine:
         tried: set[str] = set()
         attempts = 0
         while True:
+            routed_at = time.monotonic()  # queue_ms counts the wait for a slot from here
             try:
                 lease = await self.router.acquire(
                     session=job.session if self.session_binding else None,
@@ -280,30 +281,38 @@ class _Engine:
                 )
             except UsageError as exc:  # failover found no backend left to try
                 return _Failure(None, attempts, {"type": "no_backend", "message": str(exc)})
+            tried.add(lease.state.backend.id)
+            failover = self.profile.retry.failover and len(tried) < len(self.router.states)
             held = True
             try:
-                outcome, n = await self._attempts(job, messages, turn, lease)
+                outcome, attempts, moving = await self._attempts(
+                    job, messages, turn, lease, attempts, routed_at, failover
+                )
                 held = False  # _attempts released the slot
             finally:
                 if held:  # cancelled while holding the slot
                     await asyncio.shield(self.router.release(lease))
-            attempts += n
             if not isinstance(outcome, ProviderError):
                 return outcome[0], lease, attempts, outcome[1]
-            failure = _Failure(lease.state.backend.id, attempts, outcome.as_dict())
-            tried.add(lease.state.backend.id)
-            if not (
-                self.profile.retry.failover
-                and outcome.transient
-                and len(tried) < len(self.router.states)
-            ):
-                return failure
+            if not moving:
+                return _Failure(lease.state.backend.id, attempts, outcome.as_dict())
             # failover: route again among the backends not yet tried
 
     async def _attempts(
-        self, job: Job, messages: list[dict[str, Any]], turn: int, lease: Lease
-    ) -> tuple[tuple[Reply, float] | ProviderError, int]:
-        """Attempts of one call on the leased backend; returns with the slot released."""
+        self,
+        job: Job,
+        messages: list[dict[str, Any]],
+        turn: int,
+        lease: Lease,
+        attempt: int,
+        routed_at: float,
+        failover: bool = False,
+    ) -> tuple[tuple[Reply, float] | ProviderError, int, bool]:
+        """Attempts of one call on the leased backend; returns with the slot released: the
+        outcome, the number of the turn's last attempt, and whether the call moves on to another
+        backend (``failover`` allowed it and the budget here was spent on a transient error).
+        ``attempt``: attempts the turn made before, on backends failover left; ``routed_at``:
+        when the routing decision began (queue_ms counts from there)."""
         router = self.router
         state = lease.state
         backend = state.backend
@@ -321,8 +330,8 @@ class _Engine:
             self.options.on_text(text)  # type: ignore[misc]
 
         sink = on_text if (stream and self.options.on_text is not None) else None
-        t_queue = first_try = time.monotonic()
-        attempt = 0
+        t_queue, first_try = routed_at, time.monotonic()
+        first = attempt + 1
         paused: Reply | None = None
         while True:
             attempt += 1
@@ -335,13 +344,15 @@ class _Engine:
             except ProviderError as error:
                 t1 = time.monotonic()
                 router.observe(state, latency_ms=None, error=error)
-                delay = None if printed else self.policy.delay(attempt, error, t1 - first_try)
+                retry = attempt - first + 1
+                delay = None if printed else self.policy.delay(retry, error, t1 - first_try)
+                moving = delay is None and failover and error.transient and not printed
                 self._trace(
                     job,
                     turn,
                     attempt,
                     lease,
-                    "retry" if delay is not None else "error",
+                    "retry" if (delay is not None or moving) else "error",
                     ts_start,
                     t0,
                     t1,
@@ -353,7 +364,7 @@ class _Engine:
                 )
                 await router.release(lease)
                 if delay is None:
-                    return error, attempt
+                    return error, attempt, moving
                 log.info(
                     "rrcli.retry_scheduled",
                     job_id=job.id,
@@ -368,7 +379,7 @@ class _Engine:
                 continue
             t1 = time.monotonic()
             latency_ms = round((t1 - t0) * 1000.0, 3)
-            router.observe(state, latency_ms=latency_ms, error=None)
+            router.observe(state, latency_ms=latency_ms, error=None, pause=reply.pause_s)
             if reply.input_tokens is not None or reply.output_tokens is not None:
                 actual = (reply.input_tokens or 0) + (reply.output_tokens or 0)
                 await state.gate.settle(estimate, actual)
@@ -379,7 +390,7 @@ class _Engine:
                 reply = _join(paused, reply)
             if reply.continuation is None:
                 await router.release(lease)
-                return (reply, latency_ms), attempt
+                return (reply, latency_ms), attempt, False
             # Anthropic pause_turn: continue the same turn on the same backend, same slot.
             paused = reply
             messages = [*messages, reply.continuation]

@@ -7,13 +7,18 @@ HTTP server share it, so a profile behaves alike with either.
 
 The server speaks OpenAI ``/v1/chat/completions`` and Anthropic ``/v1/messages`` (plain and SSE
 streaming, usage in both), ``/v1/models``, and ``/stats`` (``/stats/reset``) so tests can see what
-the server saw: requests, peak concurrency, 429s sent, and requests per credential (by a short
+the server saw: requests, peak concurrency, 429s sent, assistant messages received in histories
+(and how many carried ``reasoning_content``), and requests per credential (by a short
 sha256 fingerprint of the key, with the header it came in).
 
 Tests force behaviour per backend with request headers (a profile's ``headers``):
 ``x-sim-status: CODE`` answers that status (with ``x-sim-error-type``, ``x-sim-error-code``,
-``x-sim-error-message``, and ``x-sim-response-headers: {JSON}`` added to the answer, a null value
-removing one); ``x-sim-mode: a,b`` with ``cut-stream`` (end a stream halfway, without its end
+``x-sim-error-message``); ``x-sim-response-headers: {JSON}`` adds headers to any answer, error or
+success (a null value removes one); ``x-sim-ratelimit: requests=MS,tokens=MS`` makes a success say
+those budgets are spent until MS from now, in the API's own headers (OpenAI
+``x-ratelimit-remaining-requests: 0`` with ``x-ratelimit-reset-requests: 500ms``; Anthropic
+``anthropic-ratelimit-requests-remaining: 0`` with an RFC 3339 ``...-reset``);
+``x-sim-mode: a,b`` with ``cut-stream`` (end a stream halfway, without its end
 marker), ``stream-error`` (an ``error`` event halfway through a 200 stream), ``pause-turn``
 (Anthropic: stop with ``pause_turn`` halfway unless the last message is the assistant's, i.e. once
 per turn), ``plain-json`` (answer a streaming request with one JSON body), ``reasoning`` (add

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from rrcli.gate import LocalGate, make_gates
+from rrcli.gate import PROBE_INITIAL, Aimd, LocalGate, aimd_step, make_gates
 from rrcli.profile import Backend, GateSettings, Profile
 from tests.test_gate_fakes import FakeTime
 
@@ -277,13 +277,43 @@ def test_aimd_halves_once_for_calls_failing_together_then_regrows():
 
 def test_aimd_regrowth_counts_successes_in_a_row_and_never_below_one():
     """A 429 halves the cap and restarts the run of successes; at cap c, c successes in a row add
-    one; a cap of 1 is never lowered."""
+    one, except that growing back to the cap of the last 429 takes c × PROBE_INITIAL; a cap of 1
+    is never lowered."""
     gate = _gate(4, adaptive=True)
     caps = []
-    for rate_limited in (True, False, True, True, False, False, True):
+    probe = 2 * PROBE_INITIAL  # successes at cap 2 to grow back to 3, where the last 429 came
+    for rate_limited in (True, False, False, True, True, False, *[False] * probe):
         gate.record(rate_limited)
         caps.append(gate.cap)
-    assert [2, 2, 1, 1, 2, 2, 1] == caps
+    assert [2, 2, 3, 1, 1, 2, *[2] * (probe - 1), 3] == caps
+
+
+@settings(max_examples=60, deadline=None)
+@given(capacity=st.integers(1, 16), extra=st.integers(1, 48))
+def test_aimd_against_a_hidden_capacity_few_429s_and_most_of_the_throughput(capacity, extra):
+    """A closed loop against a server that answers 429 to calls beyond its capacity C, with the
+    cap configured above C: over 3000 calls, under 5 % draw a 429 and the throughput (successes
+    per round; each round sends ``cap`` calls at once) is at least 80 % of C. Plain AIMD, growing
+    back to the failed level after every run, draws ~10 % 429s at C = 4."""
+    max_cap = capacity + extra
+    state, calls, limited, served, rounds = Aimd(max_cap), 0, 0, 0, 0
+    while calls < 3000:
+        cap = state.cap
+        outcomes = [False] * min(cap, capacity) + [True] * max(0, cap - capacity)
+        hold = 0
+        for rate_limited in outcomes:
+            held = hold > 0
+            hold -= held
+            before = state.cap
+            state = aimd_step(state, max_cap, rate_limited, held)
+            if state.cap < before:
+                hold = len(outcomes) - 1
+        calls += len(outcomes)
+        limited += sum(outcomes)
+        served += min(cap, capacity)
+        rounds += 1
+    assert limited / calls < 0.05, (limited, calls)
+    assert served / rounds >= 0.8 * capacity, (served / rounds, capacity)
 
 
 def test_lowering_the_cap_keeps_held_slots_and_blocks_new_admissions():

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rrcli.errors import NoBackendError, ProviderError
-from rrcli.gate import LocalGate, make_gates
+from rrcli.gate import PROBE_INITIAL, LocalGate, make_gates
 from rrcli.profile import STRATEGIES, Backend, CooldownSettings, GateSettings, Profile
 from rrcli.router import Lease, Router
 from tests.test_gate_fakes import FakeTime
@@ -378,15 +378,15 @@ def test_exclude_routes_among_the_others_and_fails_clearly_when_none_is_left():
 
 
 def test_rate_limits_counted_per_attempt_for_aimd():
-    """With adaptive gates each 429 attempt observed counts: cap 8 → 4 → 2; then 2 + 3
-    successes regrow it to 4."""
+    """With adaptive gates each 429 attempt observed counts: cap 8 → 4 → 2; then 2 successes
+    regrow it to 3, and 3 × PROBE_INITIAL more to 4, the cap of the last 429."""
     router = _router(_profile(caps=(8,), gate=GateSettings(adaptive=True)))
     b0 = router.states[0]
     caps = []
     for _ in range(2):
         router.observe(b0, error=_rate_limited())
         caps.append(b0.cap)
-    for _ in range(5):
+    for _ in range(2 + 3 * PROBE_INITIAL):
         router.observe(b0, latency_ms=50.0)
     caps.append(b0.cap)
     assert [4, 2, 4] == caps
@@ -424,7 +424,8 @@ def test_first_available_slot_freed_by_regrowth_goes_to_the_waiter_not_a_newcome
         held = await router.acquire()
         waiter = asyncio.ensure_future(router.acquire())
         await _settle()
-        router.observe(state, latency_ms=10.0)  # one success at cap 1: cap -> 2
+        for _ in range(PROBE_INITIAL):  # a probe's run of successes at cap 1: cap -> 2
+            router.observe(state, latency_ms=10.0)
         newcomer = asyncio.ensure_future(router.acquire())
         await _settle()
         seen = [waiter.done(), newcomer.done()]

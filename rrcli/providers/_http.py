@@ -25,6 +25,7 @@ from rrcli.providers.base import (
     Reply,
     error_from_status,
     invalid_response,
+    rate_limit_pause,
     stream_error,
     translate_transport_error,
 )
@@ -129,6 +130,7 @@ class HTTPProvider:
     def _finish(self, reply: Reply, response: httpx2.Response) -> Reply:
         reply.http_status = response.status_code
         reply.request_id = response.headers.get(self.request_id_header) or reply.request_id
+        reply.pause_s = rate_limit_pause(response.headers)
         return reply
 
     async def _send_streamed(self, content: bytes, on_text: Callable[[str], None] | None) -> Reply:

@@ -24,9 +24,11 @@ decided by the rules of SPEC §7 (as ``map_httpcore_exceptions`` does for httpx)
 from __future__ import annotations
 
 import email.utils
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 import httpx2
@@ -49,6 +51,8 @@ __all__ = [
     "error_from_status",
     "invalid_response",
     "is_context_length_message",
+    "parse_duration",
+    "rate_limit_pause",
     "redact",
     "retry_after_seconds",
     "translate_transport_error",
@@ -87,6 +91,9 @@ class Reply:
     # An Anthropic ``pause_turn``: the assistant message to append to ``messages`` before the
     # runner sends the same call again, on the same backend, to finish the turn.
     continuation: dict[str, Any] | None = None
+    # Seconds until the server's rate-limit window resets, when its headers say nothing is left
+    # (``x-ratelimit-remaining-requests: 0``...): the runner pauses the backend's gate that long.
+    pause_s: float | None = None
 
 
 class Provider(Protocol):
@@ -192,6 +199,66 @@ def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) ->
     if when is None:
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+#: (remaining, reset) header pairs: OpenAI's resets are durations ("1s", "6m0s", "250ms"),
+#: Anthropic's RFC 3339 times.
+_OPENAI_LIMITS = tuple(
+    (f"x-ratelimit-remaining-{k}", f"x-ratelimit-reset-{k}") for k in ("requests", "tokens")
+)
+_ANTHROPIC_LIMITS = tuple(
+    (f"anthropic-ratelimit-{k}-remaining", f"anthropic-ratelimit-{k}-reset")
+    for k in ("requests", "tokens", "input-tokens", "output-tokens")
+)
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|h|m|s)")
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+MAX_PAUSE = 3600.0  # seconds: a reset further away than this is not believed
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in an OpenAI reset duration ("1s", "6m0s", "1h2m3.5s", "250ms"); None when the
+    text is not one."""
+    text = text.strip()
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+
+
+def _reset_seconds(value: str, now: float) -> float | None:
+    """A reset header's seconds from now: a duration, an RFC 3339 time, or plain seconds."""
+    seconds = parse_duration(value)
+    if seconds is not None:
+        return seconds
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    return when.timestamp() - now
+
+
+def rate_limit_pause(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds to hold a backend's new calls, from a response's rate-limit headers: the latest
+    reset among the budgets (requests, tokens) whose remaining count is 0; None when every budget
+    has some left, or the headers are absent or unreadable. ``now``: wall-clock seconds (for
+    Anthropic's absolute reset times)."""
+    now = time.time() if now is None else now
+    pause: float | None = None
+    for remaining, reset in (*_OPENAI_LIMITS, *_ANTHROPIC_LIMITS):
+        left = headers.get(remaining)
+        if left is None or left.strip() not in ("0", "0.0"):
+            continue
+        value = headers.get(reset)
+        seconds = None if value is None else _reset_seconds(value, now)
+        if seconds is not None and 0.0 < seconds <= MAX_PAUSE:
+            pause = seconds if pause is None else max(pause, seconds)
+    return pause
 
 
 def error_details(body: bytes | Any) -> tuple[str, str, str]:
