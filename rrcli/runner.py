@@ -28,7 +28,7 @@ from typing import Any, BinaryIO
 
 import structlog
 
-from rrcli.errors import ProviderError, UsageError
+from rrcli.errors import NoBackendError, ProviderError, UsageError
 from rrcli.jobs import InvalidJob, Job, iter_jobs, shard_of
 from rrcli.profile import Profile
 from rrcli.providers import make_provider
@@ -272,6 +272,7 @@ class _Engine:
         """One call of a job, with its retries on one backend (and failover when enabled)."""
         tried: set[str] = set()
         attempts = 0
+        last: _Failure | None = None
         while True:
             routed_at = time.monotonic()  # queue_ms counts the wait for a slot from here
             try:
@@ -279,8 +280,9 @@ class _Engine:
                     session=job.session if self.session_binding else None,
                     exclude=frozenset(tried),
                 )
-            except UsageError as exc:  # failover found no backend left to try
-                return _Failure(None, attempts, {"type": "no_backend", "message": str(exc)})
+            except NoBackendError as exc:
+                # failover found no backend left to try: the last real error is the job's
+                return last or _Failure(None, attempts, {"type": "no_backend", "message": str(exc)})
             tried.add(lease.state.backend.id)
             failover = self.profile.retry.failover and len(tried) < len(self.router.states)
             held = True
@@ -294,8 +296,9 @@ class _Engine:
                     await asyncio.shield(self.router.release(lease))
             if not isinstance(outcome, ProviderError):
                 return outcome[0], lease, attempts, outcome[1]
+            last = _Failure(lease.state.backend.id, attempts, outcome.as_dict())
             if not moving:
-                return _Failure(lease.state.backend.id, attempts, outcome.as_dict())
+                return last
             # failover: route again among the backends not yet tried
 
     async def _attempts(
