@@ -12,7 +12,8 @@ Keys of one scope (see ``scope_keys``)::
     queue   ZSET  ticket -> arrival number    the waiters, FIFO across processes
     qexp    ZSET  ticket -> expiry            the waiters' own short leases
     seq     STR   arrival counter
-    aimd    HASH  cap, ok                     the shared effective cap (adaptive)
+    aimd    HASH  cap, streak, ceiling,       the shared adaptive cap (the rule: gate.aimd_step)
+                  probe, hold
     pause   STR   server time until which no slot is granted (Retry-After)
     gcra    HASH  r, t                        theoretical arrival times of the rpm and tpm budgets
     wake    pub/sub channel                   a slot was released (payload: the releasing process)
@@ -195,32 +196,43 @@ return fmt(cur - now)
 """,
 )
 
-# KEYS aimd slots; ARGV max_cap rate_limited(0|1) ttl. The shared AIMD cap: halve on a 429/529,
-# grow by one after `cap` successes in a row, never above max_cap nor below 1. As in the local
-# gate, the calls that were in flight when the cap was halved answered from the old load: their
-# next reports (`hold`, as many as the other slots held then) cannot halve it again.
-# Returns the new cap.
+# KEYS aimd slots; ARGV max_cap rate_limited(0|1) ttl probe_initial probe_max. The shared
+# adaptive cap, step for step the rule of ``gate.aimd_step`` (tests/test_redis_aimd.py drives both
+# with the same events): a 429/529 halves the cap (never below 1) and remembers the cap it came at
+# as the ceiling; each run of `cap` successes grows the cap by one, but growing back TO the
+# ceiling takes `probe` runs, `probe` doubling (up to probe_max) each time that level draws a 429
+# again; a whole run at the ceiling without a 429 forgets it. The calls that were in flight when
+# the cap was halved answered from the old load: their next reports (`hold`, as many as the other
+# slots held then) cannot halve it again. Returns the new cap.
 AIMD = Script(
     ("aimd", "slots"),
     """
-local max_cap = tonumber(ARGV[1])
-local cap = tonumber(redis.call('HGET', KEYS[1], 'cap') or max_cap)
-local ok = tonumber(redis.call('HGET', KEYS[1], 'ok') or 0)
-local hold = tonumber(redis.call('HGET', KEYS[1], 'hold') or 0)
+local max_cap, initial, most = tonumber(ARGV[1]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local s = redis.call('HMGET', KEYS[1], 'cap', 'streak', 'ceiling', 'probe', 'hold')
+local cap, streak = tonumber(s[1] or max_cap), tonumber(s[2] or 0)
+local ceiling, probe, hold = tonumber(s[3] or 0), tonumber(s[4] or initial), tonumber(s[5] or 0)
 local held = hold > 0
 if held then hold = hold - 1 end
 if cap > max_cap then cap = max_cap end
 if ARGV[2] == '1' then
-  ok = 0
+  streak = 0
   if not held and cap > 1 then
-    cap = math.max(1, math.floor(cap / 2))
+    if cap == ceiling then probe = math.min(most, probe * 2) else probe = initial end
+    ceiling, cap = cap, math.floor(cap / 2)
     hold = math.max(0, redis.call('ZCARD', KEYS[2]) - 1)
   end
 else
-  ok = ok + 1
-  if ok >= cap and cap < max_cap then cap, ok = cap + 1, 0 end
+  streak = streak + 1
+  if ceiling > 0 and cap >= ceiling and streak >= cap then
+    streak, ceiling, probe = 0, 0, initial  -- the level that failed holds now
+  else
+    local need = cap
+    if ceiling > 0 and cap + 1 >= ceiling then need = cap * probe end
+    if streak >= need and cap < max_cap then cap, streak = cap + 1, 0 end
+  end
 end
-redis.call('HSET', KEYS[1], 'cap', cap, 'ok', ok, 'hold', hold)
+redis.call('HSET', KEYS[1], 'cap', cap, 'streak', streak, 'ceiling', ceiling, 'probe', probe,
+           'hold', hold)
 redis.call('PEXPIRE', KEYS[1], ms(tonumber(ARGV[3])))
 return cap
 """,

@@ -44,6 +44,7 @@ import structlog
 
 from rrcli import _redis_scripts as lua
 from rrcli.errors import GateUnavailableError
+from rrcli.gate import PROBE_INITIAL, PROBE_MAX
 from rrcli.profile import Backend, Profile
 
 __all__ = ["RedisGate", "RedisGates", "ScopeLimits", "make_redis_gates", "redacted_url"]
@@ -494,14 +495,16 @@ class RedisGate:
             )
 
     def record(self, rate_limited: bool) -> None:
-        """Per attempt: with ``adaptive``, feed the shared AIMD cap (in the background)."""
+        """Per attempt: with ``adaptive``, feed the shared adaptive cap (in the background); the
+        rule is ``gate.aimd_step``'s, run atomically in Redis (``_redis_scripts.AIMD``)."""
         if self.hub.adaptive:
             self.hub.background(self._record(rate_limited))
 
     async def _record(self, rate_limited: bool) -> None:
         cap = await self.hub.best_effort(
-            "aimd", lua.AIMD, self.keys, self.max_cap, int(rate_limited), AIMD_TTL
-        )
+            "aimd", lua.AIMD, self.keys, self.max_cap, int(rate_limited), AIMD_TTL,
+            PROBE_INITIAL, PROBE_MAX,
+        )  # fmt: skip
         if cap is not None:
             self._cap = int(cap)
 

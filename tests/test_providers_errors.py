@@ -289,3 +289,47 @@ def test_anthropic_stop_reason_mapping(stop: str, finish: str) -> None:
     payload = {"content": [{"type": "text", "text": "x"}], "stop_reason": stop, "usage": {}}
     reply, _ = send_canned("anthropic", payload, Call([{"role": "user", "content": "hi"}]))
     assert finish == reply.finish_reason
+
+
+NOW = 1_700_000_000.0
+IN_2S = "2023-11-14T22:13:22+00:00"  # NOW + 2 s, as Anthropic writes its resets
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "expected"),
+    [
+        (429, {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s"}, 1.5),
+        (429, {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "6m0s"}, 360.0),
+        (
+            429,
+            {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "250ms",
+             "x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "2s"},
+            2.0,
+        ),
+        (429, {"anthropic-ratelimit-requests-remaining": "0",
+               "anthropic-ratelimit-requests-reset": IN_2S}, 2.0),
+        (529, {"anthropic-ratelimit-tokens-remaining": "0",
+               "anthropic-ratelimit-tokens-reset": IN_2S}, 2.0),
+        (429, {"retry-after": "3", "x-ratelimit-remaining-requests": "0",
+               "x-ratelimit-reset-requests": "20s"}, 3.0),
+        (429, {"retry-after-ms": "120", "x-ratelimit-remaining-requests": "0",
+               "x-ratelimit-reset-requests": "20s"}, 0.12),
+        (429, {"x-ratelimit-remaining-requests": "5", "x-ratelimit-reset-requests": "20s"}, None),
+        (429, {"x-ratelimit-reset-requests": "20s"}, None),
+        (401, {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "20s"}, None),
+    ],
+    ids=[
+        "openai-requests", "openai-tokens", "latest-spent-budget", "anthropic-requests",
+        "anthropic-529", "retry-after-wins", "retry-after-ms-wins", "budget-left",
+        "no-remaining-header", "not-retried",
+    ],
+)  # fmt: skip
+def test_rate_limit_reset_headers_give_the_delay_when_retry_after_is_absent(
+    status, headers, expected
+) -> None:
+    """A 429/529 without Retry-After whose rate-limit headers say a budget is spent (remaining
+    0) asks for the time until that budget resets (the latest, if several are spent); a
+    Retry-After still wins, a budget with some left says nothing, and an error that is never
+    retried carries no delay."""
+    error = error_from_status(status, httpx2.Headers(headers), body("slow down"), RETRY, now=NOW)
+    assert expected == error.retry_after

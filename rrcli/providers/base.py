@@ -298,6 +298,8 @@ def error_from_status(
     Transient when the status is in ``retry.retry_on_status`` or the error is Anthropic's
     ``overloaded_error``; the server's ``x-should-retry`` header overrides that; a 429 for
     ``insufficient_quota`` and a 400 saying the context is too long are never transient.
+    ``retry_after`` is the server's Retry-After; without one, the reset of a rate-limit budget
+    its headers say is spent (``rate_limit_pause``), as a success's headers pause the gate.
     """
     if 300 <= status < 400:
         target = redact(headers.get("location") or "(no Location header)", secret)
@@ -325,12 +327,17 @@ def error_from_status(
         text += " — the account is out of credit or quota; add funds or use another key"
     elif status in (400, 413) and is_context_length_message(f"{message} {kind} {code}"):
         type_, transient = "context_length_exceeded", False
+    retry_after = None
+    if transient or rate_limited:
+        retry_after = retry_after_seconds(headers, now)
+        if retry_after is None:
+            retry_after = rate_limit_pause(headers, now)
     return StatusError(
         text,
         type=type_,
         transient=transient,
         status_code=status,
-        retry_after=retry_after_seconds(headers, now) if transient or rate_limited else None,
+        retry_after=retry_after,
         rate_limited=rate_limited,
         body=None,
     )
