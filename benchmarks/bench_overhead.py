@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -84,6 +85,7 @@ async def rrcli_run(base_url: str, jobs: Path, tmp: Path, concurrency: int, stre
 
 
 async def litellm_router(base_url: str, n: int, concurrency: int) -> float | None:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch at import: offline
     try:
         import litellm
     except ImportError:

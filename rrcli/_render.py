@@ -19,9 +19,10 @@ from rich.text import Text
 
 if TYPE_CHECKING:
     from rrcli.checks import JobsReport, ProbeResult
+    from rrcli.plan import Plan
     from rrcli.profile import Profile, ValidationReport
     from rrcli.router import Router
-    from rrcli.runner import Plan, RunSummary
+    from rrcli.runner import RunSummary
 
 stderr = Console(stderr=True)
 stdout = Console()

@@ -120,8 +120,9 @@ def run(
 
     from rrcli import _render
     from rrcli._logging import configure_logging
+    from rrcli.plan import plan
     from rrcli.profile import load_profile, resolve_profile_path
-    from rrcli.runner import RunOptions, plan, run_sync
+    from rrcli.runner import RunOptions, run_sync
 
     if bool(jobs) == bool(prompts):
         raise click.UsageError("give a JOBS file or --prompt TEXT (one of the two)")

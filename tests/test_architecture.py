@@ -80,7 +80,8 @@ def test_pure_modules_do_no_io(core):
 
 def test_core_never_imports_upward():
     """Nothing below the runner imports the runner, and nothing in the core imports the CLI."""
-    assert set() == importers_of("rrcli.runner") - {"rrcli.cli"}
+    assert set() == importers_of("rrcli.runner") - {"rrcli.cli", "rrcli.plan"}
+    assert set() == importers_of("rrcli.engine") - {"rrcli.runner", "rrcli.plan"}
 
 
 def test_help_imports_no_heavy_module():

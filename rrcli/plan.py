@@ -1,0 +1,64 @@
+"""``rrcli run --dry-run``: parse, validate and route every selected job on paper; send nothing.
+
+The plan is what a user checks before spending money: calls per deployment, estimated input
+tokens and, where backends have a ``price``, the estimated input cost.
+"""
+
+from __future__ import annotations
+
+import random
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+from rrcli.engine import RunSummary, estimate_tokens
+from rrcli.jobs import InvalidJob, iter_jobs
+from rrcli.profile import Profile
+from rrcli.runner import RunOptions, make_router, open_jobs, select_jobs
+
+__all__ = ["Plan", "plan"]
+
+
+@dataclass(slots=True)
+class Plan:
+    """What ``--dry-run`` prints: routing on paper, nothing sent."""
+
+    jobs: int = 0
+    invalid: int = 0
+    skipped: int = 0
+    calls: dict[str, int] = field(default_factory=dict)
+    input_tokens: dict[str, int] = field(default_factory=dict)
+    input_cost: dict[str, float] | None = None
+
+
+async def plan(profile: Profile, options: RunOptions) -> Plan:
+    """Parse, validate and route every selected job on paper, with an idle pool; send nothing."""
+    seed = options.seed if options.seed is not None else profile.seed
+    router, _ = make_router(profile, random.Random(seed), local=True)
+    result = Plan(calls={b.id: 0 for b in profile.backends})
+    result.input_tokens = dict.fromkeys(result.calls, 0)
+    summary = RunSummary("dry-run")
+    session_binding = profile.binding == "session"
+    with ExitStack() as stack:
+        source, stream = open_jobs(options, stack)
+        jobs = select_jobs(iter_jobs(stream, source), done=None, summary=summary,
+                       shard=options.shard, limit=options.limit)  # fmt: skip
+        for job in jobs:
+            if isinstance(job, InvalidJob):
+                result.invalid += 1
+                continue
+            result.jobs += 1
+            history = list(job.messages)
+            for text in job.turns or (None,):
+                if text is not None:
+                    history.append({"role": "user", "content": text})
+                lease = await router.acquire(session=job.session if session_binding else None)
+                await router.release(lease)
+                backend_id = lease.state.backend.id
+                result.calls[backend_id] += 1
+                result.input_tokens[backend_id] += estimate_tokens(history, {})
+    prices = {b.id: b.price for b in profile.backends if b.price is not None}
+    if prices:
+        result.input_cost = {
+            bid: result.input_tokens[bid] * price.input / 1e6 for bid, price in prices.items()
+        }
+    return result
