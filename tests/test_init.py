@@ -39,13 +39,12 @@ def test_starter_keys_are_one_variable_per_backend(tmp_path):
     assert ["OPENAI_API_KEY_1", "OPENAI_API_KEY_2", "OPENAI_API_KEY_3"] == names
 
 
-def test_default_path_is_rrcli_toml_in_the_working_folder(tmp_path):
+def test_default_path_is_rrcli_toml_in_the_working_folder(tmp_path, monkeypatch):
     """Without PATH, init writes ./rrcli.toml."""
-    runner = CliRunner()
-    with runner.isolated_filesystem(temp_dir=tmp_path) as cwd:
-        result = runner.invoke(main, ["init", "--provider", "sim"])
-        assert 0 == result.exit_code
-        assert validate_profile(f"{cwd}/rrcli.toml").ok
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["init", "--provider", "sim"])
+    assert 0 == result.exit_code
+    assert validate_profile(tmp_path / "rrcli.toml").ok
 
 
 def test_never_overwrites_without_force(tmp_path):
