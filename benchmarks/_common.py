@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import orjson
@@ -58,3 +59,14 @@ def write_jobs(path: Path, n: int) -> Path:
 def peak_rss_mb() -> float:
     """Peak resident memory of this process so far, in MB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def call_records(traces: Path) -> Iterator[dict]:
+    """The call records of a trace file, with ``start``/``end`` as epoch seconds."""
+    with open(traces, "rb") as f:
+        for line in f:
+            rec = orjson.loads(line)
+            if rec["event"] == "call":
+                rec["start"] = datetime.fromisoformat(rec["ts_start"]).timestamp()
+                rec["end"] = datetime.fromisoformat(rec["ts_end"]).timestamp()
+                yield rec

@@ -17,12 +17,10 @@ import os
 import subprocess
 import sys
 import tempfile
-from datetime import datetime
 from pathlib import Path
 
-import orjson
 import tomli_w
-from _common import ROOT, sim_server, write_jobs
+from _common import ROOT, call_records, sim_server, write_jobs
 
 
 def write_profile(path: Path, url: str, cap: int, adaptive: bool) -> Path:
@@ -43,16 +41,11 @@ def write_profile(path: Path, url: str, cap: int, adaptive: bool) -> Path:
 def measure(traces: Path) -> tuple[float, int, int, int]:
     """(makespan in seconds, calls, 429s, ok calls) from a trace file."""
     first, last, n, limited, ok = float("inf"), 0.0, 0, 0, 0
-    with open(traces, "rb") as f:
-        for line in f:
-            rec = orjson.loads(line)
-            if rec["event"] != "call":
-                continue
-            first = min(first, datetime.fromisoformat(rec["ts_start"]).timestamp())
-            last = max(last, datetime.fromisoformat(rec["ts_end"]).timestamp())
-            n += 1
-            limited += rec["http_status"] == 429
-            ok += rec["outcome"] == "ok"
+    for rec in call_records(traces):
+        first, last = min(first, rec["start"]), max(last, rec["end"])
+        n += 1
+        limited += rec["http_status"] == 429
+        ok += rec["outcome"] == "ok"
     return last - first, n, limited, ok
 
 

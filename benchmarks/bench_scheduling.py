@@ -22,12 +22,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 
-import orjson
 import tomli_w
-from _common import ROOT, sim_server, write_jobs
+from _common import ROOT, call_records, sim_server, write_jobs
 
 STRATEGIES = ("round_robin", "random", "weighted", "least_loaded", "first_available", "fastest")
 LATENCIES_MS = (50, 100, 200)
@@ -56,16 +54,11 @@ def makespan(traces: Path) -> tuple[float, int, dict[str, int], float]:
     makespan for the latencies the calls actually had, HTTP and client overhead included)."""
     first, last, limited, served = float("inf"), 0.0, 0, {}
     latency: dict[str, float] = {}
-    with open(traces, "rb") as f:
-        for line in f:
-            rec = orjson.loads(line)
-            if rec["event"] != "call":
-                continue
-            first = min(first, datetime.fromisoformat(rec["ts_start"]).timestamp())
-            last = max(last, datetime.fromisoformat(rec["ts_end"]).timestamp())
-            limited += rec["http_status"] == 429
-            served[rec["deployment"]] = served.get(rec["deployment"], 0) + 1
-            latency[rec["deployment"]] = latency.get(rec["deployment"], 0.0) + rec["latency_ms"]
+    for rec in call_records(traces):
+        first, last = min(first, rec["start"]), max(last, rec["end"])
+        limited += rec["http_status"] == 429
+        served[rec["deployment"]] = served.get(rec["deployment"], 0) + 1
+        latency[rec["deployment"]] = latency.get(rec["deployment"], 0.0) + rec["latency_ms"]
     rate = sum(CAP / (latency[k] / served[k] / 1000.0) for k in served)  # calls/s, all slots busy
     return last - first, limited, served, sum(served.values()) / rate
 
