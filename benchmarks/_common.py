@@ -70,3 +70,12 @@ def call_records(traces: Path) -> Iterator[dict]:
                 rec["start"] = datetime.fromisoformat(rec["ts_start"]).timestamp()
                 rec["end"] = datetime.fromisoformat(rec["ts_end"]).timestamp()
                 yield rec
+
+
+def start_run(jobs: Path, profile: Path, out: Path, traces: Path, *extra: str) -> subprocess.Popen:
+    """`rrcli run` in its own process (quiet), writing to ``out`` and ``traces``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "rrcli", "run", str(jobs), "-p", str(profile), "-q",
+         "--out", str(out), "--traces", str(traces), *extra],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip

@@ -13,14 +13,11 @@ beyond C at once. Two profiles run the same jobs, end to end, in fresh processes
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import tomli_w
-from _common import ROOT, call_records, sim_server, write_jobs
+from _common import call_records, sim_server, start_run, write_jobs
 
 
 def write_profile(path: Path, url: str, cap: int, adaptive: bool) -> Path:
@@ -65,12 +62,8 @@ def main() -> None:
         for name, cap, adaptive in (("knew", c, False), ("adaptive", 2 * c, True)):
             profile = write_profile(tmp / f"{name}.toml", url, cap, adaptive)
             traces = tmp / f"{name}.traces.jsonl"
-            done = subprocess.run(
-                [sys.executable, "-m", "rrcli", "run", str(jobs), "-p", str(profile), "-q",
-                 "--out", str(tmp / f"{name}.results.jsonl"), "--traces", str(traces)],
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
-                check=False,
-            )  # fmt: skip
+            done = start_run(jobs, profile, tmp / f"{name}.results.jsonl", traces)
+            done.wait()
             span, calls, limited, ok = measure(traces)
             rates[name] = ok / span
             print(

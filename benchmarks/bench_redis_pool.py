@@ -21,15 +21,7 @@ from pathlib import Path
 
 import httpx2
 import tomli_w
-from _common import ROOT, free_port, sim_server, write_jobs
-
-
-def rrcli(*args: object, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "rrcli", "run", *map(str, args), "-q"],
-        cwd=cwd,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
+from _common import free_port, sim_server, start_run, write_jobs
 
 
 def profile(path: Path, urls: list[str], gate: dict) -> Path:
@@ -71,8 +63,7 @@ def main() -> None:
             jobs = write_jobs(tmp / "jobs.jsonl", args.jobs)
             local = profile(tmp / "local.toml", [u1, u2], {"kind": "local"})
             t0 = time.perf_counter()
-            proc = rrcli(jobs, "-p", local, "--out", tmp / "l.jsonl", "--traces", tmp / "lt.jsonl",
-                         cwd=tmp)  # fmt: skip
+            proc = start_run(jobs, local, tmp / "l.jsonl", tmp / "lt.jsonl")
             assert proc.wait() == 0
             one = args.jobs / (time.perf_counter() - t0)
             local_peaks = peaks([u1, u2])
@@ -85,17 +76,8 @@ def main() -> None:
             )
             t0 = time.perf_counter()
             procs = [
-                rrcli(
-                    jobs,
-                    "-p",
-                    shared,
-                    "--shard",
-                    f"{i}/4",
-                    "--out",
-                    tmp / f"r{i}.jsonl",
-                    "--traces",
-                    tmp / f"t{i}.jsonl",
-                    cwd=tmp,
+                start_run(
+                    jobs, shared, tmp / f"r{i}.jsonl", tmp / f"t{i}.jsonl", "--shard", f"{i}/4"
                 )
                 for i in range(4)
             ]

@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import tomli_w
-from _common import ROOT, call_records, sim_server, write_jobs
+from _common import call_records, sim_server, start_run, write_jobs
 
 STRATEGIES = ("round_robin", "random", "weighted", "least_loaded", "first_available", "fastest")
 LATENCIES_MS = (50, 100, 200)
@@ -84,12 +81,8 @@ def main() -> None:
             profile = write_profile(tmp / f"{strategy}.toml", urls, strategy)
             traces = tmp / f"{strategy}.traces.jsonl"
             t0 = time.perf_counter()
-            done = subprocess.run(
-                [sys.executable, "-m", "rrcli", "run", str(jobs), "-p", str(profile), "-q",
-                 "--out", str(tmp / f"{strategy}.results.jsonl"), "--traces", str(traces)],
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
-                check=False,
-            )  # fmt: skip
+            done = start_run(jobs, profile, tmp / f"{strategy}.results.jsonl", traces)
+            done.wait()
             wall = time.perf_counter() - t0
             span, limited, served, measured = makespan(traces)
             shares = " ".join(f"{k}={v}" for k, v in sorted(served.items()))
