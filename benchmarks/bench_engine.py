@@ -20,8 +20,8 @@ from pathlib import Path
 import orjson
 from _common import peak_rss_mb, write_jobs
 
-from rrcli.profile import Backend, Profile, SimSettings
-from rrcli.runner import RunOptions, run
+from rrcli.config.profile import Backend, Profile, SimSettings
+from rrcli.run.runner import RunOptions, run
 
 
 def one(n: int) -> None:

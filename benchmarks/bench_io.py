@@ -49,7 +49,7 @@ def make_jobs(path: Path, n: int) -> None:
 
 
 def phase_parse(jobs: Path) -> tuple[int, float]:
-    from rrcli.jobs import Job, iter_jobs
+    from rrcli.records.jobs import Job, iter_jobs
 
     start = time.perf_counter()
     with open(jobs, "rb") as f:
@@ -58,8 +58,8 @@ def phase_parse(jobs: Path) -> tuple[int, float]:
 
 
 def phase_write(results: Path, traces: Path, n: int) -> tuple[int, float]:
-    from rrcli.results import ResultWriter
-    from rrcli.trace import TraceWriter
+    from rrcli.records.results import ResultWriter
+    from rrcli.records.trace import TraceWriter
 
     start = time.perf_counter()
     t0 = time.time()
@@ -100,7 +100,7 @@ def phase_write(results: Path, traces: Path, n: int) -> tuple[int, float]:
 
 
 def phase_resume(results: Path) -> tuple[int, float]:
-    from rrcli.results import prepare_output
+    from rrcli.records.results import prepare_output
 
     start = time.perf_counter()
     state = prepare_output(results, resume=True, overwrite=False)
@@ -140,7 +140,7 @@ def main() -> None:
 
 
 def baseline_mb(env: dict[str, str]) -> float:
-    code = "import resource, rrcli.jobs, rrcli.results, rrcli.trace; " + (
+    code = "import resource, rrcli.records.jobs, rrcli.records.results, rrcli.records.trace; " + (
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)

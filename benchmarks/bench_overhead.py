@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx2
 from _common import sim_server, write_jobs
 
-from rrcli.profile import Backend, Credentials, Profile
-from rrcli.runner import RunOptions, run
+from rrcli.config.profile import Backend, Credentials, Profile
+from rrcli.run.runner import RunOptions, run
 
 
 async def raw_loop(base_url: str, n: int, concurrency: int, stream: bool) -> float:

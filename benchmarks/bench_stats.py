@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 RRCLI = """
 import json, resource, sys, time
-from rrcli.stats import summarize
+from rrcli.stats.summary import summarize
 t = time.perf_counter()
 s = summarize([sys.argv[1]], workers=int(sys.argv[2]) or None)
 wall = time.perf_counter() - t

@@ -18,8 +18,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from rrcli.config.profile import load_profile, validate_profile
 from rrcli.errors import ProfileError, ProviderError, RRCLIError, UsageError
-from rrcli.profile import load_profile, validate_profile
 
 __version__ = "0.1.0"
 
@@ -39,11 +39,11 @@ __all__ = [
 ]
 
 _LAZY = {
-    "RunOptions": "rrcli.runner",
-    "RunSummary": "rrcli.runner",
-    "run": "rrcli.runner",
-    "iter_jobs": "rrcli.jobs",
-    "summarize": "rrcli.stats",
+    "RunOptions": "rrcli.run.runner",
+    "RunSummary": "rrcli.run.runner",
+    "run": "rrcli.run.runner",
+    "iter_jobs": "rrcli.records.jobs",
+    "summarize": "rrcli.stats.summary",
 }
 
 

@@ -18,11 +18,11 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from rrcli.checks import JobsReport, ProbeResult
-    from rrcli.plan import Plan
-    from rrcli.profile import Profile, ValidationReport
-    from rrcli.router import Router
-    from rrcli.runner import RunSummary
+    from rrcli.config.profile import Profile, ValidationReport
+    from rrcli.run.checks import JobsReport, ProbeResult
+    from rrcli.run.plan import Plan
+    from rrcli.run.router import Router
+    from rrcli.run.runner import RunSummary
 
 stderr = Console(stderr=True)
 stdout = Console()

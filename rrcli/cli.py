@@ -120,9 +120,9 @@ def run(
 
     from rrcli import _render
     from rrcli._logging import configure_logging
-    from rrcli.plan import plan
-    from rrcli.profile import load_profile, resolve_profile_path
-    from rrcli.runner import RunOptions, run_sync
+    from rrcli.config.profile import load_profile, resolve_profile_path
+    from rrcli.run.plan import plan
+    from rrcli.run.runner import RunOptions, run_sync
 
     if bool(jobs) == bool(prompts):
         raise click.UsageError("give a JOBS file or --prompt TEXT (one of the two)")
@@ -189,7 +189,7 @@ def validate(profile: str, as_json: bool, strict: bool, probe: bool, jobs_path: 
     import json
     import os
 
-    from rrcli.profile import resolve_profile_path, validate_profile
+    from rrcli.config.profile import resolve_profile_path, validate_profile
 
     report = validate_profile(resolve_profile_path(profile, os.environ), strict=strict)
     document = report.as_dict()
@@ -199,7 +199,7 @@ def validate(profile: str, as_json: bool, strict: bool, probe: bool, jobs_path: 
         from pathlib import Path
 
         from rrcli._render import jobs_report_lines
-        from rrcli.checks import check_jobs
+        from rrcli.run.checks import check_jobs
 
         jobs_report = check_jobs(Path(jobs_path))
         document["jobs"] = jobs_report.as_dict()
@@ -209,7 +209,7 @@ def validate(profile: str, as_json: bool, strict: bool, probe: bool, jobs_path: 
         import asyncio
 
         from rrcli._render import probe_lines
-        from rrcli.checks import probe as probe_backends
+        from rrcli.run.checks import probe as probe_backends
 
         results = asyncio.run(probe_backends(report.profile, os.environ))
         document["probe"] = [_probe_dict(r) for r in results]
@@ -259,7 +259,7 @@ def init(path: str, provider: str, backends: int, force: bool) -> None:
     """Write a starter profile to PATH (default ./rrcli.toml) that validates as written."""
     from pathlib import Path
 
-    from rrcli.init import write_starter
+    from rrcli.config.starter import write_starter
 
     written = write_starter(Path(path), provider, backends, force)
     pool = f"{backends} {provider} backend" + ("s" if backends > 1 else "")
@@ -302,7 +302,7 @@ def stats(
     import orjson
 
     from rrcli import _render
-    from rrcli.stats import summarize
+    from rrcli.stats.summary import summarize
 
     sources = [sys.stdin.buffer if t == "-" else t for t in traces]
     bins = _render.stats_plot_bins() if plot else None
@@ -357,7 +357,7 @@ def stats(
 @click.pass_context
 def sim_command(ctx: click.Context, host: str, port: int, **options: object) -> None:
     """Serve simulated OpenAI and Anthropic APIs on loopback, for trying profiles and tests."""
-    from rrcli.sim import check_host, config_from_options, serve
+    from rrcli.sim.behaviour import check_host, config_from_options, serve
 
     explicit = ctx.get_parameter_source("host") is not click.core.ParameterSource.DEFAULT
     check_host(host, explicit=explicit)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from rrcli.sim import RunningSim, config_from_options
+from rrcli.sim.behaviour import RunningSim, config_from_options
 
 
 @pytest.fixture

@@ -54,13 +54,13 @@ def importers_of(target: str) -> set[str]:
 @pytest.mark.parametrize(
     ("target", "allowed"),
     [
-        ("httpx2", {"rrcli.providers._http", "rrcli.providers.base", "rrcli.sim",
-                    "rrcli._simserver", "rrcli.providers.openai", "rrcli.providers.anthropic"}),
+        ("httpx2", {"rrcli.providers._http", "rrcli.providers.base", "rrcli.sim.behaviour",
+                    "rrcli.sim.server", "rrcli.providers.openai", "rrcli.providers.anthropic"}),
         ("rich", {"rrcli._render"}),
         ("click", {"rrcli.cli"}),
-        ("redis", {"rrcli.redis_gate"}),
-        ("starlette", {"rrcli._simserver", "rrcli.sim"}),
-        ("uvicorn", {"rrcli._simserver", "rrcli.sim"}),
+        ("redis", {"rrcli.run.redis_gate"}),
+        ("starlette", {"rrcli.sim.server", "rrcli.sim.behaviour"}),
+        ("uvicorn", {"rrcli.sim.server", "rrcli.sim.behaviour"}),
         ("rrcli.cli", {"rrcli.__main__"}),
         ("rrcli._render", {"rrcli.cli"}),
         ("rrcli._logging", {"rrcli.cli"}),
@@ -71,7 +71,9 @@ def test_only_the_named_modules_import(target, allowed):
     assert set() == importers_of(target) - allowed
 
 
-@pytest.mark.parametrize("core", ["rrcli.profile", "rrcli.strategies", "rrcli.retry"])
+@pytest.mark.parametrize(
+    "core", ["rrcli.config.profile", "rrcli.run.strategies", "rrcli.run.retry"]
+)
 def test_pure_modules_do_no_io(core):
     """profile, strategies and retry import no network, event loop or terminal library."""
     banned = {"httpx2", "asyncio", "rich", "click", "socket", "redis"}
@@ -80,8 +82,8 @@ def test_pure_modules_do_no_io(core):
 
 def test_core_never_imports_upward():
     """Nothing below the runner imports the runner, and nothing in the core imports the CLI."""
-    assert set() == importers_of("rrcli.runner") - {"rrcli.cli", "rrcli.plan"}
-    assert set() == importers_of("rrcli.engine") - {"rrcli.runner", "rrcli.plan"}
+    assert set() == importers_of("rrcli.run.runner") - {"rrcli.cli", "rrcli.run.plan"}
+    assert set() == importers_of("rrcli.run.engine") - {"rrcli.run.runner", "rrcli.run.plan"}
 
 
 def test_help_imports_no_heavy_module():

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from rrcli.gate import PROBE_INITIAL, Aimd, LocalGate, aimd_step, make_gates
-from rrcli.profile import Backend, GateSettings, Profile
+from rrcli.config.profile import Backend, GateSettings, Profile
+from rrcli.run.gate import PROBE_INITIAL, Aimd, LocalGate, aimd_step, make_gates
 from tests.test_gate_fakes import FakeTime
 
 

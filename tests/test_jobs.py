@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rrcli.jobs import InvalidJob, Job, KeySet, iter_jobs, shard_of
+from rrcli.records.jobs import InvalidJob, Job, KeySet, iter_jobs, shard_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -359,7 +359,7 @@ def test_shard_of_is_stable_across_processes():
     keys = [f"job-{i}" for i in range(200)]
     here = [shard_of(k, 7) for k in keys]
     code = (
-        "import json; from rrcli.jobs import shard_of; "
+        "import json; from rrcli.records.jobs import shard_of; "
         "print(json.dumps([shard_of(f'job-{i}', 7) for i in range(200)]))"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "12345"}

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from rrcli.config.profile import Backend, Credentials, load_profile, validate_profile
 from rrcli.errors import ProfileError
-from rrcli.profile import Backend, Credentials, load_profile, validate_profile
 
 OPENAI = """
 [[backends]]
@@ -360,8 +360,14 @@ def test_the_schema_knows_every_field_of_the_model():
     model is unreachable from a profile and no key is accepted that the model cannot hold."""
     from dataclasses import fields
 
-    from rrcli import _validate as v
-    from rrcli.profile import CooldownSettings, GateSettings, Price, RetrySettings, SimSettings
+    from rrcli.config import schema as v
+    from rrcli.config.profile import (
+        CooldownSettings,
+        GateSettings,
+        Price,
+        RetrySettings,
+        SimSettings,
+    )
 
     def names(cls):
         return {f.name for f in fields(cls)}

@@ -10,7 +10,7 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rrcli.profile import STRATEGIES, profile_to_dict, validate_profile
+from rrcli.config.profile import STRATEGIES, profile_to_dict, validate_profile
 
 ENV = {"KEY_1": "sk-1", "KEY_2": "sk-2"}
 SETTINGS = settings(

@@ -14,8 +14,8 @@ import httpx2
 import orjson
 import pytest
 
+from rrcli.config.profile import Backend, RetrySettings
 from rrcli.errors import RedirectError, StatusError, TimeoutError_, TransportError
-from rrcli.profile import Backend, RetrySettings
 from rrcli.providers.anthropic import AnthropicProvider
 from rrcli.providers.base import (
     Call,

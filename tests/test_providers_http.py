@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from rrcli.config.profile import Backend, RetrySettings
 from rrcli.errors import (
     ProviderError,
     RedirectError,
@@ -15,10 +16,9 @@ from rrcli.errors import (
     TimeoutError_,
     TransportError,
 )
-from rrcli.profile import Backend, RetrySettings
 from rrcli.providers import make_provider
 from rrcli.providers.base import Call, Reply
-from rrcli.sim import key_fingerprint
+from rrcli.sim.behaviour import key_fingerprint
 
 RETRY = RetrySettings()
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]

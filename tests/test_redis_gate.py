@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from rrcli.config.profile import Backend, GateSettings, Profile
 from rrcli.errors import GateUnavailableError
-from rrcli.profile import Backend, GateSettings, Profile
-from rrcli.redis_gate import make_redis_gates
+from rrcli.run.redis_gate import make_redis_gates
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 

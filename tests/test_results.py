@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rrcli.errors import OutputExistsError, UsageError
-from rrcli.results import ResultWriter, prepare_output
+from rrcli.records.results import ResultWriter, prepare_output
 
 OK = {
     "id": "q1",

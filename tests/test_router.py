@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rrcli.config.profile import STRATEGIES, Backend, CooldownSettings, GateSettings, Profile
 from rrcli.errors import NoBackendError, ProviderError
-from rrcli.gate import PROBE_INITIAL, LocalGate, make_gates
-from rrcli.profile import STRATEGIES, Backend, CooldownSettings, GateSettings, Profile
-from rrcli.router import Lease, Router
+from rrcli.run.gate import PROBE_INITIAL, LocalGate, make_gates
+from rrcli.run.router import Lease, Router
 from tests.test_gate_fakes import FakeTime
 
 T = TypeVar("T")

@@ -15,7 +15,7 @@ import orjson
 import pytest
 from runkit import calls, popen, read_jsonl, rrcli, write_jobs, write_profile
 
-from rrcli.sim import key_fingerprint
+from rrcli.sim.behaviour import key_fingerprint
 
 OPENAI_KEY = "sk-oa-5f3c1e9a7b2d4c6e8f0a1b3c"
 ANTHROPIC_KEY = "sk-ant-api03-9d8c7b6a5f4e3d2c1b0a"

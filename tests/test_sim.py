@@ -13,12 +13,12 @@ import pytest
 from click.testing import CliRunner
 
 from rrcli.cli import main
+from rrcli.config.profile import Backend, RetrySettings, SimSettings
 from rrcli.errors import StatusError
-from rrcli.profile import Backend, RetrySettings, SimSettings
 from rrcli.providers import make_provider
 from rrcli.providers.base import Call
 from rrcli.providers.sim import SimProvider
-from rrcli.sim import SimBehaviour, pacing
+from rrcli.sim.behaviour import SimBehaviour, pacing
 
 ROOT = Path(__file__).resolve().parents[1]
 RETRY = RetrySettings()
@@ -161,7 +161,7 @@ def test_rrcli_sim_rejects_bad_rates_without_a_traceback() -> None:
 def test_non_loopback_hosts_need_an_explicit_host() -> None:
     """The server refuses a non-loopback address it was not told to use explicitly."""
     from rrcli.errors import UsageError
-    from rrcli.sim import check_host
+    from rrcli.sim.behaviour import check_host
 
     check_host("127.0.0.1", explicit=False)
     check_host("::1", explicit=False)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from stats_tracegen import lines, rfc3339, run_records
 
 from rrcli.errors import UsageError
-from rrcli.stats import summarize
+from rrcli.stats.summary import summarize
 
 T0 = 1_767_000_000_000
 KEY_OF = {
@@ -206,7 +206,7 @@ def test_several_files_equal_their_concatenation(tmp_path):
 def test_parallel_parts_equal_one_pass(trace_file, monkeypatch):
     """A file cut into parts read by forked workers gives exactly the one-pass summary."""
     one = summarize([trace_file], workers=1)
-    monkeypatch.setattr("rrcli.stats._PARALLEL_BYTES", 0)
+    monkeypatch.setattr("rrcli.stats.summary._PARALLEL_BYTES", 0)
     assert one == summarize([trace_file], workers=3)
 
 
@@ -294,5 +294,5 @@ def test_timeline_area_equals_call_time(trace_file):
 def test_tiny_read_blocks_give_the_same_numbers(trace_file, monkeypatch):
     """Lines cut across read blocks, and lines longer than a block, read the same."""
     whole = summarize([trace_file])
-    monkeypatch.setattr("rrcli._tracecols._BLOCK_BYTES", 64)
+    monkeypatch.setattr("rrcli.stats.columns._BLOCK_BYTES", 64)
     assert whole == summarize([trace_file])

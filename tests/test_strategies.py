@@ -8,8 +8,8 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rrcli.profile import Backend, Profile
-from rrcli.strategies import (
+from rrcli.config.profile import Backend, Profile
+from rrcli.run.strategies import (
     Candidate,
     Fastest,
     FirstAvailable,

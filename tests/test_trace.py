@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rrcli import __version__
+from rrcli.config.profile import Backend, Credentials, Price, Profile, SimSettings
 from rrcli.errors import UsageError
-from rrcli.profile import Backend, Credentials, Price, Profile, SimSettings
-from rrcli.trace import CALL_FIELDS, TraceWriter, new_run_id, rfc3339
+from rrcli.records.trace import CALL_FIELDS, TraceWriter, new_run_id, rfc3339
 
 RFC3339_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 T0 = 1_795_987_889.123456  # 2026-11-29T21:31:29.123Z

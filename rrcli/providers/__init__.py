@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from rrcli.profile import Backend, RetrySettings
+from rrcli.config.profile import Backend, RetrySettings
 from rrcli.providers.base import Call, Provider, Reply
 
 __all__ = ["Call", "Provider", "Reply", "make_provider"]

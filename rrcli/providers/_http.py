@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 import httpx2
 import orjson
 
+from rrcli.config.profile import Backend, RetrySettings
 from rrcli.errors import ProviderError, StreamBrokenError
-from rrcli.profile import Backend, RetrySettings
 from rrcli.providers._sse import SSEEvent, SSEParser
 from rrcli.providers.base import (
     Call,

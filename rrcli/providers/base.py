@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import httpx2
 import orjson
 
+from rrcli.config.profile import RetrySettings
 from rrcli.errors import (
     InvalidResponseError,
     ProviderError,
@@ -42,7 +43,6 @@ from rrcli.errors import (
     TimeoutError_,
     TransportError,
 )
-from rrcli.profile import RetrySettings
 
 __all__ = [
     "Call",

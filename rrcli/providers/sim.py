@@ -2,8 +2,9 @@
 
 It lets a profile be tried offline (the built-in ``demo`` pool) and lets the engine benchmark
 measure rrcli itself: at zero latency ``send`` never sleeps and costs a few microseconds (one rng
-draw when errors are configured, one checksum, one Reply). Its behaviour model is ``rrcli.sim``'s,
-shared with the ``rrcli sim`` server; its errors are made by the same translation as real ones.
+draw when errors are configured, one checksum, one Reply). Its behaviour model
+(``rrcli.sim.behaviour``) is shared with the ``rrcli sim`` server; its errors are made by the
+same translation as real ones.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
+from rrcli.config.profile import Backend, RetrySettings, SimSettings
 from rrcli.errors import ProviderError
-from rrcli.profile import Backend, RetrySettings, SimSettings
 from rrcli.providers.base import Call, Reply, error_from_status
-from rrcli.sim import ERROR, SimBehaviour, estimate_input_tokens, pacing
+from rrcli.sim.behaviour import ERROR, SimBehaviour, estimate_input_tokens, pacing
 
 __all__ = ["SimProvider"]
 

@@ -24,9 +24,9 @@ from typing import Any
 
 import orjson
 
-from rrcli._jsonl import LineFile, open_error
 from rrcli.errors import OutputExistsError, UsageError
-from rrcli.jobs import KeySet, job_key
+from rrcli.records._jsonl import LineFile, open_error
+from rrcli.records.jobs import KeySet, job_key
 
 __all__ = ["FORMATS", "ResultWriter", "ResumeState", "prepare_output"]
 

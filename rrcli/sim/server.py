@@ -1,4 +1,5 @@
-"""The ``rrcli sim`` HTTP app (starlette): the wire formats over ``rrcli.sim``'s behaviour model.
+"""The ``rrcli sim`` HTTP app (starlette): the wire formats over the behaviour
+model of ``rrcli.sim.behaviour``.
 
 Kept apart from ``sim.py`` so the in-process provider never imports starlette. Each API's wire
 format is a small dialect (error bodies, plain bodies, SSE events); one handler applies the
@@ -24,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from rrcli.sim import (
+from rrcli.sim.behaviour import (
     ERROR,
     RATE_LIMITED,
     SimBehaviour,

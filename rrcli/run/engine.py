@@ -19,13 +19,13 @@ from typing import Any, Protocol
 
 import structlog
 
+from rrcli.config.profile import Profile
 from rrcli.errors import NoBackendError, ProviderError
-from rrcli.jobs import InvalidJob, Job
-from rrcli.profile import Profile
 from rrcli.providers.base import Call, Provider, Reply
-from rrcli.retry import RetryPolicy
-from rrcli.router import Lease, Router
-from rrcli.trace import TraceWriter
+from rrcli.records.jobs import InvalidJob, Job
+from rrcli.records.trace import TraceWriter
+from rrcli.run.retry import RetryPolicy
+from rrcli.run.router import Lease, Router
 
 __all__ = ["Engine", "ResultSink", "RunControl", "RunSummary", "estimate_tokens"]
 

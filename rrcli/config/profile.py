@@ -378,7 +378,7 @@ def validate_profile(
     variable is an error (``rrcli run``), not a warning (``rrcli validate``). ``resolve(host)``
     returns the host's addresses (default: the system resolver, within a 2 s budget).
     """
-    from rrcli._validate import check_document
+    from rrcli.config.schema import check_document
 
     source = str(path)
     environ = os.environ if environ is None else environ

@@ -10,10 +10,10 @@ import random
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from rrcli.engine import RunSummary, estimate_tokens
-from rrcli.jobs import InvalidJob, iter_jobs
-from rrcli.profile import Profile
-from rrcli.runner import RunOptions, make_router, open_jobs, select_jobs
+from rrcli.config.profile import Profile
+from rrcli.records.jobs import InvalidJob, iter_jobs
+from rrcli.run.engine import RunSummary, estimate_tokens
+from rrcli.run.runner import RunOptions, make_router, open_jobs, select_jobs
 
 __all__ = ["Plan", "plan"]
 

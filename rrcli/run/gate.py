@@ -28,7 +28,7 @@ import structlog
 if TYPE_CHECKING:
     import random
 
-    from rrcli.profile import Backend, Profile
+    from rrcli.config.profile import Backend, Profile
 
 __all__ = ["Aimd", "Clock", "Gate", "LocalGate", "Sleep", "aimd_step", "make_gates"]
 

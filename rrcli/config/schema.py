@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rrcli._netcheck import UrlCheck, check_base_urls
-from rrcli._toml_lines import key_lines, line_for
-from rrcli.profile import (
+from rrcli.config._toml_lines import key_lines, line_for
+from rrcli.config.addresses import UrlCheck, check_base_urls
+from rrcli.config.profile import (
     BINDINGS,
     DEFAULT_BASE_URLS,
     DEFAULT_MODELS,

@@ -42,14 +42,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 
-from rrcli import _redis_scripts as lua
+from rrcli.config.profile import Backend, Profile
 from rrcli.errors import GateUnavailableError
-from rrcli.gate import PROBE_INITIAL, PROBE_MAX
-from rrcli.profile import Backend, Profile
+from rrcli.run import _redis_scripts as lua
+from rrcli.run.gate import PROBE_INITIAL, PROBE_MAX
 
 __all__ = ["RedisGate", "RedisGates", "ScopeLimits", "make_redis_gates", "redacted_url"]
 
-log = structlog.get_logger("rrcli.redis_gate")
+log = structlog.get_logger("rrcli.run.redis_gate")
 
 BACKOFF_INITIAL = 0.05  # seconds: retrying the connection while Redis is away
 BACKOFF_MAX = 2.0
@@ -160,8 +160,8 @@ class _Hub:
 
     def _start_loops(self) -> None:
         self._loops = [
-            asyncio.create_task(self._renewal(), name="rrcli.redis_gate.renewal"),
-            asyncio.create_task(self._listen(), name="rrcli.redis_gate.listen"),
+            asyncio.create_task(self._renewal(), name="rrcli.run.redis_gate.renewal"),
+            asyncio.create_task(self._listen(), name="rrcli.run.redis_gate.listen"),
         ]
 
     async def run(self, script: lua.Script, keys: dict[str, str], *args: object) -> Any:

@@ -41,8 +41,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from rrcli.config.profile import SimSettings
 from rrcli.errors import UsageError
-from rrcli.profile import SimSettings
 
 __all__ = [
     "RunningSim",
@@ -315,7 +315,7 @@ def _bind(host: str, port: int) -> socket.socket:
 def _uvicorn_server(config: SimConfig) -> Any:
     import uvicorn
 
-    from rrcli._simserver import build_app
+    from rrcli.sim.server import build_app
 
     app = build_app(config)
     return uvicorn.Server(

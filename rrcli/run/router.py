@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from rrcli.config.profile import Backend, Profile
 from rrcli.errors import NoBackendError, ProviderError
-from rrcli.gate import Clock, Gate, Sleep
-from rrcli.profile import Backend, Profile
-from rrcli.strategies import Candidate, FirstAvailable, make_strategy
+from rrcli.run.gate import Clock, Gate, Sleep
+from rrcli.run.strategies import Candidate, FirstAvailable, make_strategy
 
 __all__ = ["EWMA_ALPHA", "BackendState", "Lease", "Router"]
 

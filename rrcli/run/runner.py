@@ -28,14 +28,14 @@ from typing import Any, BinaryIO
 
 import structlog
 
-from rrcli.engine import Engine, RunControl, RunSummary
+from rrcli.config.profile import Profile
 from rrcli.errors import UsageError
-from rrcli.jobs import InvalidJob, Job, iter_jobs, shard_of
-from rrcli.profile import Profile
 from rrcli.providers import make_provider
-from rrcli.results import ResultWriter, prepare_output
-from rrcli.router import Router
-from rrcli.trace import TraceWriter, new_run_id
+from rrcli.records.jobs import InvalidJob, Job, iter_jobs, shard_of
+from rrcli.records.results import ResultWriter, prepare_output
+from rrcli.records.trace import TraceWriter, new_run_id
+from rrcli.run.engine import Engine, RunControl, RunSummary
+from rrcli.run.router import Router
 
 __all__ = ["RunControl", "RunOptions", "RunSummary", "run", "run_sync"]
 
@@ -195,11 +195,11 @@ def make_router(
 ) -> tuple[Router, Mapping[str, Any]]:
     """The router and the gates under it; ``local`` forces in-process gates (--dry-run)."""
     if profile.gate.kind == "redis" and not local:
-        from rrcli.redis_gate import make_redis_gates
+        from rrcli.run.redis_gate import make_redis_gates
 
         gates = make_redis_gates(profile, rng=rng)  # GateUnavailableError: exit 2, nothing sent
     else:
-        from rrcli.gate import make_gates
+        from rrcli.run.gate import make_gates
 
         gates = make_gates(profile, clock=time.monotonic, rng=rng)
     return Router(profile, gates, rng=rng, clock=time.monotonic, sleep=asyncio.sleep), gates

@@ -17,8 +17,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from rrcli.config.profile import RetrySettings
 from rrcli.errors import ProviderError
-from rrcli.profile import RetrySettings
 
 __all__ = ["RetryPolicy", "backoff_cap"]
 

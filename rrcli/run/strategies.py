@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
-from rrcli.profile import Backend, Profile
+from rrcli.config.profile import Backend, Profile
 
 __all__ = [
     "Candidate",

@@ -35,8 +35,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from rrcli._tracecols import Columns, TraceReader, parse_ts, rfc3339
 from rrcli.errors import UsageError
+from rrcli.stats.columns import Columns, TraceReader, parse_ts, rfc3339
 
 __all__ = ["BY_FIELDS", "parse_since", "summarize"]
 

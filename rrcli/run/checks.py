@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rrcli.config.profile import Backend, Profile, RetrySettings
 from rrcli.errors import ProviderError, UsageError
-from rrcli.jobs import InvalidJob, iter_jobs
-from rrcli.profile import Backend, Profile, RetrySettings
 from rrcli.providers import make_provider
 from rrcli.providers.base import Call
+from rrcli.records.jobs import InvalidJob, iter_jobs
 
 __all__ = ["JobsReport", "ProbeResult", "check_jobs", "probe"]
 

@@ -19,10 +19,10 @@ from urllib.parse import urlsplit
 import orjson
 
 from rrcli import __version__
-from rrcli._jsonl import LineFile
+from rrcli.records._jsonl import LineFile
 
 if TYPE_CHECKING:
-    from rrcli.profile import Backend, Profile
+    from rrcli.config.profile import Backend, Profile
 
 __all__ = ["CALL_FIELDS", "TraceWriter", "new_run_id", "rfc3339"]
 

@@ -1,0 +1,1 @@
+"""Records: jobs in, results and traces out, and the trace schema they share."""

@@ -1,0 +1,1 @@
+"""`rrcli stats`: reading traces into columns and summarising them."""
