@@ -1,14 +1,22 @@
-"""Provider adapters behind one small contract (see ``base.py``).
+"""Provider adapters behind one small contract (``base.py``), listed in one registry
+(``registry.py``).
 
-``make_provider`` is the only door: the runner never names an adapter class.
+``make_provider`` is the only door: the runner never names an adapter class. Importing this
+package loads no HTTP client; the adapter is imported when a run makes its provider.
 """
 
 from __future__ import annotations
 
-from rrcli.config.profile import Backend, RetrySettings
-from rrcli.providers.base import Call, Provider, Reply
+import importlib
+from typing import TYPE_CHECKING
 
-__all__ = ["Call", "Provider", "Reply", "make_provider"]
+from rrcli.providers.registry import info
+
+if TYPE_CHECKING:
+    from rrcli.config.profile import Backend, RetrySettings
+    from rrcli.providers.base import Provider
+
+__all__ = ["make_provider"]
 
 
 def make_provider(
@@ -16,16 +24,9 @@ def make_provider(
 ) -> Provider:
     """The provider for ``backend``, sending ``api_key`` (None: no auth header) in its own
     header. ``seed`` makes the simulated provider repeatable (the HTTP ones ignore it)."""
-    if backend.provider == "sim":
-        from rrcli.providers.sim import SimProvider
-
-        return SimProvider(backend, retry=retry, seed=seed)
-    if backend.provider == "anthropic":
-        from rrcli.providers.anthropic import AnthropicProvider
-
-        return AnthropicProvider(backend, api_key, retry=retry)
-    if backend.provider == "openai":
-        from rrcli.providers.openai import OpenAIProvider
-
-        return OpenAIProvider(backend, api_key, retry=retry)
-    raise ValueError(f"backend {backend.id!r}: unknown provider {backend.provider!r}")
+    try:
+        module, name = info(backend.provider).adapter.split(":")
+    except KeyError:
+        raise ValueError(f"backend {backend.id!r}: unknown provider {backend.provider!r}") from None
+    adapter = getattr(importlib.import_module(module), name)
+    return adapter(backend, api_key, retry=retry, seed=seed)

@@ -57,6 +57,7 @@ class HTTPProvider:
         api_key: str | None,
         *,
         retry: RetrySettings,
+        seed: int | None = None,  # the simulated provider's; HTTP answers are not drawn
         clock: Callable[[], float] = time.perf_counter,
         transport: httpx2.AsyncBaseTransport | None = None,  # tests: MockTransport for parsing
     ) -> None:

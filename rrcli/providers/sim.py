@@ -33,6 +33,7 @@ class SimProvider:
     def __init__(
         self,
         backend: Backend,
+        api_key: str | None = None,  # a simulated backend takes no key
         *,
         retry: RetrySettings,
         seed: int | None,

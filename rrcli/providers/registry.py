@@ -1,0 +1,68 @@
+"""What each provider is, in one place: its name, adapter, defaults, auth header and endpoints.
+
+Profile defaults, validation, ``rrcli init``, the runner and the trace all read this table; none
+keeps a copy. It is pure data (no HTTP client is imported here): the adapter is named by module
+and class, and ``make_provider`` imports it only when a run needs it, so ``rrcli validate`` and
+``rrcli --help`` stay light.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["NAMES", "REGISTRY", "ProviderInfo", "info"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderInfo:
+    """One provider. ``auth_header``: the header its key travels in (None: no key at all);
+    ``endpoints``: the endpoints it can serve; ``default_endpoints``: what a backend serves when
+    its profile says nothing."""
+
+    name: str
+    adapter: str  # "module:Class", imported lazily by make_provider
+    default_base_url: str
+    default_model: str
+    auth_header: str | None
+    request_id_header: str | None
+    endpoints: tuple[str, ...] = ("chat",)
+    default_endpoints: tuple[str, ...] = ("chat",)
+    needs_network: bool = True
+
+
+REGISTRY: dict[str, ProviderInfo] = {
+    "openai": ProviderInfo(
+        name="openai",
+        adapter="rrcli.providers.openai:OpenAIProvider",
+        default_base_url="https://api.openai.com/v1",
+        default_model="gpt-4o-mini",
+        auth_header="authorization",
+        request_id_header="x-request-id",
+    ),
+    "anthropic": ProviderInfo(
+        name="anthropic",
+        adapter="rrcli.providers.anthropic:AnthropicProvider",
+        default_base_url="https://api.anthropic.com",
+        default_model="claude-3-5-haiku-latest",
+        auth_header="x-api-key",
+        request_id_header="request-id",
+    ),
+    "sim": ProviderInfo(
+        name="sim",
+        adapter="rrcli.providers.sim:SimProvider",
+        default_base_url="sim://local",
+        default_model="sim-small",
+        auth_header=None,
+        request_id_header=None,
+        needs_network=False,
+    ),
+}
+
+#: provider names in the order messages list them
+NAMES: tuple[str, ...] = tuple(REGISTRY)
+
+
+def info(name: str) -> ProviderInfo:
+    """The registry entry for ``name``; KeyError for an unknown provider (validation reports
+    those before anything asks)."""
+    return REGISTRY[name]
