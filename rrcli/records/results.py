@@ -5,7 +5,7 @@ file can be written, and on ``--resume`` reads the file as a stream, drops a tor
 crash mid-write) by truncating the file in place, and returns the keys of the jobs that already
 succeeded. ``ResultWriter`` then appends one line per job in one of three formats:
 
-- ``rrcli``: the result dict as the runner built it (key order kept);
+- ``rrcli``: the result dict as ``result_line`` built it (key order kept);
 - ``openai-batch``: OpenAI Batch API output lines (``id``, ``custom_id``, ``response``, ``error``);
 - ``anthropic-batch``: Anthropic Message Batches result lines (``custom_id``, ``result``).
 

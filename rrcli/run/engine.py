@@ -11,23 +11,28 @@ records. ``runner.py`` sets the run up around the workers (outputs, signals, flu
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any, Protocol
 
 import structlog
 
-from rrcli.config.profile import Profile
+from rrcli.config.profile import Backend, Profile
 from rrcli.errors import NoBackendError, ProviderError
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.records.jobs import InvalidJob, Job
+from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter
+from rrcli.run.attempt import Attempt, CallOutcome, Decision
+from rrcli.run.control import RunControl, RunSummary
 from rrcli.run.retry import RetryPolicy
 from rrcli.run.router import Lease, Router
+from rrcli.tokens import estimate_call_tokens
 
-__all__ = ["Engine", "ResultSink", "RunControl", "RunSummary", "estimate_tokens"]
+__all__ = ["Engine", "ResultSink"]
 
 log = structlog.get_logger("rrcli")
 
@@ -38,62 +43,6 @@ class ResultSink(Protocol):
     def write(self, result: dict[str, Any], *, body: dict[str, Any] | None = None) -> None: ...
 
     def flush(self) -> None: ...
-
-
-@dataclass(slots=True)
-class RunSummary:
-    """Counts of a run; ``jobs`` has the keys of the run_end trace record."""
-
-    run_id: str
-    ok: int = 0
-    error: int = 0
-    invalid: int = 0
-    skipped: int = 0
-    interrupted: bool = False
-    total: int | None = None  # jobs expected, when the input could be counted
-    started: float = field(default_factory=time.monotonic)
-
-    @property
-    def done(self) -> int:
-        return self.ok + self.error + self.invalid
-
-    @property
-    def jobs(self) -> dict[str, int]:
-        return {
-            "ok": self.ok,
-            "error": self.error,
-            "invalid": self.invalid,
-            "skipped": self.skipped,
-        }
-
-    @property
-    def exit_code(self) -> int:
-        if self.interrupted:
-            return 130
-        return 1 if (self.error or self.invalid) else 0
-
-
-class RunControl:
-    """Stops a run from outside: ``stop()`` drains, ``cancel()`` cancels calls in flight."""
-
-    def __init__(self) -> None:
-        self.stopping = False
-        self._cancel: Callable[[], None] | None = None
-
-    def stop(self) -> None:
-        self.stopping = True
-
-    def cancel(self) -> None:
-        self.stopping = True
-        if self._cancel is not None:
-            self._cancel()
-
-    def interrupt(self) -> None:
-        """What Ctrl-C does: the first time drain, the second time cancel."""
-        if self.stopping:
-            self.cancel()
-        else:
-            self.stop()
 
 
 class Engine:
@@ -123,6 +72,7 @@ class Engine:
         self.policy = RetryPolicy(profile.retry, rng)
         self.session_binding = profile.binding == "session"
         self.stream = stream
+        self._log_calls = _debug_logged()
 
     async def worker(self, jobs: Iterator[Job | InvalidJob]) -> None:
         for n, job in enumerate(jobs, 1):
@@ -132,149 +82,72 @@ class Engine:
             if n % 64 == 0:
                 await asyncio.sleep(0)
             if isinstance(job, InvalidJob):
-                self._write_invalid(job)
+                outcome = CallOutcome(job, "invalid")
             elif job.kind == "session":
-                await self._run_session(job)
+                outcome = await self._run_session(job)
             else:
-                await self._run_single(job)
+                outcome = await self._call(job, list(job.messages), 0)
+            self._finish(outcome)
 
-    def _write_invalid(self, job: InvalidJob) -> None:
-        result: dict[str, Any] = {
-            "id": job.id,
-            "status": "invalid",
-            "error": {"type": "invalid_job", "message": job.message},
-        }
-        if job.duplicate_of is not None:
-            result["duplicate_of"] = job.duplicate_of
-        self.results.write(result)
-        self.summary.invalid += 1
-
-    async def _run_single(self, job: Job) -> None:
-        outcome = await self._call(job, list(job.messages), 0)
-        if isinstance(outcome, _Failure):
-            self._write_error(job, outcome)
+    def _finish(self, outcome: CallOutcome) -> None:
+        """A job ended: its one result line, the counters, a failure logged, and a binding no
+        later job can use forgotten."""
+        self.results.write(result_line(outcome), body=outcome.body)
+        job = outcome.job
+        if outcome.status == "ok":
+            self.summary.ok += 1
+        elif outcome.status == "error":
+            self.summary.error += 1
+            _log_failure(outcome)
+        else:
+            self.summary.invalid += 1
             return
-        reply, lease, attempts, latency_ms = outcome
-        result = {
-            "id": job.id,
-            "status": "ok",
-            "deployment": lease.state.backend.id,
-            "model": lease.state.backend.model,
-            "output": reply.output,
-            "finish_reason": reply.finish_reason,
-            "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens},
-            "attempts": attempts,
-            "latency_ms": latency_ms,
-            "metadata": job.metadata or {},
-        }
-        if reply.reasoning_content:
-            result["reasoning_content"] = reply.reasoning_content
-        if self.session_binding:
-            result["session"] = job.session
-        self.results.write(result, body=reply.body)
-        self.summary.ok += 1
+        # a line that names no session has its own key as session (the same str object):
+        # no other line can share it; a session named by the line may have more jobs to come
+        if self.session_binding and isinstance(job, Job) and job.session is job.key:
+            self.router.forget(job.session)
 
-    async def _run_session(self, job: Job) -> None:
+    async def _run_session(self, job: Job) -> CallOutcome:
+        """A session's turns in order, each a call with the whole history so far."""
         history = list(job.messages)
-        turns: list[dict[str, Any]] = []
-        attempts = 0
-        latency_ms = 0.0
-        usage = {"input_tokens": 0, "output_tokens": 0}
-        last_deployment = last_model = finish_reason = None
+        turns: list[CallOutcome] = []
         for turn, text in enumerate(job.turns):
             history.append({"role": "user", "content": text})
             outcome = await self._call(job, history, turn)
-            if isinstance(outcome, _Failure):
-                outcome.turns = turns
-                self._write_error(job, outcome)
-                return
-            reply, lease, n, ms = outcome
-            attempts += n
-            latency_ms += ms
-            last_deployment = lease.state.backend.id
-            last_model = lease.state.backend.model
-            finish_reason = reply.finish_reason
-            assistant: dict[str, Any] = {"role": "assistant", "content": reply.output}
-            entry: dict[str, Any] = {
-                "output": reply.output,
-                "deployment": last_deployment,
-                "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens},
-            }
-            if reply.reasoning_content:
-                assistant["reasoning_content"] = reply.reasoning_content
-                entry["reasoning_content"] = reply.reasoning_content
-            history.append(assistant)
-            turns.append(entry)
-            usage["input_tokens"] += reply.input_tokens or 0
-            usage["output_tokens"] += reply.output_tokens or 0
-        final = turns[-1] if turns else {"output": ""}
-        result = {
-            "id": job.id,
-            "status": "ok",
-            "deployment": last_deployment,
-            "model": last_model,
-            "output": final["output"],
-            "finish_reason": finish_reason,
-            "usage": usage,
-            "attempts": attempts,
-            "latency_ms": round(latency_ms, 3),
-            "metadata": job.metadata or {},
-            "session": job.session,
-            "turns": turns,
-        }
-        self.results.write(result)
-        self.summary.ok += 1
+            if outcome.status == "error":
+                return replace(outcome, turns=tuple(turns))
+            assert outcome.reply is not None
+            history.append(_assistant_message(outcome.reply))
+            turns.append(outcome)
+        return replace(turns[-1], turns=tuple(turns))
 
-    def _write_error(self, job: Job, failure: _Failure) -> None:
-        result: dict[str, Any] = {
-            "id": job.id,
-            "status": "error",
-            "deployment": failure.deployment,
-            "attempts": failure.attempts,
-            "error": failure.error,
-            "metadata": job.metadata or {},
-        }
-        if self.session_binding or job.kind == "session":
-            result["session"] = job.session
-        if failure.turns:
-            result["turns"] = failure.turns
-        self.results.write(result)
-        self.summary.error += 1
-
-    async def _call(
-        self, job: Job, messages: list[dict[str, Any]], turn: int
-    ) -> tuple[Reply, Lease, int, float] | _Failure:
-        """One call of a job, with its retries on one backend (and failover when enabled)."""
-        tried: set[str] = set()
-        attempts = 0
-        last: _Failure | None = None
+    async def _call(self, job: Job, messages: list[dict[str, Any]], turn: int) -> CallOutcome:
+        """One call of a job: its attempts on the routed backend; with ``failover``, when that
+        backend's budget is spent on a transient error, on a backend not yet tried."""
+        tried: frozenset[str] = frozenset()
+        outcome: CallOutcome | None = None
         while True:
-            routed_at = time.monotonic()  # queue_ms counts the wait for a slot from here
+            queued = time.monotonic()  # queue_ms counts the wait for a slot from here
             try:
                 lease = await self.router.acquire(
-                    session=job.session if self.session_binding else None,
-                    exclude=frozenset(tried),
+                    session=job.session if self.session_binding else None, exclude=tried
                 )
             except NoBackendError as exc:
                 # failover found no backend left to try: the last real error is the job's
-                return last or _Failure(None, attempts, {"type": "no_backend", "message": str(exc)})
-            tried.add(lease.state.backend.id)
+                if outcome is not None:
+                    return outcome
+                error = {"type": "no_backend", "message": str(exc)}
+                return CallOutcome(job, "error", error=error, session=self._session_of(job))
+            tried |= {lease.state.backend.id}
             failover = self.profile.retry.failover and len(tried) < len(self.router.states)
-            held = True
+            before = 0 if outcome is None else outcome.attempts
             try:
-                outcome, attempts, moving = await self._attempts(
-                    job, messages, turn, lease, attempts, routed_at, failover
-                )
-                held = False  # _attempts released the slot
+                outcome = await self._attempts(job, messages, turn, lease, before, queued, failover)
             finally:
-                if held:  # cancelled while holding the slot
+                if lease.held:  # cancelled while holding the slot
                     await asyncio.shield(self.router.release(lease))
-            if not isinstance(outcome, ProviderError):
-                return outcome[0], lease, attempts, outcome[1]
-            last = _Failure(lease.state.backend.id, attempts, outcome.as_dict())
-            if not moving:
-                return last
-            # failover: route again among the backends not yet tried
+            if outcome.attempt is None or outcome.attempt.decision != "failover":
+                return outcome
 
     async def _attempts(
         self,
@@ -282,144 +155,140 @@ class Engine:
         messages: list[dict[str, Any]],
         turn: int,
         lease: Lease,
-        attempt: int,
-        routed_at: float,
-        failover: bool = False,
-    ) -> tuple[tuple[Reply, float] | ProviderError, int, bool]:
-        """Attempts of one call on the leased backend; returns with the slot released: the
-        outcome, the number of the turn's last attempt, and whether the call moves on to another
-        backend (``failover`` allowed it and the budget here was spent on a transient error).
-        ``attempt``: attempts the turn made before, on backends failover left; ``routed_at``:
-        when the routing decision began (queue_ms counts from there)."""
-        router = self.router
-        state = lease.state
-        backend = state.backend
-        provider = self.providers[backend.id]
-        params = {**backend.params, **job.params}
-        # --stream, a job's own "stream", or `stream = true` in the backend's params
-        stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
-        call = Call(messages, params, stream)
-        estimate = estimate_tokens(messages, params)
-        printed = False
-
-        def on_text(text: str) -> None:
-            nonlocal printed
-            printed = True
-            self.on_text(text)  # type: ignore[misc]
-
-        sink = on_text if (stream and self.on_text is not None) else None
-        t_queue, first_try = routed_at, time.monotonic()
-        first = attempt + 1
-        paused: Reply | None = None
-        while True:
-            attempt += 1
-            await state.gate.reserve(estimate)
-            t0 = time.monotonic()
-            queue_ms = (t0 - t_queue) * 1000.0
-            ts_start = time.time()
-            try:
-                reply = await provider.send(call, sink)
-            except ProviderError as error:
-                t1 = time.monotonic()
-                router.observe(state, latency_ms=None, error=error)
-                retry = attempt - first + 1
-                delay = None if printed else self.policy.delay(retry, error, t1 - first_try)
-                moving = delay is None and failover and error.transient and not printed
-                self._trace(
-                    job,
-                    turn,
-                    attempt,
-                    lease,
-                    "retry" if (delay is not None or moving) else "error",
-                    ts_start,
-                    t0,
-                    t1,
-                    queue_ms,
-                    stream,
-                    error=error,
-                    retry_after_ms=_ms(error.retry_after),
-                    backoff_ms=_ms(delay),
-                )
-                await router.release(lease)
-                if delay is None:
-                    return error, attempt, moving
-                log.info(
-                    "rrcli.retry_scheduled",
-                    job_id=job.id,
-                    backend=backend.id,
-                    attempt=attempt,
-                    error_type=error.type,
-                    delay_s=round(delay, 3),
-                )
-                await asyncio.sleep(delay)
-                t_queue = time.monotonic()
-                await router.reacquire(lease)
-                continue
-            t1 = time.monotonic()
-            latency_ms = round((t1 - t0) * 1000.0, 3)
-            router.observe(state, latency_ms=latency_ms, error=None, pause=reply.pause_s)
-            if reply.input_tokens is not None or reply.output_tokens is not None:
-                actual = (reply.input_tokens or 0) + (reply.output_tokens or 0)
-                await state.gate.settle(estimate, actual)
-            self._trace(
-                job, turn, attempt, lease, "ok", ts_start, t0, t1, queue_ms, stream, reply=reply
-            )
-            if paused is not None:  # the end of a paused turn: join the parts
-                reply = _join(paused, reply)
-            if reply.continuation is None:
-                await router.release(lease)
-                return (reply, latency_ms), attempt, False
-            # Anthropic pause_turn: continue the same turn on the same backend, same slot.
-            paused = reply
-            messages = [*messages, reply.continuation]
-            call = Call(messages, params, stream)
-            t_queue = time.monotonic()
-
-    def _trace(
-        self,
-        job: Job,
-        turn: int,
-        attempt: int,
-        lease: Lease,
-        outcome: str,
-        ts_start: float,
-        t0: float,
-        t1: float,
-        queue_ms: float,
-        stream: bool,
-        *,
-        reply: Reply | None = None,
-        error: ProviderError | None = None,
-        retry_after_ms: float | None = None,
-        backoff_ms: float | None = None,
-    ) -> None:
+        before: int,
+        queued: float,
+        failover: bool,
+    ) -> CallOutcome:
+        """The attempts of one call on the leased backend, numbered on from ``before``: a retry
+        after its backoff, an Anthropic pause_turn continued on the same slot; ``failover``: the
+        call may move on when the budget here is spent. Returns with the slot released."""
         backend = lease.state.backend
         provider = self.providers[backend.id]
-        self.traces.call(
-            job_id=job.id,
-            session=job.session,
-            turn=turn,
-            attempt=attempt,
-            deployment=backend.id,
-            provider=backend.provider,
-            model=backend.model,
-            response_model=reply.response_model if reply else None,
-            server_address=provider.server_address,
-            binding=lease.binding,
-            outcome=outcome,
-            http_status=reply.http_status if reply else (error.status_code if error else None),
-            error_type=error.type if error else None,
-            retry_after_ms=retry_after_ms,
-            backoff_ms=backoff_ms,
-            queue_ms=round(queue_ms, 3),
-            ts_start=ts_start,
-            ts_end=ts_start + (t1 - t0),
-            latency_ms=round((t1 - t0) * 1000.0, 3),
-            ttft_ms=reply.ttft_ms if reply else None,
-            input_tokens=reply.input_tokens if reply else None,
-            output_tokens=reply.output_tokens if reply else None,
-            stream=stream,
+        call = self._request(job, messages, backend)
+        estimate = estimate_call_tokens(messages, call.params)
+        echo = _Echo(self.on_text) if (call.stream and self.on_text is not None) else None
+        number, first_try, paused = before, time.monotonic(), None
+        while True:
+            number += 1
+            await self.router.admit(lease, estimate)
+            started, ts_start = time.monotonic(), time.time()
+            try:
+                reply, error = await provider.send(call, echo), None
+            except ProviderError as exc:
+                reply, error = None, exc
+            ended = time.monotonic()
+            printed = echo is not None and echo.printed
+            backoff = self._backoff(error, number - before, ended - first_try, printed)
+            decision = _decide(error, backoff, failover and not printed)
+            attempt = Attempt(  # positional: keywords would cost 2 % of a zero-latency run
+                job.id, job.session, turn, number, backend, lease.binding, call.stream, ts_start,
+                started, ended, started - queued, estimate, reply, error, decision, backoff,
+            )  # fmt: skip
+            await self._observe(attempt, provider)
+            if backoff is not None:
+                await self._back_off(lease, attempt, backoff)
+                queued = time.monotonic()
+                continue
+            if reply is not None and paused is not None:  # the end of a paused turn
+                reply = _join(paused, reply)
+            if reply is None or reply.continuation is None:
+                await self.router.release(lease)
+                return self._outcome(job, attempt, reply)
+            # Anthropic pause_turn: the same turn goes on, on the same backend and slot
+            paused = reply
+            call = replace(call, messages=[*call.messages, reply.continuation])
+            queued = time.monotonic()
+
+    def _request(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
+        """The call as sent to ``backend``: its params under the job's (the job wins), merged
+        here once; streamed with --stream, the job's own ``stream`` or ``stream = true`` in the
+        backend's params."""
+        params = {**backend.params, **job.params}
+        stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
+        return Call(messages, params, stream)
+
+    def _backoff(
+        self, error: ProviderError | None, retry: int, elapsed: float, printed: bool
+    ) -> float | None:
+        """The sleep before retry number ``retry`` on the same backend, None for no retry (a
+        success, a final error, or text already printed: never shown twice)."""
+        if error is None or printed:
+            return None
+        return self.policy.delay(retry, error, elapsed)
+
+    async def _observe(self, attempt: Attempt, provider: Provider) -> None:
+        """Hand the attempt to each observer: the router (counters, cooldowns, AIMD, pauses,
+        the tpm settlement), the trace, and with -v the log."""
+        await self.router.observe(attempt)
+        self.traces.call(attempt, provider.server_address)
+        if self._log_calls:
+            log.debug(
+                "rrcli.call",
+                job_id=attempt.job_id,
+                deployment=attempt.backend.id,
+                attempt=attempt.number,
+                outcome=attempt.outcome,
+                http_status=attempt.http_status,
+                error_type=attempt.error_type,
+                latency_ms=attempt.latency_ms,
+            )
+
+    async def _back_off(self, lease: Lease, attempt: Attempt, delay: float) -> None:
+        """Give the slot back and sleep before the retry (a waiting job holds no slot)."""
+        await self.router.release(lease)
+        log.info(
+            "rrcli.retry_scheduled",
+            job_id=attempt.job_id,
+            backend=attempt.backend.id,
+            attempt=attempt.number,
+            delay_s=round(delay, 3),
+            error_type=attempt.error_type,
         )
+        await asyncio.sleep(delay)
+
+    def _outcome(self, job: Job, attempt: Attempt, reply: Reply | None) -> CallOutcome:
+        session = self._session_of(job)
+        if reply is None:
+            assert attempt.error is not None
+            error = attempt.error.as_dict()
+            return CallOutcome(job, "error", attempt, error=error, session=session)
+        return CallOutcome(job, "ok", attempt, reply, session=session)
+
+    def _session_of(self, job: Job) -> str | None:
+        """The session a result line names: when bindings must survive --resume, and always
+        for a session."""
+        return job.session if (self.session_binding or job.kind == "session") else None
+
+
+class _Echo:
+    """--prompt --stream: text printed as it arrives; once any was, the call is never retried."""
+
+    __slots__ = ("_out", "printed")
+
+    def __init__(self, out: Callable[[str], None]) -> None:
+        self._out = out
+        self.printed = False
+
+    def __call__(self, text: str) -> None:
+        self.printed = True
+        self._out(text)
+
+
+def _decide(error: ProviderError | None, backoff: float | None, failover: bool) -> Decision:
+    """What follows an attempt: ``failover`` when this backend's budget is spent on a transient
+    error and another backend may take the call."""
+    if error is None:
+        return "ok"
+    if backoff is not None:
+        return "retry"
+    return "failover" if failover and error.transient else "error"
+
+
+def _assistant_message(reply: Reply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.output}
+    if reply.reasoning_content:
+        message["reasoning_content"] = reply.reasoning_content
+    return message
 
 
 def _join(first: Reply, rest: Reply) -> Reply:
@@ -428,16 +297,21 @@ def _join(first: Reply, rest: Reply) -> Reply:
     def add(a: int | None, b: int | None) -> int | None:
         return None if a is None and b is None else (a or 0) + (b or 0)
 
-    rest.output = first.output + rest.output
-    rest.input_tokens = add(first.input_tokens, rest.input_tokens)
-    rest.output_tokens = add(first.output_tokens, rest.output_tokens)
-    if first.reasoning_content:
-        rest.reasoning_content = first.reasoning_content + (rest.reasoning_content or "")
-    if rest.ttft_ms is None:
-        rest.ttft_ms = first.ttft_ms
+    body = rest.body
     if first.body is not None and rest.body is not None:  # batch formats write the body
-        rest.body = _join_bodies(first.body, rest.body)
-    return rest
+        body = _join_bodies(first.body, rest.body)
+    reasoning = rest.reasoning_content
+    if first.reasoning_content:
+        reasoning = first.reasoning_content + (rest.reasoning_content or "")
+    return replace(
+        rest,
+        output=first.output + rest.output,
+        input_tokens=add(first.input_tokens, rest.input_tokens),
+        output_tokens=add(first.output_tokens, rest.output_tokens),
+        reasoning_content=reasoning,
+        ttft_ms=first.ttft_ms if rest.ttft_ms is None else rest.ttft_ms,
+        body=body,
+    )
 
 
 def _join_bodies(first: dict[str, Any], rest: dict[str, Any]) -> dict[str, Any]:
@@ -454,23 +328,23 @@ def _join_bodies(first: dict[str, Any], rest: dict[str, Any]) -> dict[str, Any]:
     return joined
 
 
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000.0, 3)
+def _log_failure(outcome: CallOutcome) -> None:
+    attempt, error = outcome.attempt, outcome.error or {}
+    log.warning(
+        "rrcli.job_failed",
+        job_id=outcome.job.id,
+        deployment=None if attempt is None else attempt.backend.id,
+        attempts=outcome.attempts,
+        error_type=error.get("type"),
+        message=error.get("message"),
+    )
 
 
-@dataclass(slots=True)
-class _Failure:
-    deployment: str | None
-    attempts: int
-    error: dict[str, Any]
-    turns: list[dict[str, Any]] | None = None
-
-
-def estimate_tokens(messages: list[dict[str, Any]], params: Mapping[str, Any]) -> int:
-    """Tokens a call may cost, for rpm/tpm budgets: ~4 characters a token, plus max output."""
-    chars = 0
-    for message in messages:
-        content = message.get("content")
-        chars += len(content) if isinstance(content, str) else len(str(content))
-    out = params.get("max_tokens") or params.get("max_completion_tokens") or 0
-    return chars // 4 + 4 * len(messages) + (out if isinstance(out, int) else 0)
+def _debug_logged() -> bool:
+    """Whether a debug event per attempt would be shown. Checked once per run: at info level
+    the attempts pay nothing for it. Unconfigured, structlog shows every level, and a library
+    run would print a line per attempt: rrcli.call is for a configured debug level (-v)."""
+    if not structlog.is_configured():
+        return False
+    enabled = getattr(log.bind(), "is_enabled_for", None)
+    return True if enabled is None else bool(enabled(logging.DEBUG))

@@ -34,7 +34,8 @@ from rrcli.providers import make_provider
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs, shard_of
 from rrcli.records.results import ResultWriter, prepare_output
 from rrcli.records.trace import TraceWriter, new_run_id
-from rrcli.run.engine import Engine, RunControl, RunSummary
+from rrcli.run.control import RunControl, RunSummary
+from rrcli.run.engine import Engine
 from rrcli.run.router import Router
 
 __all__ = ["RunControl", "RunOptions", "RunSummary", "run", "run_sync"]
