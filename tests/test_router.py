@@ -18,7 +18,8 @@ from rrcli.errors import NoBackendError, ProviderError
 from rrcli.providers.base import Reply
 from rrcli.run.attempt import Attempt
 from rrcli.run.gate import PROBE_INITIAL, LocalGate, make_gates
-from rrcli.run.router import BackendState, Lease, Router
+from rrcli.run.lease import BackendState, Lease
+from rrcli.run.router import Router
 from tests.test_gate_fakes import FakeTime
 
 T = TypeVar("T")

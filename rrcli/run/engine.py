@@ -28,8 +28,9 @@ from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter
 from rrcli.run.attempt import Attempt, CallOutcome, Decision
 from rrcli.run.control import RunControl, RunSummary
+from rrcli.run.lease import Lease
 from rrcli.run.retry import RetryPolicy
-from rrcli.run.router import Lease, Router
+from rrcli.run.router import Router
 from rrcli.tokens import estimate_call_tokens
 
 __all__ = ["Engine", "ResultSink"]

@@ -8,7 +8,8 @@ one driver: every attempt starts at ``admit`` (slot, rate budget) and is ``obser
 
 Counters cannot drift: ``in_flight`` goes up only in ``_grant`` and down only in ``release``,
 each guarded by ``lease.held``; a request cancelled while waiting never got a lease, and a slot
-handed to it as it was cancelled is passed on. Times are seconds unless a name ends in ``_ms``.
+handed to it as it was cancelled is passed on. Times are seconds unless a name ends in ``_ms``;
+clock, rng and sleep are passed in.
 """
 
 from __future__ import annotations
@@ -17,66 +18,27 @@ import asyncio
 import random
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
 
-from rrcli.config.profile import Backend, Profile
+from rrcli.config.profile import Profile
 from rrcli.errors import NoBackendError, ProviderError
 from rrcli.run.gate import Clock, Gate, Sleep
+from rrcli.run.lease import BackendState, Lease
 from rrcli.run.strategies import Candidate, FirstAvailable, make_strategy
 
 if TYPE_CHECKING:
     from rrcli.run.attempt import Attempt
 
-__all__ = ["EWMA_ALPHA", "BackendState", "Lease", "Router"]
+__all__ = ["EWMA_ALPHA", "Router"]
 
 log = structlog.get_logger()
 
 EWMA_ALPHA = 0.3  # weight of the newest latency sample
 POLL_INITIAL = 0.03  # first_available: the first wait before polling the gates again
 POLL_MAX = 1.0  # ... doubling up to this
-
-
-@dataclass(slots=True, eq=False)
-class BackendState:
-    """One backend's live state. ``in_flight`` counts this backend's own calls (its gate may be
-    shared with others of its scope); the counters feed the live display."""
-
-    backend: Backend
-    gate: Gate
-    position: int
-    clock: Clock = field(repr=False)
-    in_flight: int = 0
-    done: int = 0  # successful attempts
-    retries: int = 0  # attempts taken again after a failure (trace outcome "retry")
-    failed_attempts: int = 0
-    ewma_latency_ms: float | None = None
-    cooldown_until: float = 0.0
-    failures_in_a_row: int = 0
-
-    @property
-    def errors(self) -> int:
-        """Failed attempts that no retry followed (trace outcome "error")."""
-        return self.failed_attempts - self.retries
-
-    @property
-    def cap(self) -> int:
-        return self.gate.cap
-
-    @property
-    def cooling(self) -> bool:
-        return self.clock() < self.cooldown_until
-
-
-@dataclass(slots=True, eq=False)
-class Lease:
-    """A routed call. While ``held`` it holds one slot of ``state.gate``."""
-
-    state: BackendState
-    binding: str | None = None  # "new" | "kept" | "rebound" | None (binding = "request")
-    held: bool = True
 
 
 @dataclass(slots=True, eq=False)
@@ -204,12 +166,17 @@ class Router:
             actual = (reply.input_tokens or 0) + (reply.output_tokens or 0)
             await state.gate.settle(attempt.estimate, actual)
 
+    @property
+    def bindings(self) -> dict[str, str]:
+        """The sessions bound now: ``{session: deployment id}``."""
+        return {session: state.backend.id for session, (state, _) in self._bindings.items()}
+
     def restore_bindings(self, mapping: Mapping[str, str]) -> None:
         """Saved ``{session: deployment id}`` bindings from an earlier run (``--resume``)."""
         self._saved.update(mapping)
 
     def forget(self, session: str) -> None:
-        """Drop a finished session's binding, so memory stays flat over long runs."""
+        """Drop the binding of a session no later call can use, so memory stays flat."""
         self._bindings.pop(session, None)
         self._saved.pop(session, None)
 
