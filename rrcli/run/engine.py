@@ -14,7 +14,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -139,8 +139,7 @@ class Engine:
                     return outcome
                 error = {"type": "no_backend", "message": str(exc)}
                 return CallOutcome(job, "error", error=error, session=self._session_of(job))
-            tried |= {lease.state.backend.id}
-            failover = self.profile.retry.failover and len(tried) < len(self.router.states)
+            failover = self.profile.retry.failover and len(tried) + 1 < len(self.router.states)
             before = 0 if outcome is None else outcome.attempts
             try:
                 outcome = await self._attempts(job, messages, turn, lease, before, queued, failover)
@@ -149,6 +148,7 @@ class Engine:
                     await asyncio.shield(self.router.release(lease))
             if outcome.attempt is None or outcome.attempt.decision != "failover":
                 return outcome
+            tried |= {lease.state.backend.id}
 
     async def _attempts(
         self,
@@ -185,7 +185,7 @@ class Engine:
                 job.id, job.session, turn, number, backend, lease.binding, call.stream, ts_start,
                 started, ended, started - queued, estimate, reply, error, decision, backoff,
             )  # fmt: skip
-            await self._observe(attempt, provider)
+            await self._observe(attempt, provider.server_address)
             if backoff is not None:
                 await self._back_off(lease, attempt, backoff)
                 queued = time.monotonic()
@@ -217,11 +217,11 @@ class Engine:
             return None
         return self.policy.delay(retry, error, elapsed)
 
-    async def _observe(self, attempt: Attempt, provider: Provider) -> None:
-        """Hand the attempt to each observer: the router (counters, cooldowns, AIMD, pauses,
-        the tpm settlement), the trace, and with -v the log."""
-        await self.router.observe(attempt)
-        self.traces.call(attempt, provider.server_address)
+    def _observe(self, attempt: Attempt, server_address: str | None) -> Awaitable[None]:
+        """Hand the attempt to each observer: the trace, with -v the log, and the router
+        (counters, cooldowns, AIMD, pauses, the tpm settlement), whose coroutine is returned
+        for the loop to await (one coroutine an attempt fewer on the hot path)."""
+        self.traces.call(attempt, server_address)
         if self._log_calls:
             log.debug(
                 "rrcli.call",
@@ -233,6 +233,7 @@ class Engine:
                 error_type=attempt.error_type,
                 latency_ms=attempt.latency_ms,
             )
+        return self.router.observe(attempt)
 
     async def _back_off(self, lease: Lease, attempt: Attempt, delay: float) -> None:
         """Give the slot back and sleep before the retry (a waiting job holds no slot)."""
@@ -253,7 +254,7 @@ class Engine:
             assert attempt.error is not None
             error = attempt.error.as_dict()
             return CallOutcome(job, "error", attempt, error=error, session=session)
-        return CallOutcome(job, "ok", attempt, reply, session=session)
+        return CallOutcome(job, "ok", attempt, reply, None, session)
 
     def _session_of(self, job: Job) -> str | None:
         """The session a result line names: when bindings must survive --resume, and always

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -136,11 +136,16 @@ class Router:
         lease.state.in_flight -= 1
         await self._free(lease.state.gate)
 
-    async def admit(self, lease: Lease, tokens: int) -> None:
-        """Return when the lease's next attempt may start: its slot again if a retry gave it back
-        (``reacquire``), then the rpm/tpm budget for ``tokens``. Every attempt starts here."""
-        if not lease.held:
-            await self.reacquire(lease)
+    def admit(self, lease: Lease, tokens: int) -> Awaitable[None]:
+        """Await it until the lease's next attempt may start: its slot again if a retry gave it
+        back (``reacquire``), then the rpm/tpm budget for ``tokens``. Every attempt starts here.
+        A lease holding its slot awaits the gate's reservation itself: no coroutine between."""
+        if lease.held:
+            return lease.state.gate.reserve(tokens)
+        return self._readmit(lease, tokens)
+
+    async def _readmit(self, lease: Lease, tokens: int) -> None:
+        await self.reacquire(lease)
         await lease.state.gate.reserve(tokens)
 
     async def observe(self, attempt: Attempt) -> None:
