@@ -1,11 +1,13 @@
-"""What happens to one job: route, take the gate, attempt, retry on the same backend, trace
-each attempt, write the result once (SPEC §6-§7).
+"""What happens to one job: route, attempt, retry on the same backend, write the result once
+(SPEC §6-§7).
 
 ``Engine.worker`` is one of the run's ``concurrency`` coroutines; every worker pulls from one
-shared job iterator. On a transient failure the slot is released, the policy's delay slept, and a
-slot on the SAME backend taken again; with ``failover`` a spent budget routes the call among the
-backends not yet tried. One failing job never cancels its siblings: it becomes a result and trace
-records. ``runner.py`` sets the run up around the workers (outputs, signals, flushing).
+shared job iterator. Each HTTP attempt becomes one frozen ``Attempt`` that every observer reads:
+the trace, the log, the router (which alone drives the gates). On a transient failure the slot is
+released, the policy's delay slept, and a slot on the SAME backend taken again; with ``failover``
+a spent budget routes the call among the backends not yet tried. A job ends as one
+``CallOutcome``, its result line's only input: one failing job never cancels its siblings.
+``runner.py`` sets the run up around the workers (outputs, signals, flushing).
 """
 
 from __future__ import annotations
