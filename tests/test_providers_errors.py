@@ -196,7 +196,7 @@ def send_canned(provider: str, payload: dict, call: Call, **backend: object):
 
 def test_openai_parsing_reads_reasoning_usage_and_request_id() -> None:
     """vLLM's ``reasoning`` becomes reasoning_content; usage maps to input/output tokens; the
-    request id comes from the ``x-request-id`` header."""
+    request id is the body's ``id`` even when an ``x-request-id`` header is sent too."""
     payload = {
         "id": "chatcmpl-9",
         "model": "served-model",
@@ -204,7 +204,7 @@ def test_openai_parsing_reads_reasoning_usage_and_request_id() -> None:
         "usage": {"prompt_tokens": 12, "completion_tokens": 1},
     }
     reply, _ = send_canned("openai", payload, Call([{"role": "user", "content": "2+2?"}]))
-    assert ("4", "2+2", 12, 1, "stop", "served-model", "req-1") == (
+    assert ("4", "2+2", 12, 1, "stop", "served-model", "chatcmpl-9") == (
         reply.output,
         reply.reasoning_content,
         reply.input_tokens,

@@ -8,7 +8,8 @@ finish reasons, and a ``pause_turn`` stop hands the runner a ``continuation`` to
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import orjson
 
@@ -28,13 +29,7 @@ class AnthropicProvider(HTTPProvider):
     """``x-api-key`` and ``anthropic-version`` headers; SSE events by name when streaming."""
 
     path = "/v1/messages"
-    request_id_header = "request-id"
-
-    def auth_headers(self, api_key: str | None) -> dict[str, str]:
-        headers = {"anthropic-version": ANTHROPIC_VERSION}
-        if api_key:
-            headers["x-api-key"] = api_key
-        return headers
+    api_headers: ClassVar[Mapping[str, str]] = {"anthropic-version": ANTHROPIC_VERSION}
 
     def build_body(self, call: Call) -> dict[str, Any]:
         body = {**self.backend.params, **call.params}

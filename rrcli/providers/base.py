@@ -5,7 +5,7 @@ A provider turns a ``Call`` (chat messages and parameters) into a ``Reply`` by o
 backoff: the runner owns those. It raises only ``rrcli.errors.ProviderError`` subclasses, each
 knowing whether it is transient and any delay the server asked for.
 
-CONTRACT (filled in by the providers work; the runner codes against exactly this):
+CONTRACT (the runner codes against exactly this):
 
 - ``make_provider(backend, api_key, *, retry, seed)`` returns a ``Provider`` for the backend;
   one ``httpx2.AsyncClient`` per backend, explicit timeouts, pool limits >= the backend's cap,
@@ -85,7 +85,7 @@ class Reply:
     response_model: str | None = None
     reasoning_content: str | None = None
     http_status: int | None = None
-    request_id: str | None = None
+    request_id: str | None = None  # the body's id, else the API's request-id header
     ttft_ms: float | None = None  # streamed calls: time to the first chunk carrying text
     body: dict[str, Any] | None = None  # the provider's response body (batch output formats)
     # An Anthropic ``pause_turn``: the assistant message to append to ``messages`` before the

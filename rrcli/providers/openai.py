@@ -22,8 +22,8 @@ class OpenAIProvider(HTTPProvider):
 
     path = "/chat/completions"
 
-    def auth_headers(self, api_key: str | None) -> dict[str, str]:
-        return {"authorization": f"Bearer {api_key}"} if api_key else {}
+    def auth_value(self, api_key: str) -> str:
+        return f"Bearer {api_key}"
 
     def build_body(self, call: Call) -> dict[str, Any]:
         body = {**self.backend.params, **call.params}
@@ -107,7 +107,7 @@ class _OpenAIStream:
         if chunk.get("error"):
             raise stream_error(chunk["error"], self._key)
         self.model = chunk.get("model") or self.model
-        self.id = chunk.get("id") or self.id
+        self.id = self.id or chunk.get("id")  # the first chunk's: the response's id
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         choices = chunk.get("choices")
