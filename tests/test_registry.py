@@ -1,4 +1,4 @@
-"""The provider registry: pure, light, one home for each fact."""
+"""The provider registry and the table between the APIs: pure, light, one home for each fact."""
 
 from __future__ import annotations
 
@@ -10,6 +10,11 @@ import pytest
 
 from rrcli.config.starter import starter_profile
 from rrcli.providers.registry import NAMES, info, server_address
+from rrcli.providers.vocabulary import (
+    anthropic_stop_reason,
+    finish_reason_from_anthropic,
+    openai_finish_reason,
+)
 
 
 @pytest.mark.parametrize(
@@ -59,12 +64,44 @@ def test_init_names_the_sim_model_the_demo_profile_uses() -> None:
     assert "sim-small" == starter_profile("sim", 1)["defaults"]["model"]
 
 
-def test_the_registry_and_the_trace_writer_load_no_http_client() -> None:
-    """Importing the providers package, its registry, the trace writer and the starter profile
-    loads no HTTP client: validation and --help stay light."""
+@pytest.mark.parametrize(
+    ("stop_reason", "result", "openai", "anthropic"),
+    [
+        ("end_turn", "stop", "stop", "end_turn"),
+        ("max_tokens", "length", "length", "max_tokens"),
+        ("tool_use", "tool_calls", "tool_calls", "tool_use"),
+        ("stop_sequence", "stop_sequence", "stop", "stop_sequence"),
+        ("refusal", "refusal", "content_filter", "refusal"),
+        ("pause_turn", "pause_turn", "stop", "pause_turn"),
+    ],
+)
+def test_finish_reasons_are_mapped_once(stop_reason, result, openai, anthropic) -> None:
+    """An Anthropic stop reason becomes the result's finish reason (OpenAI's word where one
+    means the same), and the result's reason becomes each batch format's word."""
+    assert (result, openai, anthropic) == (
+        finish_reason_from_anthropic(stop_reason),
+        openai_finish_reason(result),
+        anthropic_stop_reason(result),
+    )
+
+
+def test_content_filter_and_function_call_have_anthropic_words() -> None:
+    """OpenAI's content_filter and function_call have Anthropic equivalents; None stays None."""
+    assert ("refusal", "tool_use", None) == (
+        anthropic_stop_reason("content_filter"),
+        anthropic_stop_reason("function_call"),
+        finish_reason_from_anthropic(None),
+    )
+
+
+def test_the_registry_the_table_and_the_records_load_no_http_client() -> None:
+    """Importing the providers package, its registry, the table between the APIs, the results
+    writer and the trace writer loads no HTTP client: validation and --help stay light."""
     modules = (
         "rrcli.providers",
         "rrcli.providers.registry",
+        "rrcli.providers.vocabulary",
+        "rrcli.records.results",
         "rrcli.records.trace",
         "rrcli.config.starter",
     )

@@ -16,12 +16,12 @@ import orjson
 from rrcli.providers._http import HTTPProvider, parse_event_json, token_sum
 from rrcli.providers._sse import SSEEvent
 from rrcli.providers.base import Call, Reply, invalid_response, stream_error
+from rrcli.providers.vocabulary import finish_reason_from_anthropic
 
 __all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "AnthropicProvider"]
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 1024
-_FINISH_REASONS = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
 _INPUT_COUNTERS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 
@@ -80,7 +80,7 @@ def _reply(
     ]
     return Reply(
         output="".join(texts),
-        finish_reason=_FINISH_REASONS.get(stop_reason, stop_reason) if stop_reason else None,
+        finish_reason=finish_reason_from_anthropic(stop_reason),
         input_tokens=token_sum(usage, *_INPUT_COUNTERS),
         output_tokens=token_sum(usage, "output_tokens"),
         response_model=body.get("model"),
