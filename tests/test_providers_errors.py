@@ -217,18 +217,20 @@ def test_openai_parsing_reads_reasoning_usage_and_request_id() -> None:
 
 def test_openai_request_body_strips_reasoning_unless_fed_back() -> None:
     """An assistant message's reasoning_content is sent back only with reasoning_feedback; the
-    backend's params sit under the call's and the model is always the backend's."""
+    call's params (already merged over the backend's) are sent as they are, never merged again
+    with the backend's, and the model is always the backend's."""
     payload = {"choices": [{"message": {"content": "ok"}}]}
     history = [
         {"role": "user", "content": "a"},
         {"role": "assistant", "content": "b", "reasoning_content": "think"},
         {"role": "user", "content": "c"},
     ]
-    call = Call(history, params={"temperature": 1, "model": "wrong"})
-    params = {"temperature": 0, "top_p": 0.5}
+    call = Call(history, params={"temperature": 1, "top_p": 0.5, "model": "wrong"})
+    params = {"temperature": 0, "seed": 7}
     _, request = send_canned("openai", payload, call, model="m", params=params)
     sent = orjson.loads(request.content)
     assert ("m", 1, 0.5) == (sent["model"], sent["temperature"], sent["top_p"])
+    assert "seed" not in sent
     assert "reasoning_content" not in sent["messages"][1]
     _, request = send_canned("openai", payload, call, reasoning_feedback=True)
     assert "think" == orjson.loads(request.content)["messages"][1]["reasoning_content"]

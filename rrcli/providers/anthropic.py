@@ -32,7 +32,7 @@ class AnthropicProvider(HTTPProvider):
     api_headers: ClassVar[Mapping[str, str]] = {"anthropic-version": ANTHROPIC_VERSION}
 
     def build_body(self, call: Call) -> dict[str, Any]:
-        body = {**self.backend.params, **call.params}
+        body = dict(call.params)
         body["model"] = self.backend.model
         body.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
         system: list[str] = []
@@ -49,8 +49,6 @@ class AnthropicProvider(HTTPProvider):
         body["messages"] = messages
         if call.stream:
             body["stream"] = True
-        else:
-            body.pop("stream", None)
         return body
 
     def parse_body(self, data: dict[str, Any]) -> Reply:

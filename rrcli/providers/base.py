@@ -66,7 +66,9 @@ class Call:
     ``messages`` are OpenAI-style chat messages (``{"role", "content"}``, a leading ``system``
     message when there is one; an assistant message may carry ``reasoning_content``, sent only
     when the backend has ``reasoning_feedback``). ``params`` are the request parameters, the
-    backend's ``params`` under the job's own (the job wins); ``model`` is always the backend's.
+    backend's ``params`` under the job's own (the job wins), merged once by the caller and
+    without ``stream`` (``stream`` says that): adapters send them as they are, with the model
+    always the backend's.
     """
 
     messages: list[dict[str, Any]]

@@ -26,7 +26,7 @@ class OpenAIProvider(HTTPProvider):
         return f"Bearer {api_key}"
 
     def build_body(self, call: Call) -> dict[str, Any]:
-        body = {**self.backend.params, **call.params}
+        body = dict(call.params)
         body["model"] = self.backend.model
         messages = call.messages
         if not self.backend.reasoning_feedback:
@@ -39,7 +39,6 @@ class OpenAIProvider(HTTPProvider):
             options["include_usage"] = True
             body["stream_options"] = options
         else:
-            body.pop("stream", None)
             body.pop("stream_options", None)
         return body
 
