@@ -129,7 +129,7 @@ class HTTPProvider:
         if not isinstance(data, dict):
             raise invalid_response("the body is not a JSON object", response.status_code)
         if data.get("error"):
-            raise stream_error(data["error"], self._key)
+            raise stream_error(data["error"], self._key, body=response.content)
         reply = self.parse_body(data)
         return self._finish(reply, response)
 

@@ -130,7 +130,7 @@ class _AnthropicStream:
         elif kind == "message_stop":
             self.done = True
         elif kind == "error":
-            raise stream_error(data.get("error"), self._key)
+            raise stream_error(data.get("error"), self._key, body=event.data)
         return None
 
     def _delta(self, index: int, delta: dict[str, Any]) -> str | None:

@@ -104,7 +104,7 @@ class _OpenAIStream:
             return None
         chunk = parse_event_json(event)
         if chunk.get("error"):
-            raise stream_error(chunk["error"], self._key)
+            raise stream_error(chunk["error"], self._key, body=event.data)
         self.model = chunk.get("model") or self.model
         self.id = self.id or chunk.get("id")  # the first chunk's: the response's id
         if chunk.get("usage"):
