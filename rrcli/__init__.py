@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from rrcli.config.profile import load_profile, validate_profile
+from rrcli.config.load import load_profile, validate_profile
 from rrcli.errors import ProfileError, ProviderError, RRCLIError, UsageError
 
 __version__ = "0.1.0"

@@ -18,7 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from rrcli.config.profile import Profile, ValidationReport
+    from rrcli.config.load import ValidationReport
+    from rrcli.config.profile import Profile
     from rrcli.run.checks import JobsReport, ProbeResult
     from rrcli.run.plan import Plan
     from rrcli.run.router import Router

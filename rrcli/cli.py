@@ -120,7 +120,7 @@ def run(
 
     from rrcli import _render
     from rrcli._logging import configure_logging
-    from rrcli.config.profile import load_profile, resolve_profile_path
+    from rrcli.config.load import load_profile, resolve_profile_path
     from rrcli.run.plan import plan
     from rrcli.run.runner import RunOptions, run_sync
 
@@ -189,7 +189,7 @@ def validate(profile: str, as_json: bool, strict: bool, probe: bool, jobs_path: 
     import json
     import os
 
-    from rrcli.config.profile import resolve_profile_path, validate_profile
+    from rrcli.config.load import resolve_profile_path, validate_profile
 
     report = validate_profile(resolve_profile_path(profile, os.environ), strict=strict)
     document = report.as_dict()
