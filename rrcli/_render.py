@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from rich.text import Text
 if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
     from rrcli.config.profile import Profile
-    from rrcli.run.checks import JobsReport, ProbeResult
+    from rrcli.run.checks import CheckReport, JobsReport, ProbeResult
     from rrcli.run.plan import Plan
     from rrcli.run.router import Router
     from rrcli.run.runner import RunSummary
@@ -149,7 +150,29 @@ def print_summary(summary: RunSummary, out: Path | None, traces: Path | None) ->
     stderr.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def probe_lines(results: list[ProbeResult]) -> list[str]:
+def check_lines(report: CheckReport) -> list[str]:
+    """``rrcli validate`` as plain text: the profile's lines, then the jobs file's and probes'."""
+    return [*report.profile.plain_lines(), *_extra_check_lines(report)]
+
+
+def print_check(report: CheckReport) -> None:
+    """``rrcli validate`` on a terminal: the diagnostics table, then the jobs file's and probes'
+    lines."""
+    print_validation(report.profile, stdout)
+    for line in _extra_check_lines(report):
+        stdout.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _extra_check_lines(report: CheckReport) -> list[str]:
+    lines = []
+    if report.jobs is not None:
+        lines += jobs_report_lines(report.jobs)
+    if report.probes is not None:
+        lines += probe_lines(report.probes)
+    return lines
+
+
+def probe_lines(results: Sequence[ProbeResult]) -> list[str]:
     """``validate --probe``: one line per backend."""
     return [
         f"probe: {r.backend}: ok in {r.latency_ms:.0f} ms ({r.detail})"

@@ -169,54 +169,22 @@ def validate(profile: str, as_json: bool, strict: bool, probe: bool, jobs_path: 
     """
     import json
     import os
+    from pathlib import Path
 
-    from rrcli.config.load import resolve_profile_path, validate_profile
+    from rrcli import _render
+    from rrcli.run.checks import validate as check
 
-    report = validate_profile(resolve_profile_path(profile, os.environ), strict=strict)
-    document = report.as_dict()
-    extra_lines: list[str] = []
-    failed = False
-    if jobs_path is not None:
-        from pathlib import Path
-
-        from rrcli._render import jobs_report_lines
-        from rrcli.run.checks import check_jobs
-
-        jobs_report = check_jobs(Path(jobs_path))
-        document["jobs"] = jobs_report.as_dict()
-        extra_lines += jobs_report_lines(jobs_report)
-        failed |= bool(jobs_report.invalid)
-    if probe and report.ok and report.profile is not None:
-        import asyncio
-
-        from rrcli._render import probe_lines
-        from rrcli.run.checks import probe as probe_backends
-
-        results = asyncio.run(probe_backends(report.profile, os.environ))
-        document["probe"] = [_probe_dict(r) for r in results]
-        extra_lines += probe_lines(results)
-        failed |= not all(r.ok for r in results)
+    jobs = Path(jobs_path) if jobs_path is not None else None
+    report = check(profile, environ=os.environ, strict=strict, jobs=jobs, probe_backends=probe)
     if as_json:
-        document["ok"] = document["ok"] and not failed
-        click.echo(json.dumps(document, indent=2))
-    elif not report.readable:
-        click.echo(f"rrcli: {report.diagnostics[0]}", err=True)
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    elif not report.profile.readable:
+        click.echo(f"rrcli: {report.profile.diagnostics[0]}", err=True)
+    elif sys.stdout.isatty():
+        _render.print_check(report)
     else:
-        if sys.stdout.isatty():
-            from rrcli._render import print_validation
-
-            print_validation(report)
-        else:
-            click.echo("\n".join(report.plain_lines()))
-        for line in extra_lines:
-            click.echo(line)
-    sys.exit(report.exit_code or (1 if failed else 0))
-
-
-def _probe_dict(result: object) -> dict[str, object]:
-    from dataclasses import asdict
-
-    return asdict(result)  # type: ignore[call-overload]
+        click.echo("\n".join(_render.check_lines(report)))
+    sys.exit(report.exit_code)
 
 
 @main.command()

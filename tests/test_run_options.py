@@ -11,6 +11,7 @@ from runkit import read_jsonl, write_jobs
 import rrcli
 from rrcli.config.load import demo_profile_path
 from rrcli.errors import UsageError
+from rrcli.run.checks import validate
 from rrcli.run.options import RunOptions
 
 
@@ -54,6 +55,22 @@ def test_resume_and_overwrite_cannot_both_be_asked():
     """Options asking to resume and to overwrite at once are refused before anything runs."""
     with pytest.raises(UsageError, match="contradict"):
         RunOptions(jobs=Path("x.jsonl"), resume=True, overwrite=True)
+
+
+def test_validate_report_is_built_by_the_library(tmp_path):
+    """The `rrcli validate --json` document comes from one library call: the profile, the jobs
+    file's shapes and invalid lines, and a failed check making the report not ok (exit 1)."""
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"prompt": "a"}\nnope\n')
+    report = validate("demo", environ={}, jobs=jobs)
+    document = report.as_dict()
+    assert ["ok", "errors", "warnings", "profile", "jobs"] == list(document)
+    assert (False, 1, 1) == (
+        document["ok"],
+        document["jobs"]["jobs"],
+        len(document["jobs"]["invalid"]),
+    )
+    assert 1 == report.exit_code
 
 
 def test_rrcli_run_is_the_run_function_after_the_run_package_is_imported():
