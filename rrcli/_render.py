@@ -85,7 +85,7 @@ class RunDisplay:
                 console=stderr,
                 refresh_per_second=4,
                 redirect_stdout=False,
-                redirect_stderr=False,
+                redirect_stderr=True,  # log lines print above the display (see _logging)
             )
             self.live.start()
 

@@ -113,15 +113,14 @@ def run(
     import os
 
     from rrcli import _render
-    from rrcli._logging import configure_logging
+    from rrcli._logging import configure_logging, log_level
     from rrcli.config.load import load_profile, resolve_profile_path
     from rrcli.run.runner import RunOptions, run_sync
 
     if bool(jobs) == bool(prompts):
         raise click.UsageError("give a JOBS file or --prompt TEXT (one of the two)")
-    tty = sys.stderr.isatty() and not quiet
-    level = "error" if (quiet or tty) else ("debug" if verbose else "info")
-    configure_logging(level=level, fmt=log_format)
+    tty = sys.stderr.isatty()
+    configure_logging(level=log_level(verbose=verbose, quiet=quiet, tty=tty), fmt=log_format)
     profile = load_profile(resolve_profile_path(profile_path, os.environ), environ=os.environ)
     stream = fields["stream"]
     answers = _render.PromptPrinter(stream=stream) if (prompts and not fields["out"]) else None
@@ -139,7 +138,7 @@ def run(
 
         _render.print_plan(profile, asyncio.run(plan(profile, options)))
         return
-    with _render.RunDisplay(enabled=tty and answers is None) as display:
+    with _render.RunDisplay(enabled=tty and not quiet and answers is None) as display:
         summary = run_sync(profile, options, environ=os.environ, on_start=display.start)
     if not quiet and answers is None:
         _render.print_summary(summary, options.out, options.traces)
