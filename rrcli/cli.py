@@ -97,7 +97,7 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     type=click.Choice(["console", "json"]),
     default="console",
     show_default=True,
-    help="Log line format when not on a terminal.",
+    help="Format of the log lines on standard error.",
 )
 def run(
     jobs: str | None,
