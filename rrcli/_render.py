@@ -239,9 +239,9 @@ def print_validation(report: ValidationReport, console: Console | None = None) -
     console.print(Text(report.summary(), style=style))
 
 
-# --- rrcli stats ------------------------------------------------------------
+# --- rrcli stats ----------------------------------------------------------------------------
 
-_PIPE_WIDTH = 160
+_PIPE_WIDTH = 160  # columns for tables written to a pipe (no terminal to measure)
 
 
 def _console() -> Console:
@@ -250,8 +250,6 @@ def _console() -> Console:
         console = Console(width=_PIPE_WIDTH)
     return console
 
-
-# --- rrcli stats ----------------------------------------------------------------------------
 
 _BARS = " ▁▂▃▄▅▆▇█"
 _STATS_LABEL = 16
