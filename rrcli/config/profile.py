@@ -18,6 +18,7 @@ from rrcli.providers.registry import REGISTRY
 
 __all__ = [
     "BINDINGS",
+    "DEFAULT_PROVIDER",
     "GATE_KINDS",
     "STRATEGIES",
     "Backend",
