@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from rrcli.config.profile import Diagnostic
+    from rrcli.config.diagnostic import Diagnostic
 
 __all__ = [
     "GateUnavailableError",

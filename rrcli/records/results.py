@@ -67,10 +67,9 @@ def prepare_output(
 
     Raises OutputExistsError (exit 2) for a non-empty file without ``resume``/``overwrite``, and
     UsageError for an unwritable path, a missing folder, or (with ``fmt``) a file written in
-    another format. ``path`` None is standard output (nothing to resume).
+    another format. ``path`` None is standard output (nothing to resume). ``resume`` and
+    ``overwrite`` are never both true: ``RunOptions`` refuses that.
     """
-    if resume and overwrite:
-        raise UsageError("--resume and --overwrite contradict each other — pass one of them")
     if path is None:
         if resume:
             raise UsageError("--resume needs a results file, not standard output — give --out PATH")
