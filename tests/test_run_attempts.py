@@ -11,7 +11,7 @@ import orjson
 from runkit import calls, read_jsonl, rrcli, write_jobs, write_profile
 from structlog.testing import capture_logs
 
-from rrcli.config.profile import load_profile
+from rrcli.config.load import load_profile
 from rrcli.run.runner import RunOptions, run
 
 FIELDS = ("job_id", "deployment", "attempt", "outcome", "http_status", "error_type", "latency_ms")
