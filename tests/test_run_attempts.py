@@ -11,8 +11,7 @@ import orjson
 from runkit import calls, read_jsonl, rrcli, write_jobs, write_profile
 from structlog.testing import capture_logs
 
-from rrcli.config.load import load_profile
-from rrcli.run.runner import RunOptions, run
+import rrcli as library
 
 FIELDS = ("job_id", "deployment", "attempt", "outcome", "http_status", "error_type", "latency_ms")
 
@@ -112,12 +111,14 @@ def test_session_bindings_are_forgotten_when_no_later_job_can_use_them(tmp_path,
     lines.append({"id": "talk", "turns": ["hello", "and then?"]})
     jobs = tmp_path / "jobs.jsonl"
     jobs.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
-    options = RunOptions(jobs=jobs, out=tmp_path / "r.jsonl", traces=None, concurrency=3)
+    options = library.RunOptions(
+        jobs=jobs, out=tmp_path / "r.jsonl", traces=tmp_path / "t.jsonl", concurrency=3
+    )
     routers = []
     with capture_logs() as logs:
         summary = asyncio.run(
-            run(
-                load_profile(path, environ={}),
+            library.run(
+                library.load_profile(path, environ={}),
                 options,
                 environ={},
                 on_start=lambda _summary, router: routers.append(router),
