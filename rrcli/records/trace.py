@@ -138,7 +138,7 @@ class TraceWriter:
                     "http_status": attempt.http_status,
                     "error_type": None if error is None else error.type,
                     "retry_after_ms": None if error is None else _ms(error.retry_after),
-                    "backoff_ms": _ms(attempt.backoff_s),
+                    "backoff_ms": None if error is None else _ms(attempt.backoff_s),
                     "queue_ms": round(attempt.queue_s * 1000.0, 3),
                     "ts_start": rfc3339(ts_start),
                     "ts_end": rfc3339(ts_start + (attempt.ended - attempt.started)),
