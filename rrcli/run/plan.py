@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 from rrcli.config.profile import Profile
 from rrcli.records.jobs import InvalidJob, iter_jobs
-from rrcli.run.engine import RunSummary, estimate_tokens
+from rrcli.run.engine import RunSummary
 from rrcli.run.runner import RunOptions, make_router, open_jobs, select_jobs
+from rrcli.tokens import estimate_input_tokens
 
 __all__ = ["Plan", "plan"]
 
@@ -55,7 +56,7 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
                 await router.release(lease)
                 backend_id = lease.state.backend.id
                 result.calls[backend_id] += 1
-                result.input_tokens[backend_id] += estimate_tokens(history, {})
+                result.input_tokens[backend_id] += estimate_input_tokens(history)
     prices = {b.id: b.price for b in profile.backends if b.price is not None}
     if prices:
         result.input_cost = {

@@ -139,15 +139,6 @@ def last_user_text(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
-def estimate_input_tokens(messages: list[dict[str, Any]]) -> int:
-    """About four characters a token, as rough tokenizers count: at least 1."""
-    chars = 0
-    for message in messages:
-        content = message.get("content")
-        chars += len(content) if isinstance(content, str) else 16
-    return chars // 4 + 1
-
-
 def pacing(count: int, ttft: float, total: float) -> Iterator[tuple[float, int, int]]:
     """How a stream of ``count`` pieces is paced: (seconds to sleep first, start, end) per group.
 

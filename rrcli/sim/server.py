@@ -30,10 +30,10 @@ from rrcli.sim.behaviour import (
     RATE_LIMITED,
     SimBehaviour,
     SimConfig,
-    estimate_input_tokens,
     key_fingerprint,
     pacing,
 )
+from rrcli.tokens import estimate_input_tokens
 
 __all__ = ["build_app"]
 
