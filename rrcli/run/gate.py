@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
-if TYPE_CHECKING:
-    import random
+from rrcli.run.scopes import scope_limits
 
-    from rrcli.config.profile import Backend, Profile
+if TYPE_CHECKING:
+    from rrcli.config.profile import Profile
 
 __all__ = ["Aimd", "Clock", "Gate", "LocalGate", "Sleep", "aimd_step", "make_gates"]
 
@@ -324,48 +324,18 @@ class LocalGate:
             self._dispatch()
 
 
-def make_gates(
-    profile: Profile,
-    *,
-    clock: Clock,
-    rng: random.Random | None = None,
-    sleep: Sleep = asyncio.sleep,
-) -> dict[str, Gate]:
-    """One in-process gate per gate scope of the profile.
-
-    Backends that share a scope share one gate: its cap is the smallest ``max_concurrency`` among
-    them and its rpm/tpm the smallest set (a warning names the scope when they differ). ``rng`` is
-    unused by local gates (kept for the shared gate's signature).
-    """
-    groups: dict[str, list[Backend]] = {}
-    for backend in profile.backends:
-        groups.setdefault(backend.scope, []).append(backend)
-    gates: dict[str, Gate] = {}
-    for scope, members in groups.items():
-        caps = {b.max_concurrency for b in members}
-        rpm = _smallest(b.rpm for b in members)
-        tpm = _smallest(b.tpm for b in members)
-        if len(caps) > 1 or len({(b.rpm, b.tpm) for b in members}) > 1:
-            log.warning(
-                "rrcli.gate_scope_mismatch",
-                scope=scope,
-                backends=[b.id for b in members],
-                max_concurrency=min(caps),
-                rpm=rpm,
-                tpm=tpm,
-            )
-        gates[scope] = LocalGate(
-            scope,
-            min(caps),
-            rpm=rpm,
-            tpm=tpm,
-            adaptive=profile.gate.adaptive,
+def make_gates(profile: Profile, *, clock: Clock, sleep: Sleep = asyncio.sleep) -> dict[str, Gate]:
+    """One in-process gate per gate scope of the profile, with ``scope_limits``' limits."""
+    adaptive = profile.gate.adaptive
+    return {
+        limits.scope: LocalGate(
+            limits.scope,
+            limits.max_cap,
+            rpm=limits.rpm,
+            tpm=limits.tpm,
+            adaptive=adaptive,
             clock=clock,
             sleep=sleep,
         )
-    return gates
-
-
-def _smallest(values: Iterable[int | None]) -> int | None:
-    given = [v for v in values if v]
-    return min(given) if given else None
+        for limits in scope_limits(profile.backends)
+    }

@@ -35,19 +35,19 @@ import contextlib
 import random
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 
-from rrcli.config.profile import Backend, Profile
+from rrcli.config.profile import Profile
 from rrcli.errors import GateUnavailableError
 from rrcli.run import _redis_scripts as lua
 from rrcli.run.gate import PROBE_INITIAL, PROBE_MAX
+from rrcli.run.scopes import ScopeLimits, scope_limits
 
-__all__ = ["RedisGate", "RedisGates", "ScopeLimits", "make_redis_gates", "redacted_url"]
+__all__ = ["RedisGate", "RedisGates", "make_redis_gates", "redacted_url"]
 
 log = structlog.get_logger("rrcli.run.redis_gate")
 
@@ -72,27 +72,6 @@ def redacted_url(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
-
-
-@dataclass(frozen=True, slots=True)
-class ScopeLimits:
-    """What one gate scope enforces; backends sharing a scope share the strictest values."""
-
-    scope: str
-    max_cap: int
-    rpm: int | None = None
-    tpm: int | None = None
-
-    @classmethod
-    def of(cls, scope: str, backends: Sequence[Backend]) -> ScopeLimits:
-        rpms = [b.rpm for b in backends if b.rpm]
-        tpms = [b.tpm for b in backends if b.tpm]
-        return cls(
-            scope,
-            max(1, min(b.max_concurrency for b in backends)),
-            min(rpms) if rpms else None,
-            min(tpms) if tpms else None,
-        )
 
 
 def _import_redis() -> Any:
@@ -581,9 +560,6 @@ def make_redis_gates(
         clock=clock,
         sleep=sleep,
     )
-    scopes: dict[str, list[Backend]] = {}
-    for backend in profile.backends:
-        scopes.setdefault(backend.scope, []).append(backend)
-    for scope, backends in scopes.items():
-        hub.gates[scope] = RedisGate(hub, ScopeLimits.of(scope, backends))
+    for limits in scope_limits(profile.backends):
+        hub.gates[limits.scope] = RedisGate(hub, limits)
     return RedisGates(hub, hub.gates)
