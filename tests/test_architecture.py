@@ -58,7 +58,7 @@ def importers_of(target: str) -> set[str]:
                     "rrcli.sim.server", "rrcli.providers.openai", "rrcli.providers.anthropic"}),
         ("rich", {"rrcli._render"}),
         ("click", {"rrcli.cli"}),
-        ("redis", {"rrcli.run.redis_gate"}),
+        ("redis", {"rrcli.run.redis_gate", "rrcli.run._redis_hub"}),
         ("starlette", {"rrcli.sim.server", "rrcli.sim.behaviour"}),
         ("uvicorn", {"rrcli.sim.server", "rrcli.sim.behaviour"}),
         ("rrcli.cli", {"rrcli.__main__"}),
