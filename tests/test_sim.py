@@ -163,7 +163,7 @@ def test_rrcli_sim_rejects_bad_rates_without_a_traceback() -> None:
 def test_non_loopback_hosts_need_an_explicit_host() -> None:
     """The server refuses a non-loopback address it was not told to use explicitly."""
     from rrcli.errors import UsageError
-    from rrcli.sim.behaviour import check_host
+    from rrcli.sim.server import check_host
 
     check_host("127.0.0.1", explicit=False)
     check_host("::1", explicit=False)
