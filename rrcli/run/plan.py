@@ -1,7 +1,9 @@
 """``rrcli run --dry-run``: parse, validate and route every selected job on paper; send nothing.
 
 The plan is what a user checks before spending money: calls per deployment, estimated input
-tokens and, where backends have a ``price``, the estimated input cost.
+tokens and, where backends have a ``price``, the estimated input cost. It writes and repairs no
+file, so it does not read a results file either: with ``--resume`` it still plans every selected
+job (the run skips those already ``ok``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ class Plan:
 
     jobs: int = 0
     invalid: int = 0
-    skipped: int = 0
     calls: dict[str, int] = field(default_factory=dict)
     input_tokens: dict[str, int] = field(default_factory=dict)
     input_cost: dict[str, float] | None = None
