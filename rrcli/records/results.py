@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from rrcli.errors import OutputExistsError, UsageError
-from rrcli.records._jsonl import LineFile, open_error
+from rrcli.records._jsonl import LineFile, dumps_line, open_error
 from rrcli.records.jobs import KeySet, job_key
 
 __all__ = ["FORMATS", "ResultWriter", "ResumeState", "prepare_output"]
@@ -263,7 +263,7 @@ class ResultWriter:
     # --- the three formats ------------------------------------------------------------------
 
     def _rrcli(self, result: dict[str, Any], body: object, request_id: object) -> bytes:
-        return orjson.dumps(result, option=_NEWLINE)
+        return dumps_line(result)  # metadata may hold integers beyond 64 bits
 
     def _openai(self, result: dict[str, Any], body: Any, request_id: str | None) -> bytes:
         request_id = request_id or result.get("request_id")
