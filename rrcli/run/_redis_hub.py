@@ -29,6 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 
+from rrcli.config.profile import GateSettings
 from rrcli.errors import GateUnavailableError
 from rrcli.run import _redis_scripts as lua
 
@@ -91,22 +92,16 @@ class Hub:
 
     def __init__(
         self,
-        url: str,
+        settings: GateSettings,
         *,
-        lease: float,
-        adaptive: bool,
         rng: random.Random,
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]],
     ) -> None:
-        self.url = url
-        self.lease = lease
-        self.adaptive = adaptive
-        self.rng = rng
-        self.clock = clock
-        self.sleep = sleep
-        self.interval = lease / 3.0  # renewal period
-        self.poll = min(POLL_MAX, lease / 4.0)
+        self.url, self.lease, self.adaptive = settings.url, settings.lease, settings.adaptive
+        self.rng, self.clock, self.sleep = rng, clock, sleep
+        self.interval = self.lease / 3.0  # renewal period
+        self.poll = min(POLL_MAX, self.lease / 4.0)
         self.ticket_lease = max(1.0, 5.0 * self.poll)
         self.retry = min(self.interval, 0.5)  # renewal retry while Redis is away
         self.grace = 2.0 * self.retry + 0.1  # no new admission this long after an outage

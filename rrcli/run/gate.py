@@ -30,7 +30,7 @@ from rrcli.run.scopes import scope_limits
 if TYPE_CHECKING:
     from rrcli.config.profile import Profile
 
-__all__ = ["Aimd", "Clock", "Gate", "LocalGate", "Sleep", "aimd_step", "make_gates"]
+__all__ = ["Aimd", "Clock", "Gate", "Gcra", "LocalGate", "Sleep", "aimd_step", "make_gates"]
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -64,7 +64,7 @@ class Gate(Protocol):
 
 
 @dataclass(slots=True)
-class _Gcra:
+class Gcra:
     """One GCRA budget. ``interval``: seconds of budget one unit costs; ``tolerance``: the burst,
     in seconds (max(interval, 1 s): at most one second's worth at once). ``tat``: the theoretical
     arrival time, when the budget booked so far has drained."""
@@ -74,9 +74,14 @@ class _Gcra:
     tat: float = float("-inf")
 
     @classmethod
-    def per_minute(cls, limit: int) -> _Gcra:
+    def per_minute(cls, limit: int) -> Gcra:
         interval = 60.0 / limit
         return cls(interval, max(interval, 1.0))
+
+    @property
+    def burst(self) -> float:
+        """The burst in units: one second's worth, at least one."""
+        return self.tolerance / self.interval
 
     def earliest(self, units: int, now: float) -> float:
         """The first time a request of ``units`` fits; a request larger than the whole burst fits
@@ -151,8 +156,8 @@ class LocalGate:
         self._listeners: list[Callable[[], None]] = []
         self._clock = clock
         self._sleep = sleep
-        self._rpm = _Gcra.per_minute(rpm) if rpm else None
-        self._tpm = _Gcra.per_minute(tpm) if tpm else None
+        self._rpm = Gcra.per_minute(rpm) if rpm else None
+        self._tpm = Gcra.per_minute(tpm) if tpm else None
         self._adaptive = adaptive
         self._aimd = Aimd(max_concurrency)
         self._hold = 0  # attempts still to report before another decrease counts

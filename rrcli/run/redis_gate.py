@@ -40,7 +40,7 @@ from rrcli.run._redis_hub import (
     import_redis,
     redacted_url,
 )
-from rrcli.run.gate import PROBE_INITIAL, PROBE_MAX
+from rrcli.run.gate import PROBE_INITIAL, PROBE_MAX, Gcra
 from rrcli.run.scopes import ScopeLimits, scope_limits
 
 __all__ = ["RedisGate", "RedisGates", "make_redis_gates", "redacted_url"]
@@ -54,7 +54,8 @@ class RedisGate:
     """One scope's gate, shared through Redis; the same interface as ``gate.Gate``.
 
     ``in_flight`` and ``waiting`` count this process's calls; ``cap`` is the shared effective cap
-    as last seen. All times are seconds.
+    and ``paused_until`` (this process's clock) the scope's pause, as last learnt from Redis. The
+    gate alone sets them; the router reads them. All times are seconds.
     """
 
     def __init__(self, hub: Hub, limits: ScopeLimits) -> None:
@@ -63,37 +64,19 @@ class RedisGate:
         self.scope = limits.scope
         self.keys = lua.scope_keys(limits.scope)
         self.held: list[str] = []
-        self._cap = limits.max_cap
-        self._waiting = 0
+        self.max_cap = limits.max_cap
+        self.cap = limits.max_cap
+        self.waiting = 0
         self._wakes = 0
         self._woken = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
-        self._paused_until = 0.0  # local clock, as last learnt from Redis
-        self._req_interval = 60.0 / limits.rpm if limits.rpm else 0.0
-        self._req_burst = max(1.0, limits.rpm / 60.0) if limits.rpm else 1.0
-        self._tok_interval = 60.0 / limits.tpm if limits.tpm else 0.0
-        self._tok_burst = max(1.0, limits.tpm / 60.0) if limits.tpm else 1.0
-
-    @property
-    def cap(self) -> int:
-        return self._cap
-
-    @property
-    def max_cap(self) -> int:
-        return self.limits.max_cap
-
-    @property
-    def paused_until(self) -> float:
-        """This process's clock time until which the scope is paused, as last learnt."""
-        return self._paused_until
+        self.paused_until = 0.0
+        self._requests = _pacing(limits.rpm)  # (seconds a unit costs, burst in units)
+        self._tokens = _pacing(limits.tpm)
 
     @property
     def in_flight(self) -> int:
         return len(self.held)
-
-    @property
-    def waiting(self) -> int:
-        return self._waiting
 
     # -- slots -------------------------------------------------------------------------------
 
@@ -104,10 +87,10 @@ class RedisGate:
             lua.ACQUIRE, self.keys, token, ticket, self.max_cap, hub.lease, hub.ticket_lease
         )
         admitted, cap, pause, ahead, free = reply
-        self._cap = int(cap)
+        self.cap = int(cap)
         pause = float(pause)
         if pause > 0:
-            self._paused_until = max(self._paused_until, hub.clock() + pause)
+            self.paused_until = max(self.paused_until, hub.clock() + pause)
         if admitted:
             self.held.append(token)
         return bool(admitted), int(ahead), int(free), pause
@@ -116,7 +99,7 @@ class RedisGate:
         """Wait for a slot, FIFO with every waiter of every process."""
         hub = self.hub
         token = hub.token()
-        self._waiting += 1
+        self.waiting += 1
         delay = BACKOFF_INITIAL
         try:
             while True:
@@ -143,7 +126,7 @@ class RedisGate:
                 )
             raise
         finally:
-            self._waiting -= 1
+            self.waiting -= 1
 
     async def _await_releases(self, seen: int, needed: int) -> None:
         """Sleep until ``needed`` releases were announced since ``seen``, or a jittered poll."""
@@ -162,7 +145,7 @@ class RedisGate:
         try:
             if hub.outage:
                 await hub.ping()
-            if max(hub.admit_after, self._paused_until) > hub.clock():
+            if max(hub.admit_after, self.paused_until) > hub.clock():
                 return False
             admitted, *_ = await self._admit(hub.token(), "")
         except RedisDown:
@@ -198,17 +181,15 @@ class RedisGate:
     async def reserve(self, tokens: int) -> None:
         """Wait until the shared rpm/tpm budgets let a call of ``tokens`` start; charge them."""
         hub = self.hub
-        if not (self._req_interval or self._tok_interval):
+        if not (self._requests[0] or self._tokens[0]):
             return
         while True:
             wait = float(
                 await hub.run_until_up(
                     lua.RESERVE,
                     self.keys,
-                    self._req_interval,
-                    self._req_burst,
-                    self._tok_interval,
-                    self._tok_burst,
+                    *self._requests,
+                    *self._tokens,
                     max(0, int(tokens)),
                 )
             )
@@ -218,9 +199,9 @@ class RedisGate:
 
     async def settle(self, estimated: int, actual: int) -> None:
         """Charge or refund the tpm budget by the difference the response's usage revealed."""
-        if self._tok_interval and actual != estimated:
+        if self._tokens[0] and actual != estimated:
             await self.hub.best_effort(
-                "settle", lua.SETTLE, self.keys, self._tok_interval, int(actual) - int(estimated)
+                "settle", lua.SETTLE, self.keys, self._tokens[0], int(actual) - int(estimated)
             )
 
     def record(self, rate_limited: bool) -> None:
@@ -235,18 +216,27 @@ class RedisGate:
             PROBE_INITIAL, PROBE_MAX,
         )  # fmt: skip
         if cap is not None:
-            self._cap = int(cap)
+            self.cap = int(cap)
 
     def pause_until(self, deadline: float) -> None:
         """Grant no slot, in any process, before ``deadline`` (this process's clock); a later
         deadline extends the pause, an earlier one never shortens it. Held slots stay held."""
         hub = self.hub
         seconds = deadline - hub.clock()
-        if seconds <= 0 or deadline <= self._paused_until:
+        if seconds <= 0 or deadline <= self.paused_until:
             return
-        self._paused_until = deadline
+        self.paused_until = deadline
         log.info("rrcli.gate_paused", scope=self.scope, seconds=round(seconds, 3))
         hub.background(hub.best_effort("pause", lua.PAUSE, self.keys, seconds))
+
+
+def _pacing(per_minute: int | None) -> tuple[float, float]:
+    """(seconds one unit costs, burst in units) of a per-minute budget, as the local gate paces
+    it (``gate.Gcra``); (0, 1) when there is none."""
+    if not per_minute:
+        return 0.0, 1.0
+    gcra = Gcra.per_minute(per_minute)
+    return gcra.interval, gcra.burst
 
 
 class RedisGates(dict[str, RedisGate]):
@@ -275,14 +265,7 @@ def make_redis_gates(
     settings = profile.gate
     import_redis()
     check_reachable(settings.url)
-    hub = Hub(
-        settings.url,
-        lease=settings.lease,
-        adaptive=settings.adaptive,
-        rng=rng,
-        clock=clock,
-        sleep=sleep,
-    )
+    hub = Hub(settings, rng=rng, clock=clock, sleep=sleep)
     for limits in scope_limits(profile.backends):
         hub.gates[limits.scope] = RedisGate(hub, limits)
     return RedisGates(hub, hub.gates)
