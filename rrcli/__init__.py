@@ -5,9 +5,9 @@ The library API is small: load a profile, read jobs, run them, summarize traces.
 
     import asyncio, rrcli
     profile = rrcli.load_profile("pool.toml")
-    options = rrcli.RunOptions(jobs=Path("jobs.jsonl"), out=Path("r.jsonl"), traces=Path("t.jsonl"))
+    options = rrcli.RunOptions(jobs=Path("jobs.jsonl"))  # -> jobs.results.jsonl, jobs.traces.jsonl
     summary = asyncio.run(rrcli.run(profile, options))
-    table = rrcli.summarize([Path("t.jsonl")])
+    table = rrcli.summarize([Path("jobs.traces.jsonl")])
 
 The engine and stats are imported on first use, so ``import rrcli`` (and ``rrcli --help``)
 stays light.
@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from rrcli.config.profile import load_profile, validate_profile
 from rrcli.errors import ProfileError, ProviderError, RRCLIError, UsageError
 
 __version__ = "0.1.0"
@@ -39,12 +38,22 @@ __all__ = [
 ]
 
 _LAZY = {
-    "RunOptions": "rrcli.run.runner",
+    "load_profile": "rrcli.config.load",
+    "validate_profile": "rrcli.config.load",
+    "RunOptions": "rrcli.run.options",
     "RunSummary": "rrcli.run.runner",
     "run": "rrcli.run.runner",
     "iter_jobs": "rrcli.records.jobs",
     "summarize": "rrcli.stats.summary",
 }
+
+
+# ``rrcli.run`` names both the subpackage of the run and the library's run function. Python sets
+# a package's attribute to its subpackage once, when the subpackage is first imported; it is
+# imported here and that attribute dropped, so ``rrcli.run`` is the function (from __getattr__)
+# whatever is imported later.
+importlib.import_module("rrcli.run")
+globals().pop("run")
 
 
 def __getattr__(name: str) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +19,9 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from rrcli.config.profile import Profile, ValidationReport
-    from rrcli.run.checks import JobsReport, ProbeResult
+    from rrcli.config.load import ValidationReport
+    from rrcli.config.profile import Profile
+    from rrcli.run.checks import CheckReport, JobsReport, ProbeResult
     from rrcli.run.plan import Plan
     from rrcli.run.router import Router
     from rrcli.run.runner import RunSummary
@@ -83,7 +85,7 @@ class RunDisplay:
                 console=stderr,
                 refresh_per_second=4,
                 redirect_stdout=False,
-                redirect_stderr=False,
+                redirect_stderr=True,  # log lines print above the display (see _logging)
             )
             self.live.start()
 
@@ -148,7 +150,29 @@ def print_summary(summary: RunSummary, out: Path | None, traces: Path | None) ->
     stderr.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def probe_lines(results: list[ProbeResult]) -> list[str]:
+def check_lines(report: CheckReport) -> list[str]:
+    """``rrcli validate`` as plain text: the profile's lines, then the jobs file's and probes'."""
+    return [*report.profile.plain_lines(), *_extra_check_lines(report)]
+
+
+def print_check(report: CheckReport) -> None:
+    """``rrcli validate`` on a terminal: the diagnostics table, then the jobs file's and probes'
+    lines."""
+    print_validation(report.profile, stdout)
+    for line in _extra_check_lines(report):
+        stdout.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _extra_check_lines(report: CheckReport) -> list[str]:
+    lines = []
+    if report.jobs is not None:
+        lines += jobs_report_lines(report.jobs)
+    if report.probes is not None:
+        lines += probe_lines(report.probes)
+    return lines
+
+
+def probe_lines(results: Sequence[ProbeResult]) -> list[str]:
     """``validate --probe``: one line per backend."""
     return [
         f"probe: {r.backend}: ok in {r.latency_ms:.0f} ms ({r.detail})"
@@ -215,9 +239,9 @@ def print_validation(report: ValidationReport, console: Console | None = None) -
     console.print(Text(report.summary(), style=style))
 
 
-# --- rrcli stats ------------------------------------------------------------
+# --- rrcli stats ----------------------------------------------------------------------------
 
-_PIPE_WIDTH = 160
+_PIPE_WIDTH = 160  # columns for tables written to a pipe (no terminal to measure)
 
 
 def _console() -> Console:
@@ -226,8 +250,6 @@ def _console() -> Console:
         console = Console(width=_PIPE_WIDTH)
     return console
 
-
-# --- rrcli stats ----------------------------------------------------------------------------
 
 _BARS = " ▁▂▃▄▅▆▇█"
 _STATS_LABEL = 16

@@ -7,11 +7,15 @@ that needs them, so ``rrcli --help`` stays fast.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Any
 
 import click
 
 from rrcli import __version__
+from rrcli.config.profile import DEFAULT_PROVIDER
 from rrcli.errors import RRCLIError, UsageError
+from rrcli.providers.registry import NAMES
 
 
 class _Group(click.Group):
@@ -54,12 +58,12 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 )
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False),
+    type=click.Path(dir_okay=False, path_type=Path),
     help="Results file [default: <JOBS stem>.results.jsonl].",
 )
 @click.option(
     "--traces",
-    type=click.Path(dir_okay=False),
+    type=click.Path(dir_okay=False, path_type=Path),
     help="Trace file [default: <JOBS stem>.traces.jsonl].",
 )
 @click.option(
@@ -93,75 +97,51 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     type=click.Choice(["console", "json"]),
     default="console",
     show_default=True,
-    help="Log line format when not on a terminal.",
+    help="Format of the log lines on standard error.",
 )
 def run(
     jobs: str | None,
     prompts: tuple[str, ...],
     profile_path: str | None,
-    out: str | None,
-    traces: str | None,
-    concurrency: int | None,
-    resume: bool,
-    overwrite: bool,
-    fmt: str,
-    limit: int | None,
-    shard: tuple[int, int] | None,
-    seed: int | None,
     dry_run: bool,
-    stream: bool,
     quiet: bool,
     verbose: bool,
     log_format: str,
+    **fields: Any,
 ) -> None:
     """Send JOBS (a .jsonl file, or - for standard input) across the profile's pool."""
     import os
-    from pathlib import Path
 
     from rrcli import _render
-    from rrcli._logging import configure_logging
-    from rrcli.config.profile import load_profile, resolve_profile_path
-    from rrcli.run.plan import plan
+    from rrcli._logging import configure_logging, log_level
+    from rrcli.config.load import load_profile, resolve_profile_path
     from rrcli.run.runner import RunOptions, run_sync
 
     if bool(jobs) == bool(prompts):
         raise click.UsageError("give a JOBS file or --prompt TEXT (one of the two)")
-    if resume and overwrite:
-        raise click.UsageError("--resume and --overwrite exclude each other")
-    tty = sys.stderr.isatty() and not quiet
-    level = "error" if (quiet or tty) else ("debug" if verbose else "info")
-    configure_logging(level=level, fmt=log_format)
+    tty = sys.stderr.isatty()
+    configure_logging(level=log_level(verbose=verbose, quiet=quiet, tty=tty), fmt=log_format)
     profile = load_profile(resolve_profile_path(profile_path, os.environ), environ=os.environ)
-    jobs_path = None if (jobs in (None, "-")) else Path(jobs)
-    stem = jobs_path.stem if jobs_path else "stdin"
-    out_path = Path(out) if out else (Path(f"{stem}.results.jsonl") if jobs else None)
-    trace_path = Path(traces) if traces else (Path(f"{stem}.traces.jsonl") if jobs else None)
-    answers = _render.PromptPrinter(stream=stream) if (prompts and out_path is None) else None
-    options = RunOptions(
-        jobs=jobs_path,
-        out=out_path,
-        traces=trace_path,
-        fmt=fmt,
-        resume=resume,
-        overwrite=overwrite,
-        concurrency=concurrency,
-        limit=limit,
-        shard=shard,
-        seed=seed,
-        stream=stream,
+    stream = fields["stream"]
+    answers = _render.PromptPrinter(stream=stream) if (prompts and not fields["out"]) else None
+    options = RunOptions(  # the other options are RunOptions fields by name
+        jobs=None if jobs in (None, "-") else Path(jobs),
         prompts=prompts,
         on_text=answers.text if (answers and stream) else None,
         on_result=answers.result if answers else None,
-    )
+        **fields,
+    ).with_defaults()
     if dry_run:
         import asyncio
 
+        from rrcli.run.plan import plan
+
         _render.print_plan(profile, asyncio.run(plan(profile, options)))
         return
-    with _render.RunDisplay(enabled=tty and answers is None) as display:
+    with _render.RunDisplay(enabled=tty and not quiet and answers is None) as display:
         summary = run_sync(profile, options, environ=os.environ, on_start=display.start)
     if not quiet and answers is None:
-        _render.print_summary(summary, out_path, trace_path)
+        _render.print_summary(summary, options.out, options.traces)
     sys.exit(summary.exit_code)
 
 
@@ -188,62 +168,30 @@ def validate(profile: str, as_json: bool, strict: bool, probe: bool, jobs_path: 
     """
     import json
     import os
+    from pathlib import Path
 
-    from rrcli.config.profile import resolve_profile_path, validate_profile
+    from rrcli import _render
+    from rrcli.run.checks import validate as check
 
-    report = validate_profile(resolve_profile_path(profile, os.environ), strict=strict)
-    document = report.as_dict()
-    extra_lines: list[str] = []
-    failed = False
-    if jobs_path is not None:
-        from pathlib import Path
-
-        from rrcli._render import jobs_report_lines
-        from rrcli.run.checks import check_jobs
-
-        jobs_report = check_jobs(Path(jobs_path))
-        document["jobs"] = jobs_report.as_dict()
-        extra_lines += jobs_report_lines(jobs_report)
-        failed |= bool(jobs_report.invalid)
-    if probe and report.ok and report.profile is not None:
-        import asyncio
-
-        from rrcli._render import probe_lines
-        from rrcli.run.checks import probe as probe_backends
-
-        results = asyncio.run(probe_backends(report.profile, os.environ))
-        document["probe"] = [_probe_dict(r) for r in results]
-        extra_lines += probe_lines(results)
-        failed |= not all(r.ok for r in results)
+    jobs = Path(jobs_path) if jobs_path is not None else None
+    report = check(profile, environ=os.environ, strict=strict, jobs=jobs, probe_backends=probe)
     if as_json:
-        document["ok"] = document["ok"] and not failed
-        click.echo(json.dumps(document, indent=2))
-    elif not report.readable:
-        click.echo(f"rrcli: {report.diagnostics[0]}", err=True)
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    elif not report.profile.readable:
+        click.echo(f"rrcli: {report.profile.diagnostics[0]}", err=True)
+    elif sys.stdout.isatty():
+        _render.print_check(report)
     else:
-        if sys.stdout.isatty():
-            from rrcli._render import print_validation
-
-            print_validation(report)
-        else:
-            click.echo("\n".join(report.plain_lines()))
-        for line in extra_lines:
-            click.echo(line)
-    sys.exit(report.exit_code or (1 if failed else 0))
-
-
-def _probe_dict(result: object) -> dict[str, object]:
-    from dataclasses import asdict
-
-    return asdict(result)  # type: ignore[call-overload]
+        click.echo("\n".join(_render.check_lines(report)))
+    sys.exit(report.exit_code)
 
 
 @main.command()
 @click.argument("path", default="rrcli.toml", type=click.Path(dir_okay=True))
 @click.option(
     "--provider",
-    type=click.Choice(["openai", "anthropic", "sim"]),
-    default="openai",
+    type=click.Choice(NAMES),
+    default=DEFAULT_PROVIDER,
     show_default=True,
     help="The provider of every backend in the starter pool.",
 )

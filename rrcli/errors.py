@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from rrcli.config.profile import Diagnostic
+    from rrcli.config.diagnostic import Diagnostic
 
 __all__ = [
     "GateUnavailableError",
@@ -90,7 +90,8 @@ class ProviderError(RRCLIError):
     ``insufficient_quota``, ``context_length_exceeded``, ``overloaded_error``...).
     ``transient``: another attempt on the same backend may succeed. ``retry_after``: seconds the
     server asked us to wait, or None. ``rate_limited``: the failure is the server saying "too
-    much load" (429/529): adaptive caps and cooldowns react to it.
+    much load" (429/529): adaptive caps and cooldowns react to it. ``body``: the server's error
+    body as text, the key masked and cut to 2 KB (``providers.base.error_body``), or None.
     """
 
     def __init__(
@@ -102,7 +103,7 @@ class ProviderError(RRCLIError):
         status_code: int | None = None,
         retry_after: float | None = None,
         rate_limited: bool = False,
-        body: object = None,
+        body: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -114,13 +115,17 @@ class ProviderError(RRCLIError):
         self.body = body
 
     def as_dict(self) -> dict[str, object]:
-        """The ``error`` object of a result line (SPEC §4)."""
-        return {
+        """The ``error`` object of a result line (SPEC §4), with ``body`` when the server sent
+        one."""
+        error: dict[str, object] = {
             "type": self.type,
             "message": self.message,
             "status_code": self.status_code,
             "retryable": self.transient,
         }
+        if self.body is not None:
+            error["body"] = self.body
+        return error
 
 
 class TransportError(ProviderError):

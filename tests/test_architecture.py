@@ -1,10 +1,12 @@
-"""The import rules of docs/architecture.md hold: the architecture points one way."""
+"""The rules of docs/architecture.md hold: imports point one way, transitively; each part does only
+the kinds of I/O the document allows it; a leading underscore means private to its package."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,8 @@ def module_name(path: Path) -> str:
 
 def imports(path: Path) -> set[str]:
     """Every module a file imports at run time, at any depth (lazy imports inside functions count
-    too; ``if TYPE_CHECKING:`` blocks do not: they never run)."""
+    too; ``if TYPE_CHECKING:`` blocks do not: they never run). ``from a import b`` counts as both
+    ``a`` and ``a.b``."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
@@ -43,47 +46,196 @@ def imports(path: Path) -> set[str]:
 GRAPH = {module_name(p): imports(p) for p in MODULES}
 
 
-def importers_of(target: str) -> set[str]:
+def ours(name: str) -> str | None:
+    """The rrcli module ``name`` refers to (``rrcli.a.b.func`` → ``rrcli.a.b``), None if foreign."""
+    while name and name not in GRAPH:
+        if "." not in name:
+            return None
+        name = name.rsplit(".", 1)[0]
+    return name or None
+
+
+def parents(module: str) -> list[str]:
+    """The packages whose ``__init__`` runs before ``module``: rrcli.a.b → [rrcli, rrcli.a]."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def direct(module: str) -> set[str]:
+    """Our modules that importing ``module`` runs directly: its imports and their packages."""
+    out: set[str] = set()
+    for name in GRAPH[module]:
+        target = ours(name)
+        if target is not None and target != module:
+            out.update(p for p in [*parents(target), target] if p in GRAPH and p != module)
+    return out
+
+
+@cache
+def closure(module: str) -> frozenset[str]:
+    """Every rrcli module that may run once ``module`` is imported and used (lazy imports too)."""
+    seen: set[str] = set()
+    todo = [module, *parents(module)]
+    while todo:
+        current = todo.pop()
+        if current in seen or current not in GRAPH:
+            continue
+        seen.add(current)
+        todo.extend(direct(current))
+    return frozenset(seen)
+
+
+def foreign(module: str) -> set[str]:
+    """Foreign modules imported by ``module`` and everything it reaches, transitively."""
     return {
-        name
-        for name, deps in GRAPH.items()
-        if any(d == target or d.startswith(target + ".") for d in deps)
+        name for m in closure(module) for name in GRAPH[m] if not name.startswith("rrcli")
+    }  # fmt: skip
+
+
+def part(module: str) -> str:
+    """The part of the architecture a module belongs to: its subpackage, or itself at the top."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+#: Which parts each part may import (docs/architecture.md, "Parts"). The top of the package
+#: (cli, _render, _logging, __init__, __main__) may import anything.
+MAY_IMPORT = {
+    "rrcli.errors": set(),
+    "rrcli.tokens": set(),
+    "rrcli.config": {"rrcli.errors", "rrcli.providers.registry"},
+    "rrcli.records": {"rrcli.errors", "rrcli.config", "rrcli.providers.registry"},
+    "rrcli.providers": {"rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.sim"},
+    "rrcli.sim": {"rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers.registry"},
+    "rrcli.run": {
+        "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers", "rrcli.records",
+    },
+    "rrcli.stats": {"rrcli.errors", "rrcli.records"},
+}  # fmt: skip
+TOP = {"rrcli", "rrcli.cli", "rrcli._render", "rrcli._logging", "rrcli.__main__"}
+
+
+def allowed(source: str, target: str) -> bool:
+    if part(source) in TOP or part(source) == part(target) or target == "rrcli":
+        return True
+    return any(target == ok or target.startswith(ok + ".") for ok in MAY_IMPORT[part(source)])
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_imports_point_one_way(module):
+    """No module reaches, even through others or lazily, a part its own part may not import."""
+    if part(module) in TOP:
+        return
+    assert part(module) in MAY_IMPORT, f"{module}: a new part; add it to docs and MAY_IMPORT"
+    assert [] == sorted(t for t in closure(module) if not allowed(part(module), t))
+
+
+def test_no_import_circles():
+    """No module imports, directly or through others, a module that imports it back."""
+    circles = sorted(
+        f"{a} <-> {b}"
+        for a in GRAPH
+        for b in direct(a)
+        if a < b and a in closure(b) and a not in parents(b) and b not in parents(a)
+    )
+    assert [] == circles
+
+
+#: What each kind of I/O is, by the foreign modules that do it.
+CAPABILITIES = {
+    "network": {"httpx2", "httpcore2", "redis", "uvicorn", "starlette", "urllib.request"},
+    "dns": {"socket"},
+    "processes": {"subprocess", "multiprocessing", "concurrent.futures"},
+    "event loop": {"asyncio"},
+    "terminal": {"rich", "click"},
+}
+#: What each part may do, transitively (docs/architecture.md, "What each part may do").
+MAY_DO = {
+    "rrcli.errors": set(),
+    "rrcli.tokens": set(),
+    "rrcli.providers.registry": set(),
+    "rrcli.run.strategies": set(),
+    "rrcli.run.retry": set(),
+    "rrcli.config": {"dns"},
+    "rrcli.records": {"dns"},
+    "rrcli.stats": {"processes"},
+    "rrcli.providers": {"network", "dns", "event loop"},
+    "rrcli.sim": {"network", "dns", "event loop"},
+    "rrcli.run": {"network", "dns", "event loop"},
+}
+
+
+def capabilities(module: str) -> set[str]:
+    mods = foreign(module)
+    return {
+        kind
+        for kind, names in CAPABILITIES.items()
+        if any(m == n or m.startswith(n + ".") for m in mods for n in names)
     }
 
 
+def rule_for(module: str) -> set[str] | None:
+    """The MAY_DO entry of ``module``: its own, else its part's; None at the top."""
+    if module in MAY_DO:
+        return MAY_DO[module]
+    return MAY_DO.get(part(module))
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_each_part_does_only_its_io(module):
+    """A module (with all it imports, transitively) does only the I/O its part may do."""
+    may = rule_for(module)
+    if may is None:
+        return
+    assert set() == capabilities(module) - may
+
+
 @pytest.mark.parametrize(
-    ("target", "allowed"),
+    ("target", "owners"),
     [
-        ("httpx2", {"rrcli.providers._http", "rrcli.providers.base", "rrcli.sim.behaviour",
-                    "rrcli.sim.server", "rrcli.providers.openai", "rrcli.providers.anthropic"}),
+        ("httpx2", {"rrcli.providers", "rrcli.sim"}),
         ("rich", {"rrcli._render"}),
         ("click", {"rrcli.cli"}),
-        ("redis", {"rrcli.run.redis_gate", "rrcli.run._redis_hub"}),
-        ("starlette", {"rrcli.sim.server", "rrcli.sim.behaviour"}),
-        ("uvicorn", {"rrcli.sim.server", "rrcli.sim.behaviour"}),
+        ("redis", {"rrcli.run.redis_gate", "rrcli.run._redis"}),
+        ("starlette", {"rrcli.sim"}),
+        ("uvicorn", {"rrcli.sim"}),
         ("rrcli.cli", {"rrcli.__main__"}),
         ("rrcli._render", {"rrcli.cli"}),
         ("rrcli._logging", {"rrcli.cli"}),
     ],
-)  # fmt: skip
-def test_only_the_named_modules_import(target, allowed):
-    """Each foreign library (and each CLI-only module) is imported by its named owners only."""
-    assert set() == importers_of(target) - allowed
-
-
-@pytest.mark.parametrize(
-    "core", ["rrcli.config.profile", "rrcli.run.strategies", "rrcli.run.retry"]
 )
-def test_pure_modules_do_no_io(core):
-    """profile, strategies and retry import no network, event loop or terminal library."""
-    banned = {"httpx2", "asyncio", "rich", "click", "socket", "redis"}
-    assert set() == {d.split(".")[0] for d in GRAPH[core]} & banned
+def test_only_the_named_modules_import(target, owners):
+    """Each foreign library (and each CLI-only module) is imported directly by its owners only."""
+    importers = {
+        name
+        for name, deps in GRAPH.items()
+        if any(d == target or d.startswith(target + ".") for d in deps)
+    }
+    assert set() == {m for m in importers if not any(m.startswith(o) for o in owners)}
 
 
-def test_core_never_imports_upward():
-    """Nothing below the runner imports the runner, and nothing in the core imports the CLI."""
-    assert set() == importers_of("rrcli.run.runner") - {"rrcli.cli", "rrcli.run.plan"}
-    assert set() == importers_of("rrcli.run.engine") - {"rrcli.run.runner", "rrcli.run.plan"}
+PACKAGES = {module_name(p) for p in MODULES if p.name == "__init__.py"}
+
+
+def home(module: str) -> str:
+    """The package a module sits in (a package's ``__init__`` sits in the package itself)."""
+    return module if module in PACKAGES else module.rsplit(".", 1)[0]
+
+
+def test_underscore_means_private_to_its_package():
+    """A leading underscore means private to the package it sits in: a ``_module`` or a
+    ``_name`` is imported only by modules of that same package (tests may reach anything)."""
+    leaks = []
+    for source, deps in GRAPH.items():
+        for name in deps:
+            target = ours(name)
+            if target is None:
+                continue
+            names = name.split(".")[len(target.split(".")) - 1 :]
+            private = any(n.startswith("_") and not n.startswith("__") for n in names)
+            if private and home(source) != home(target):
+                leaks.append(f"{source} -> {name}")
+    assert [] == sorted(leaks)
 
 
 def test_help_imports_no_heavy_module():

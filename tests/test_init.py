@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from rrcli.cli import main
-from rrcli.config.profile import validate_profile
+from rrcli.config.load import validate_profile
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic", "sim"])

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rrcli.config.profile import Backend, Credentials, load_profile, validate_profile
+from rrcli.config.load import load_profile, validate_profile
+from rrcli.config.profile import Backend, Credentials
 from rrcli.errors import ProfileError
 
 OPENAI = """

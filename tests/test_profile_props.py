@@ -10,7 +10,8 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rrcli.config.profile import STRATEGIES, profile_to_dict, validate_profile
+from rrcli.config.load import validate_profile
+from rrcli.config.profile import STRATEGIES, profile_to_dict
 
 ENV = {"KEY_1": "sk-1", "KEY_2": "sk-2"}
 SETTINGS = settings(

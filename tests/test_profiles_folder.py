@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rrcli.config.profile import demo_profile_path, validate_profile
+from rrcli.config.load import demo_profile_path, validate_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = sorted((ROOT / "profiles").glob("*.toml"))

@@ -196,7 +196,7 @@ def send_canned(provider: str, payload: dict, call: Call, **backend: object):
 
 def test_openai_parsing_reads_reasoning_usage_and_request_id() -> None:
     """vLLM's ``reasoning`` becomes reasoning_content; usage maps to input/output tokens; the
-    request id comes from the ``x-request-id`` header."""
+    request id is the body's ``id`` even when an ``x-request-id`` header is sent too."""
     payload = {
         "id": "chatcmpl-9",
         "model": "served-model",
@@ -204,7 +204,7 @@ def test_openai_parsing_reads_reasoning_usage_and_request_id() -> None:
         "usage": {"prompt_tokens": 12, "completion_tokens": 1},
     }
     reply, _ = send_canned("openai", payload, Call([{"role": "user", "content": "2+2?"}]))
-    assert ("4", "2+2", 12, 1, "stop", "served-model", "req-1") == (
+    assert ("4", "2+2", 12, 1, "stop", "served-model", "chatcmpl-9") == (
         reply.output,
         reply.reasoning_content,
         reply.input_tokens,
@@ -217,18 +217,20 @@ def test_openai_parsing_reads_reasoning_usage_and_request_id() -> None:
 
 def test_openai_request_body_strips_reasoning_unless_fed_back() -> None:
     """An assistant message's reasoning_content is sent back only with reasoning_feedback; the
-    backend's params sit under the call's and the model is always the backend's."""
+    call's params (already merged over the backend's) are sent as they are, never merged again
+    with the backend's, and the model is always the backend's."""
     payload = {"choices": [{"message": {"content": "ok"}}]}
     history = [
         {"role": "user", "content": "a"},
         {"role": "assistant", "content": "b", "reasoning_content": "think"},
         {"role": "user", "content": "c"},
     ]
-    call = Call(history, params={"temperature": 1, "model": "wrong"})
-    params = {"temperature": 0, "top_p": 0.5}
+    call = Call(history, params={"temperature": 1, "top_p": 0.5, "model": "wrong"})
+    params = {"temperature": 0, "seed": 7}
     _, request = send_canned("openai", payload, call, model="m", params=params)
     sent = orjson.loads(request.content)
     assert ("m", 1, 0.5) == (sent["model"], sent["temperature"], sent["top_p"])
+    assert "seed" not in sent
     assert "reasoning_content" not in sent["messages"][1]
     _, request = send_canned("openai", payload, call, reasoning_feedback=True)
     assert "think" == orjson.loads(request.content)["messages"][1]["reasoning_content"]

@@ -211,9 +211,9 @@ def test_each_backend_sends_only_its_own_key_in_its_own_header(sim_server) -> No
 
 
 def test_backend_headers_are_sent_and_the_params_reach_the_server(sim_server) -> None:
-    """A backend's params shape the request: max_tokens = 3 gives 3 tokens and ``length``."""
+    """The call's params shape the request: max_tokens = 3 gives 3 tokens and ``length``."""
     server = sim_server(output_tokens=10)
-    reply = send(backend(server, "openai", params={"max_tokens": 3}), Call(MESSAGES))
+    reply = send(backend(server, "openai"), Call(MESSAGES, params={"max_tokens": 3}))
     assert (3, "length") == (reply.output_tokens, reply.finish_reason)
 
 

@@ -194,8 +194,6 @@ def test_unusable_paths(tmp_path):
         UsageError, match=f"cannot write results to {unwritable}: Permission denied"
     ):
         prepare_output(unwritable, resume=False, overwrite=True)
-    with pytest.raises(UsageError, match="contradict"):
-        prepare_output(tmp_path / "x", resume=True, overwrite=True)
     with pytest.raises(UsageError, match="--out"):
         prepare_output(None, resume=True, overwrite=False)
 

@@ -114,6 +114,17 @@ def test_rpm_is_shared_by_three_processes(tmp_path, sim_server, redis_gate):
     assert starts[-1] - starts[0] >= (90 - 20) / 20 * 0.9  # paced, not all at once
 
 
+def wait_until_calling(*traces, timeout=30.0):
+    """Until every trace file has a call record: each process is past its start-up (which
+    refuses an unreachable Redis) and working on the gate."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(t.exists() and b'"event":"call"' in t.read_bytes() for t in traces):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the processes never started calling")
+
+
 def test_redis_restarted_mid_run_no_crash_no_cap_exceeded(tmp_path, sim_server):
     """Redis killed and started again (empty) while two processes run: no crash, the server never
     sees more than the cap, every job is accounted for."""
@@ -123,7 +134,7 @@ def test_redis_restarted_mid_run_no_crash_no_cap_exceeded(tmp_path, sim_server):
         profile = shared_profile(tmp_path, [server], (3,), redis.url, concurrency=3)
         jobs = write_jobs(tmp_path / "jobs.jsonl", 80)
         procs = start_shards(tmp_path, profile, jobs, 2)
-        time.sleep(1.0)
+        wait_until_calling(tmp_path / "t0.jsonl", tmp_path / "t1.jsonl")
         redis.stop()
         time.sleep(1.0)
         redis.start()

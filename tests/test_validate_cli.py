@@ -103,7 +103,7 @@ def test_terminal_table_lists_every_diagnostic(tmp_path):
     from rich.console import Console
 
     from rrcli._render import print_validation
-    from rrcli.config.profile import validate_profile
+    from rrcli.config.load import validate_profile
 
     path = tmp_path / "p.toml"
     path.write_text(GOOD + "max_concurrency = 0\nrpm = 0\n")

@@ -18,7 +18,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["Finding", "UrlCheck", "address_kind", "check_base_urls", "resolve_hosts"]
+__all__ = ["Finding", "Resolver", "UrlCheck", "address_kind", "check_base_urls", "resolve_hosts"]
+
+#: ``resolve(host) -> addresses``; raises OSError when the host does not resolve.
+Resolver = Callable[[str], Sequence[str]]
 
 RESOLVE_BUDGET = 2.0  # seconds, for every host of a profile together
 METADATA_ADDRESSES = frozenset(
@@ -74,7 +77,7 @@ def _system_resolve(host: str) -> Sequence[str]:
 
 def resolve_hosts(
     hosts: Iterable[str],
-    resolve: Callable[[str], Sequence[str]] | None = None,
+    resolve: Resolver | None = None,
     budget: float = RESOLVE_BUDGET,
 ) -> dict[str, Sequence[str] | str]:
     """Each host's addresses, or a string saying why it has none (failure or time out).
@@ -100,9 +103,7 @@ def resolve_hosts(
     return {h: results.get(h, f"no answer within {budget:g} s") for h in threads}
 
 
-def check_base_urls(
-    checks: Sequence[UrlCheck], resolve: Callable[[str], Sequence[str]] | None = None
-) -> list[Finding]:
+def check_base_urls(checks: Sequence[UrlCheck], resolve: Resolver | None = None) -> list[Finding]:
     """Every finding for these base_urls: scheme, host, private addresses, metadata, clear text."""
     findings: list[Finding] = []
     hosts: dict[str, str] = {}  # path -> host name to resolve

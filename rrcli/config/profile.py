@@ -1,53 +1,36 @@
 """The profile: a pool of backends and how to route across it (SPEC §2).
 
-Frozen, slotted dataclasses that the rest of rrcli reads, and the one function that turns a TOML
-file into them, collecting every diagnostic (not only the first) with its key path and its fix.
-No I/O beyond reading the file and resolving hostnames; no await.
-
-The rules themselves live in ``_validate.py`` (the schema and the cross-field checks),
-``_netcheck.py`` (the base_url address policy) and ``_toml_lines.py`` (key path → line number);
-this module keeps the model, reading the file, and the normalized dict form.
+Frozen, slotted dataclasses that the rest of rrcli reads, and their normalized dict form. The
+provider facts a backend defaults to (base_url, model, whether it takes a key) come from the
+provider registry. Reading and checking a profile file lives in ``load.py`` and the schema
+modules; nothing here does I/O.
 """
 
 from __future__ import annotations
 
 import copy
-import os
-import re
-import tomllib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from rrcli.errors import ProfileError, UsageError
+from rrcli.errors import UsageError
+from rrcli.providers.registry import REGISTRY
 
 __all__ = [
     "BINDINGS",
+    "DEFAULT_PROVIDER",
     "GATE_KINDS",
-    "PROVIDERS",
     "STRATEGIES",
     "Backend",
     "CooldownSettings",
     "Credentials",
-    "Diagnostic",
     "GateSettings",
     "Price",
     "Profile",
-    "Resolver",
     "RetrySettings",
     "SimSettings",
-    "ValidationReport",
-    "demo_profile_path",
-    "load_profile",
     "profile_to_dict",
-    "read_profile_text",
-    "resolve_profile_path",
-    "validate_profile",
 ]
-
-#: ``resolve(host) -> addresses``; raises OSError when the host does not resolve.
-Resolver = Callable[[str], Sequence[str]]
 
 STRATEGIES = (
     "round_robin",
@@ -57,78 +40,10 @@ STRATEGIES = (
     "first_available",
     "fastest",
 )
-PROVIDERS = ("openai", "anthropic", "sim")
 BINDINGS = ("request", "session")
 GATE_KINDS = ("local", "redis")
-
-DEFAULT_BASE_URLS = {
-    "openai": "https://api.openai.com/v1",
-    "anthropic": "https://api.anthropic.com",
-    "sim": "sim://local",
-}
-DEFAULT_MODEL = "gpt-4o-mini"
-DEFAULT_MODELS = {"openai": DEFAULT_MODEL, "anthropic": "claude-3-5-haiku-latest", "sim": "sim"}
-MAX_PROFILE_BYTES = 1024 * 1024
+DEFAULT_PROVIDER = "openai"
 DEFAULT_RETRY_ON_STATUS = (408, 409, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524, 529)
-
-
-@dataclass(frozen=True, slots=True)
-class Diagnostic:
-    """One problem found in a profile. ``path`` is the key path (``backends[2].credentials``).
-
-    ``code`` is a stable machine name (``unknown_key``, ``wrong_type``, ``env_unset``,
-    ``host_unresolved``...); ``backend_id`` names the backend a ``backends[N]`` path points at.
-    """
-
-    severity: str  # "error" | "warning"
-    path: str
-    message: str
-    fix: str = ""
-    source: str = ""
-    line: int | None = None
-    column: int | None = None
-    code: str = ""
-    backend_id: str | None = None
-
-    @property
-    def where(self) -> str:
-        """``profile.toml:12`` (or ``profile.toml:12:5``), as far as it is known."""
-        where = self.source
-        if self.line is not None:
-            where += f":{self.line}" + (f":{self.column}" if self.column is not None else "")
-        return where
-
-    @property
-    def subject(self) -> str:
-        """The key path as a user reads it: ``backends[2] (id "b"): credentials``."""
-        head, sep, rest = self.path.partition("]")
-        if self.backend_id is None or not head.startswith("backends[") or not sep:
-            return self.path
-        label = f'{head}] (id "{self.backend_id}")'
-        rest = rest.removeprefix(".")
-        return f"{label}: {rest}" if rest else label
-
-    def __str__(self) -> str:
-        subject = self.subject
-        text = (
-            f"{self.where}: {subject}: {self.message}"
-            if subject
-            else (f"{self.where}: {self.message}")
-        )
-        return f"{text} — {self.fix}" if self.fix else text
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "severity": self.severity,
-            "path": self.path,
-            "message": self.message,
-            "fix": self.fix,
-            "source": self.source,
-            "line": self.line,
-            "column": self.column,
-            "code": self.code,
-            "backend_id": self.backend_id,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,9 +111,9 @@ class Backend:
     """One deployment: an endpoint, a model, its own credentials and its own caps."""
 
     id: str
-    provider: str = "openai"
-    base_url: str = DEFAULT_BASE_URLS["openai"]
-    model: str = DEFAULT_MODEL
+    provider: str = DEFAULT_PROVIDER
+    base_url: str = REGISTRY[DEFAULT_PROVIDER].default_base_url
+    model: str = REGISTRY[DEFAULT_PROVIDER].default_model
     credentials: Credentials = field(default_factory=Credentials)
     max_concurrency: int = 8
     rpm: int | None = None
@@ -274,210 +189,6 @@ class Profile:
         return self.concurrency or sum(b.max_concurrency for b in self.backends) or 1
 
 
-@dataclass(frozen=True, slots=True)
-class ValidationReport:
-    """What ``rrcli validate`` prints: every diagnostic, and the profile when it could be built."""
-
-    source: str
-    diagnostics: tuple[Diagnostic, ...]
-    profile: Profile | None
-    readable: bool = True  # False: not a TOML profile at all (missing, binary, syntax): exit 2
-
-    @property
-    def errors(self) -> tuple[Diagnostic, ...]:
-        return tuple(d for d in self.diagnostics if d.severity == "error")
-
-    @property
-    def warnings(self) -> tuple[Diagnostic, ...]:
-        return tuple(d for d in self.diagnostics if d.severity == "warning")
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-    @property
-    def exit_code(self) -> int:
-        """SPEC §1: 0 ok, 1 the profile has errors, 2 it is not a readable profile at all."""
-        return 2 if not self.readable else 0 if self.ok else 1
-
-    def as_dict(self) -> dict[str, Any]:
-        """The ``rrcli validate --json`` document (SPEC §2); keys redacted."""
-        return {
-            "ok": self.ok,
-            "errors": [d.as_dict() for d in self.errors],
-            "warnings": [d.as_dict() for d in self.warnings],
-            "profile": profile_to_dict(self.profile) if self.profile is not None else None,
-        }
-
-    def plain_lines(self) -> list[str]:
-        """One line a diagnostic (``file:line: error: path: message — fix``), then a summary."""
-        lines = []
-        for d in self.diagnostics:
-            subject = f"{d.subject}: " if d.subject else ""
-            fix = f" — {d.fix}" if d.fix else ""
-            lines.append(f"{d.where}: {d.severity}: {subject}{d.message}{fix}")
-        return [*lines, self.summary()]
-
-    def summary(self) -> str:
-        def count(n: int, word: str) -> str:
-            return f"{n} {word}" + ("" if n == 1 else "s")
-
-        verdict = "ok" if self.ok else "not usable"
-        tally = f"{count(len(self.errors), 'error')}, {count(len(self.warnings), 'warning')}"
-        pool = ""
-        if self.profile is not None:
-            n = len(self.profile.backends)
-            pool = f"; {count(n, 'backend')}, strategy {self.profile.strategy}"
-        return f"{self.source}: {verdict} ({tally}){pool}"
-
-
-def demo_profile_path() -> Path:
-    """The built-in demo pool shipped inside the package."""
-    return Path(__file__).parent / "data" / "demo.toml"
-
-
-def resolve_profile_path(
-    option: str | None, environ: Mapping[str, str], cwd: Path | None = None
-) -> Path:
-    """SPEC §1: --profile, else $RRCLI_PROFILE, else ./rrcli.toml, else the XDG profile.
-
-    The name ``demo``, where no such file exists, is the built-in demo pool.
-    """
-    cwd = cwd or Path.cwd()
-    candidate = option or environ.get("RRCLI_PROFILE")
-    if candidate:
-        path = Path(candidate).expanduser()
-        if not path.is_absolute():
-            path = cwd / path
-        if candidate == "demo" and not path.exists():
-            return demo_profile_path()
-        return path
-    local = cwd / "rrcli.toml"
-    if local.exists():
-        return local
-    xdg = Path(environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "rrcli" / "profile.toml"
-    if xdg.exists():
-        return xdg
-    raise UsageError(
-        "no profile found — pass --profile PATH (or -p demo for the built-in simulated pool), "
-        f"set RRCLI_PROFILE, create ./rrcli.toml (rrcli init), or create {xdg}"
-    )
-
-
-def validate_profile(
-    path: Path | str,
-    *,
-    environ: Mapping[str, str] | None = None,
-    strict: bool = False,
-    for_run: bool = False,
-    resolve: Resolver | None = None,
-) -> ValidationReport:
-    """Read and check a profile, collecting every diagnostic. Never raises for bad content.
-
-    ``strict`` turns warnings into errors. ``for_run``: an ``api_key_env`` naming an unset
-    variable is an error (``rrcli run``), not a warning (``rrcli validate``). ``resolve(host)``
-    returns the host's addresses (default: the system resolver, within a 2 s budget).
-    """
-    from rrcli.config.schema import check_document
-
-    source = str(path)
-    environ = os.environ if environ is None else environ
-    text, problem = read_profile_text(Path(path))
-    if problem is not None:
-        return ValidationReport(source, (replace(problem, source=source),), None, readable=False)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        return ValidationReport(source, (_syntax_diagnostic(exc, source),), None, readable=False)
-    if not data:
-        diag = Diagnostic(
-            "error",
-            "",
-            "the profile is empty",
-            "add at least one [[backends]] table (rrcli init writes a starter profile)",
-            source,
-            code="empty",
-        )
-        return ValidationReport(source, (diag,), None, readable=False)
-    profile, diagnostics = check_document(
-        data, text, source, environ=environ, for_run=for_run, resolve=resolve
-    )
-    diagnostics.sort(key=lambda d: (d.line is None, d.line or 0))
-    if strict:
-        diagnostics = [replace(d, severity="error") for d in diagnostics]
-    if any(d.severity == "error" for d in diagnostics):
-        profile = None
-    return ValidationReport(source, tuple(diagnostics), profile)
-
-
-def load_profile(
-    path: Path | str,
-    *,
-    environ: Mapping[str, str] | None = None,
-    for_run: bool = True,
-    resolve: Resolver | None = None,
-) -> Profile:
-    """The profile at ``path``, or ProfileError naming every error in it."""
-    report = validate_profile(path, environ=environ, for_run=for_run, resolve=resolve)
-    if not report.ok or report.profile is None:
-        lines = "\n".join(f"  {d}" for d in report.errors)
-        raise ProfileError(f"{path}: the profile has errors:\n{lines}", report.diagnostics)
-    return report.profile
-
-
-def read_profile_text(path: Path) -> tuple[str, Diagnostic | None]:
-    """The file's text, or ONE diagnostic saying why it cannot be a profile (never raises)."""
-
-    def unusable(message: str, fix: str, code: str) -> tuple[str, Diagnostic]:
-        return "", Diagnostic("error", "", message, fix, str(path), code=code)
-
-    try:
-        if path.is_dir():
-            return unusable("is a directory", "name the profile file inside it", "not_a_file")
-        size = path.stat().st_size
-        if size > MAX_PROFILE_BYTES:
-            return unusable(
-                f"is {size / MAX_PROFILE_BYTES:.1f} MiB; a profile is at most 1 MiB",
-                "check that this is the profile and not a jobs or results file",
-                "too_large",
-            )
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return unusable(
-            "no such file", "check the path, or write a starter profile with rrcli init", "missing"
-        )
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        return unusable(f"cannot be read ({reason})", "check its permissions", "unreadable")
-    try:
-        return raw.decode("utf-8").removeprefix("\ufeff"), None
-    except UnicodeDecodeError as exc:
-        return unusable(
-            f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
-            "save the profile as UTF-8 TOML",
-            "not_utf8",
-        )
-
-
-def _syntax_diagnostic(exc: tomllib.TOMLDecodeError, source: str) -> Diagnostic:
-    text = str(exc)
-    match = re.search(r"\(at line (\d+), column (\d+)\)", text)
-    message = re.sub(r"\s*\(at line \d+, column \d+\)", "", text) or "invalid TOML"
-    line, column = (int(match[1]), int(match[2])) if match else (None, None)
-    if "end of document" in text and line is None:
-        message = text
-    return Diagnostic(
-        "error",
-        "",
-        f"not valid TOML: {message}",
-        "fix the TOML syntax at that place (strings need quotes, tables need [brackets])",
-        source,
-        line,
-        column,
-        code="toml_syntax",
-    )
-
-
 def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
     """The normalized profile: every backend with its defaults filled in, no None values.
 
@@ -511,7 +222,7 @@ def _backend_to_dict(backend: Backend, redact: bool) -> dict[str, Any]:
         out.pop(key, None)
     if not backend.gate_scope:
         out.pop("gate_scope")
-    if backend.provider != "sim":
+    if REGISTRY[backend.provider].auth_header is not None:
         creds = backend.credentials.redacted()
         if not redact and backend.credentials.api_key is not None:
             creds["api_key"] = backend.credentials.api_key

@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from rrcli.errors import UsageError
+from rrcli.providers.registry import info
 
 __all__ = ["starter_profile", "starter_text", "write_starter"]
 
-_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-3-5-haiku-latest", "sim": "sim-small"}
-_BASE_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
 _SIM_SPEEDS = ((20, 4), (60, 4), (150, 8))  # (latency_ms, max_concurrency), cycled
 
 
@@ -36,7 +35,7 @@ def starter_profile(provider: str = "openai", backends: int = 3) -> dict[str, An
             }
         else:
             # written out (not left to the default) so a user sees where to point it elsewhere
-            backend["base_url"] = _BASE_URLS[provider]
+            backend["base_url"] = info(provider).default_base_url
             backend["max_concurrency"] = 4
             backend["credentials"] = {"api_key_env": f"{provider.upper()}_API_KEY_{n}"}
         pool.append(backend)
@@ -46,7 +45,7 @@ def starter_profile(provider: str = "openai", backends: int = 3) -> dict[str, An
         "binding": "request",
         "defaults": {
             "provider": provider,
-            "model": _MODELS[provider],
+            "model": info(provider).default_model,
             "timeout": 60.0,
         },
         "retry": {"max_retries": 3, "max_retry_time": 120.0, "backoff_initial": 0.5},

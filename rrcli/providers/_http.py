@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
-from urllib.parse import urlsplit
 
 import httpx2
 import orjson
@@ -29,6 +28,7 @@ from rrcli.providers.base import (
     stream_error,
     translate_transport_error,
 )
+from rrcli.providers.registry import info, server_address
 
 __all__ = ["HTTPProvider", "StreamFold"]
 
@@ -46,10 +46,12 @@ class StreamFold(Protocol):
 
 
 class HTTPProvider:
-    """One backend's HTTP adapter. Subclasses set ``path`` and implement the four hooks."""
+    """One backend's HTTP adapter. Subclasses set ``path`` and implement the three hooks; the
+    registry says which header the key travels in and which one carries the request id."""
 
     path: ClassVar[str]
-    request_id_header: ClassVar[str] = "x-request-id"
+    #: headers every request of the API carries besides the key (Anthropic's version)
+    api_headers: ClassVar[Mapping[str, str]] = {}
 
     def __init__(
         self,
@@ -66,11 +68,13 @@ class HTTPProvider:
         self._retry = retry
         self._clock = clock
         self._url = backend.base_url.rstrip("/") + self.path
-        parts = urlsplit(self._url)
-        self.server_address: str | None = parts.netloc.rpartition("@")[2] or None
+        self.server_address = server_address(backend.provider, backend.base_url)
+        entry = info(backend.provider)
+        self._request_id_header = entry.request_id_header
         cap = max(1, backend.max_concurrency)
-        headers = {**backend.headers, "content-type": "application/json"}
-        headers.update(self.auth_headers(api_key))
+        headers = {**backend.headers, "content-type": "application/json", **self.api_headers}
+        if api_key and entry.auth_header:
+            headers[entry.auth_header] = self.auth_value(api_key)
         self._client = httpx2.AsyncClient(
             headers=headers,
             timeout=httpx2.Timeout(backend.timeout),
@@ -81,8 +85,9 @@ class HTTPProvider:
 
     # --- the adapter's hooks --------------------------------------------------------------
 
-    def auth_headers(self, api_key: str | None) -> dict[str, str]:
-        raise NotImplementedError
+    def auth_value(self, api_key: str) -> str:
+        """The auth header's value for ``api_key`` (the key itself unless the API says more)."""
+        return api_key
 
     def build_body(self, call: Call) -> dict[str, Any]:
         raise NotImplementedError
@@ -124,13 +129,16 @@ class HTTPProvider:
         if not isinstance(data, dict):
             raise invalid_response("the body is not a JSON object", response.status_code)
         if data.get("error"):
-            raise stream_error(data["error"], self._key)
+            raise stream_error(data["error"], self._key, body=response.content)
         reply = self.parse_body(data)
         return self._finish(reply, response)
 
     def _finish(self, reply: Reply, response: httpx2.Response) -> Reply:
+        """The response's status, request id (the body's id, else the registry's header) and
+        rate-limit pause on ``reply``."""
         reply.http_status = response.status_code
-        reply.request_id = response.headers.get(self.request_id_header) or reply.request_id
+        if reply.request_id is None and self._request_id_header:
+            reply.request_id = response.headers.get(self._request_id_header)
         reply.pause_s = rate_limit_pause(response.headers)
         return reply
 

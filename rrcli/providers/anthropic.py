@@ -8,19 +8,20 @@ finish reasons, and a ``pause_turn`` stop hands the runner a ``continuation`` to
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import orjson
 
 from rrcli.providers._http import HTTPProvider, parse_event_json, token_sum
 from rrcli.providers._sse import SSEEvent
 from rrcli.providers.base import Call, Reply, invalid_response, stream_error
+from rrcli.providers.vocabulary import finish_reason_from_anthropic
 
 __all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "AnthropicProvider"]
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 1024
-_FINISH_REASONS = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
 _INPUT_COUNTERS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 
@@ -28,16 +29,10 @@ class AnthropicProvider(HTTPProvider):
     """``x-api-key`` and ``anthropic-version`` headers; SSE events by name when streaming."""
 
     path = "/v1/messages"
-    request_id_header = "request-id"
-
-    def auth_headers(self, api_key: str | None) -> dict[str, str]:
-        headers = {"anthropic-version": ANTHROPIC_VERSION}
-        if api_key:
-            headers["x-api-key"] = api_key
-        return headers
+    api_headers: ClassVar[Mapping[str, str]] = {"anthropic-version": ANTHROPIC_VERSION}
 
     def build_body(self, call: Call) -> dict[str, Any]:
-        body = {**self.backend.params, **call.params}
+        body = dict(call.params)
         body["model"] = self.backend.model
         body.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
         system: list[str] = []
@@ -54,8 +49,6 @@ class AnthropicProvider(HTTPProvider):
         body["messages"] = messages
         if call.stream:
             body["stream"] = True
-        else:
-            body.pop("stream", None)
         return body
 
     def parse_body(self, data: dict[str, Any]) -> Reply:
@@ -85,7 +78,7 @@ def _reply(
     ]
     return Reply(
         output="".join(texts),
-        finish_reason=_FINISH_REASONS.get(stop_reason, stop_reason) if stop_reason else None,
+        finish_reason=finish_reason_from_anthropic(stop_reason),
         input_tokens=token_sum(usage, *_INPUT_COUNTERS),
         output_tokens=token_sum(usage, "output_tokens"),
         response_model=body.get("model"),
@@ -137,7 +130,7 @@ class _AnthropicStream:
         elif kind == "message_stop":
             self.done = True
         elif kind == "error":
-            raise stream_error(data.get("error"), self._key)
+            raise stream_error(data.get("error"), self._key, body=event.data)
         return None
 
     def _delta(self, index: int, delta: dict[str, Any]) -> str | None:

@@ -5,7 +5,7 @@ A provider turns a ``Call`` (chat messages and parameters) into a ``Reply`` by o
 backoff: the runner owns those. It raises only ``rrcli.errors.ProviderError`` subclasses, each
 knowing whether it is transient and any delay the server asked for.
 
-CONTRACT (filled in by the providers work; the runner codes against exactly this):
+CONTRACT (the runner codes against exactly this):
 
 - ``make_provider(backend, api_key, *, retry, seed)`` returns a ``Provider`` for the backend;
   one ``httpx2.AsyncClient`` per backend, explicit timeouts, pool limits >= the backend's cap,
@@ -18,7 +18,8 @@ CONTRACT (filled in by the providers work; the runner codes against exactly this
 ERRORS are made here and only here: ``translate_transport_error`` turns an httpx2 exception into
 a ``TransportError``/``TimeoutError_`` (transient), ``error_from_status`` turns a non-2xx answer
 into a ``StatusError``/``RedirectError`` with ``transient``, ``rate_limited`` and ``retry_after``
-decided by the rules of SPEC §7 (as ``map_httpcore_exceptions`` does for httpx).
+decided by the rules of SPEC §7 (as ``map_httpcore_exceptions`` does for httpx). An error the
+server answered keeps its body as text (``error_body``: the key masked, at most 2 KB).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ __all__ = [
     "Call",
     "Provider",
     "Reply",
+    "error_body",
     "error_from_status",
     "invalid_response",
     "is_context_length_message",
@@ -66,7 +68,9 @@ class Call:
     ``messages`` are OpenAI-style chat messages (``{"role", "content"}``, a leading ``system``
     message when there is one; an assistant message may carry ``reasoning_content``, sent only
     when the backend has ``reasoning_feedback``). ``params`` are the request parameters, the
-    backend's ``params`` under the job's own (the job wins); ``model`` is always the backend's.
+    backend's ``params`` under the job's own (the job wins), merged once by the caller and
+    without ``stream`` (``stream`` says that): adapters send them as they are, with the model
+    always the backend's.
     """
 
     messages: list[dict[str, Any]]
@@ -85,7 +89,7 @@ class Reply:
     response_model: str | None = None
     reasoning_content: str | None = None
     http_status: int | None = None
-    request_id: str | None = None
+    request_id: str | None = None  # the body's id, else the API's request-id header
     ttft_ms: float | None = None  # streamed calls: time to the first chunk carrying text
     body: dict[str, Any] | None = None  # the provider's response body (batch output formats)
     # An Anthropic ``pause_turn``: the assistant message to append to ``messages`` before the
@@ -110,6 +114,7 @@ class Provider(Protocol):
 # --- the ONE error translation --------------------------------------------------------------
 
 MESSAGE_LIMIT = 300  # characters of the server's error message kept in ours
+BODY_LIMIT = 2048  # characters of the server's error body kept in ours (2 KB)
 
 #: How servers say "the prompt does not fit": OpenAI, Anthropic, vLLM, llama.cpp, Ollama, TGI...
 _CONTEXT_WORDINGS = (
@@ -150,6 +155,26 @@ def redact(text: str, secret: str | None) -> str:
     """``text`` with every occurrence of ``secret`` masked (a last guard; keys never belong)."""
     if secret and secret in text:
         return text.replace(secret, "***")
+    return text
+
+
+def error_body(body: bytes | str | object, secret: str | None) -> str | None:
+    """An error response's body as text for the result's ``error.body``: ``secret`` masked,
+    cut to BODY_LIMIT characters (the last one an ellipsis) when longer; None when empty.
+    Only the first bytes are decoded, so a huge body costs no more than a small one."""
+    if isinstance(body, bytes | bytearray):
+        limit = 4 * BODY_LIMIT + len(secret or "")  # UTF-8: at most 4 bytes a character
+        text = body[:limit].decode("utf-8", "replace")
+        cut = len(body) > limit
+    elif isinstance(body, str):
+        text, cut = body, False
+    else:
+        return None
+    if not text:
+        return None
+    text = redact(text, secret)
+    if cut or len(text) > BODY_LIMIT:
+        text = text[: BODY_LIMIT - 1] + "…"
     return text
 
 
@@ -309,6 +334,7 @@ def error_from_status(
             type="redirect",
             transient=False,
             status_code=status,
+            body=error_body(body, secret),
         )
     message, kind, code = error_details(body)
     message = redact(message, secret)
@@ -339,7 +365,7 @@ def error_from_status(
         status_code=status,
         retry_after=retry_after,
         rate_limited=rate_limited,
-        body=None,
+        body=error_body(body, secret),
     )
 
 
@@ -349,8 +375,11 @@ _TRANSIENT_EVENT_TYPES = frozenset(
 )
 
 
-def stream_error(error: object, secret: str | None = None) -> ProviderError:
-    """The rrcli error for an ``error`` event (or an ``error`` object in a 200 body)."""
+def stream_error(
+    error: object, secret: str | None = None, *, body: bytes | str | None = None
+) -> ProviderError:
+    """The rrcli error for an ``error`` event (or an ``error`` object in a 200 body); ``body``:
+    the event's data (or the whole body), kept redacted as the error's body."""
     message, kind, code = error_details({"error": error})
     message = redact(message, secret)[:MESSAGE_LIMIT]
     kind = kind or code or "stream_error"
@@ -359,4 +388,5 @@ def stream_error(error: object, secret: str | None = None) -> ProviderError:
         type=kind,
         transient=kind in _TRANSIENT_EVENT_TYPES,
         rate_limited=kind in ("overloaded_error", "rate_limit_error"),
+        body=error_body(body, secret),
     )

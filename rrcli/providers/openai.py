@@ -22,11 +22,11 @@ class OpenAIProvider(HTTPProvider):
 
     path = "/chat/completions"
 
-    def auth_headers(self, api_key: str | None) -> dict[str, str]:
-        return {"authorization": f"Bearer {api_key}"} if api_key else {}
+    def auth_value(self, api_key: str) -> str:
+        return f"Bearer {api_key}"
 
     def build_body(self, call: Call) -> dict[str, Any]:
-        body = {**self.backend.params, **call.params}
+        body = dict(call.params)
         body["model"] = self.backend.model
         messages = call.messages
         if not self.backend.reasoning_feedback:
@@ -39,7 +39,6 @@ class OpenAIProvider(HTTPProvider):
             options["include_usage"] = True
             body["stream_options"] = options
         else:
-            body.pop("stream", None)
             body.pop("stream_options", None)
         return body
 
@@ -105,9 +104,9 @@ class _OpenAIStream:
             return None
         chunk = parse_event_json(event)
         if chunk.get("error"):
-            raise stream_error(chunk["error"], self._key)
+            raise stream_error(chunk["error"], self._key, body=event.data)
         self.model = chunk.get("model") or self.model
-        self.id = chunk.get("id") or self.id
+        self.id = self.id or chunk.get("id")  # the first chunk's: the response's id
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         choices = chunk.get("choices")

@@ -9,8 +9,9 @@ and class, and ``make_provider`` imports it only when a run needs it, so ``rrcli
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
-__all__ = ["NAMES", "REGISTRY", "ProviderInfo", "info"]
+__all__ = ["NAMES", "REGISTRY", "ProviderInfo", "info", "server_address"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +67,23 @@ def info(name: str) -> ProviderInfo:
     """The registry entry for ``name``; KeyError for an unknown provider (validation reports
     those before anything asks)."""
     return REGISTRY[name]
+
+
+def server_address(provider: str, base_url: str) -> str | None:
+    """``host[:port]`` of a backend's endpoint, as traces write it (``server_address`` and the
+    run record's ``host``): no user info, path or query; an IPv6 host in brackets; the port only
+    when the URL names one. None for a provider that needs no network (sim)."""
+    entry = REGISTRY.get(provider)
+    if entry is not None and not entry.needs_network:
+        return None
+    parts = urlsplit(base_url)
+    host = parts.hostname
+    if host is None:
+        return None
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:  # validation refuses such a URL; a trace still names its host
+        port = None
+    return f"{host}:{port}" if port else host

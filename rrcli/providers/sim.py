@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from rrcli.config.profile import Backend, RetrySettings, SimSettings
 from rrcli.errors import ProviderError
 from rrcli.providers.base import Call, Reply, error_from_status
+from rrcli.providers.registry import server_address
 from rrcli.sim.behaviour import ERROR, SimBehaviour, pacing
 from rrcli.tokens import estimate_input_tokens
 
@@ -29,8 +30,6 @@ _LIMIT_BODY = b'{"error": {"message": "simulated rate limit", "type": "requests"
 class SimProvider:
     """A simulated backend following ``backend.sim`` (SimSettings), seeded for repeatable runs."""
 
-    server_address: str | None = None
-
     def __init__(
         self,
         backend: Backend,
@@ -42,6 +41,7 @@ class SimProvider:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         settings = backend.sim or SimSettings()
+        self.server_address = server_address(backend.provider, backend.base_url)  # no network
         rng = random.Random(f"{seed}:{backend.id}") if seed is not None else random.Random()
         self._behaviour = SimBehaviour(settings, rng)
         self._model = backend.model

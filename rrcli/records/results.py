@@ -25,6 +25,12 @@ from typing import Any
 import orjson
 
 from rrcli.errors import OutputExistsError, UsageError
+from rrcli.providers.vocabulary import (
+    anthropic_error_type,
+    anthropic_stop_reason,
+    openai_error_type,
+    openai_finish_reason,
+)
 from rrcli.records._jsonl import LineFile, dumps_line, open_error
 from rrcli.records.jobs import KeySet, job_key
 
@@ -33,40 +39,6 @@ __all__ = ["FORMATS", "ResultWriter", "ResumeState", "prepare_output"]
 FORMATS = ("rrcli", "openai-batch", "anthropic-batch")
 
 _NEWLINE = orjson.OPT_APPEND_NEWLINE
-# finish reasons across the two APIs (a result carries whichever its provider reported)
-_TO_OPENAI = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "max_tokens": "length",
-    "tool_use": "tool_calls",
-    "refusal": "content_filter",
-    "pause_turn": "stop",
-}
-_TO_ANTHROPIC = {
-    "stop": "end_turn",
-    "length": "max_tokens",
-    "tool_calls": "tool_use",
-    "function_call": "tool_use",
-    "content_filter": "refusal",
-}
-_ANTHROPIC_ERRORS = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
-_OPENAI_ERRORS = {
-    400: "invalid_request_error",
-    401: "invalid_request_error",
-    403: "invalid_request_error",
-    404: "invalid_request_error",
-    429: "rate_limit_exceeded",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +67,9 @@ def prepare_output(
 
     Raises OutputExistsError (exit 2) for a non-empty file without ``resume``/``overwrite``, and
     UsageError for an unwritable path, a missing folder, or (with ``fmt``) a file written in
-    another format. ``path`` None is standard output (nothing to resume).
+    another format. ``path`` None is standard output (nothing to resume). ``resume`` and
+    ``overwrite`` are never both true: ``RunOptions`` refuses that.
     """
-    if resume and overwrite:
-        raise UsageError("--resume and --overwrite contradict each other — pass one of them")
     if path is None:
         if resume:
             raise UsageError("--resume needs a results file, not standard output — give --out PATH")
@@ -280,7 +251,7 @@ class ResultWriter:
                 body = {
                     "error": {
                         "message": failure.get("message", ""),
-                        "type": _OPENAI_ERRORS.get(status_code, "server_error"),
+                        "type": openai_error_type(status_code),
                         "param": None,
                         "code": failure.get("type"),
                     }
@@ -308,7 +279,9 @@ class ResultWriter:
                 body = {
                     "type": "error",
                     "error": {
-                        "type": _anthropic_error_type(failure),
+                        "type": anthropic_error_type(
+                            failure.get("type"), failure.get("status_code")
+                        ),
                         "message": failure.get("message", ""),
                     },
                 }
@@ -336,7 +309,7 @@ class ResultWriter:
                     "index": 0,
                     "message": message,
                     "logprobs": None,
-                    "finish_reason": _TO_OPENAI.get(finish, finish),
+                    "finish_reason": openai_finish_reason(finish),
                 }
             ],
             "usage": {
@@ -356,22 +329,10 @@ class ResultWriter:
             "role": "assistant",
             "model": result.get("model"),
             "content": [{"type": "text", "text": result.get("output") or ""}],
-            "stop_reason": _TO_ANTHROPIC.get(finish, finish),
+            "stop_reason": anthropic_stop_reason(finish),
             "stop_sequence": None,
             "usage": {
                 "input_tokens": usage.get("input_tokens") or 0,
                 "output_tokens": usage.get("output_tokens") or 0,
             },
         }
-
-
-def _anthropic_error_type(failure: dict[str, Any]) -> str:
-    """The Anthropic error type for a result's ``error`` object."""
-    kind = failure.get("type") or ""
-    if kind in _ANTHROPIC_ERRORS.values() or kind == "api_error":
-        return kind
-    if kind == "invalid_job":
-        return "invalid_request_error"
-    if kind == "timeout":
-        return "timeout_error"
-    return _ANTHROPIC_ERRORS.get(failure.get("status_code") or 0, "api_error")

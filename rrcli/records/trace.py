@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import orjson
 
 from rrcli import __version__
+from rrcli.providers.registry import server_address
 from rrcli.records._jsonl import LineFile
 from rrcli.records.traceschema import CALL_FIELDS, JOB_COUNTS, rfc3339
 
@@ -36,26 +36,13 @@ def new_run_id(clock: Callable[[], float] = time.time) -> str:
     return f"{stamp}-{os.urandom(4).hex()}"
 
 
-def _host(backend: Backend) -> str | None:
-    """host[:port] of a backend's endpoint (no user info, path or query); None for sim."""
-    if backend.provider == "sim":
-        return None
-    parts = urlsplit(backend.base_url)
-    host = parts.hostname
-    if host is None:
-        return None
-    if ":" in host:
-        host = f"[{host}]"
-    return f"{host}:{parts.port}" if parts.port else host
-
-
 def _backend_record(backend: Backend) -> dict[str, Any]:
     price = backend.price
     return {
         "id": backend.id,
         "provider": backend.provider,
         "model": backend.model,
-        "host": _host(backend),
+        "host": server_address(backend.provider, backend.base_url),
         "max_concurrency": backend.max_concurrency,
         "price": None if price is None else {"input": price.input, "output": price.output},
     }

@@ -1,8 +1,10 @@
-"""What ``rrcli validate --probe --jobs`` checks beyond the profile itself.
+"""``rrcli validate`` as a library call: the profile's report, and with ``--jobs``/``--probe``
+what a run would meet beyond it.
 
-``probe`` sends one tiny request to each backend (its own key, its own client) and reports
-reachability and latency; ``check_jobs`` reads a jobs file the way ``run`` would and counts its
-shapes and its invalid lines. Both return plain records; the CLI renders them.
+``validate`` builds the whole report: the profile's diagnostics, a jobs file read the way ``run``
+would (``check_jobs``: its shapes and its invalid lines), and one tiny request to each backend
+(``probe``: its own key, its own client; reachability and latency). Every part is a plain record
+and ``CheckReport.as_dict`` is the ``--json`` document; the CLI only renders them.
 """
 
 from __future__ import annotations
@@ -11,16 +13,17 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
+from rrcli.config.load import ValidationReport, resolve_profile_path, validate_profile
 from rrcli.config.profile import Backend, Profile, RetrySettings
 from rrcli.errors import ProviderError, UsageError
 from rrcli.providers import make_provider
-from rrcli.providers.base import Call
 from rrcli.records.jobs import InvalidJob, iter_jobs
 
-__all__ = ["JobsReport", "ProbeResult", "check_jobs", "probe"]
+__all__ = ["CheckReport", "JobsReport", "ProbeResult", "check_jobs", "probe", "validate"]
 
 PROBE_MESSAGES = [{"role": "user", "content": "Reply with the word ok."}]
 
@@ -52,7 +55,58 @@ class JobsReport:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    """What ``rrcli validate`` reports: the profile, and the jobs file and probes when asked."""
+
+    profile: ValidationReport
+    jobs: JobsReport | None = None
+    probes: tuple[ProbeResult, ...] | None = None
+
+    @property
+    def failed(self) -> bool:
+        """The jobs file has invalid lines, or a backend failed its probe."""
+        return bool(self.jobs and self.jobs.invalid) or not all(p.ok for p in self.probes or ())
+
+    @property
+    def exit_code(self) -> int:
+        """SPEC §1: 2 not a readable profile, 1 errors (or a failed check), else 0."""
+        return self.profile.exit_code or (1 if self.failed else 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``rrcli validate --json`` document (SPEC §2), keys redacted."""
+        document = self.profile.as_dict()
+        document["ok"] = document["ok"] and not self.failed
+        if self.jobs is not None:
+            document["jobs"] = self.jobs.as_dict()
+        if self.probes is not None:
+            document["probe"] = [asdict(p) for p in self.probes]
+        return document
+
+
+def validate(
+    profile: str,
+    *,
+    environ: Mapping[str, str],
+    strict: bool = False,
+    jobs: Path | None = None,
+    probe_backends: bool = False,
+) -> CheckReport:
+    """The report of ``rrcli validate PROFILE``: ``profile`` is found as SPEC §1 says (``demo``
+    is the built-in pool). The backends are probed only when the profile has no errors."""
+    report = validate_profile(
+        resolve_profile_path(profile, environ), environ=environ, strict=strict
+    )
+    jobs_report = check_jobs(jobs) if jobs is not None else None
+    probes = None
+    if probe_backends and report.ok and report.profile is not None:
+        probes = tuple(asyncio.run(probe(report.profile, environ)))
+    return CheckReport(report, jobs_report, probes)
+
+
 async def _probe_one(backend: Backend, environ: Mapping[str, str], timeout: float) -> ProbeResult:
+    from rrcli.providers.base import Call  # the HTTP client loads only when a probe is sent
+
     try:
         key = backend.credentials.resolve(environ)
     except UsageError as exc:

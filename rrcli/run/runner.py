@@ -22,7 +22,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -35,6 +34,7 @@ from rrcli.records.jobs import InvalidJob, Job, iter_jobs, shard_of
 from rrcli.records.results import ResultWriter, prepare_output
 from rrcli.records.trace import TraceWriter, new_run_id
 from rrcli.run.engine import Engine, RunControl, RunSummary
+from rrcli.run.options import RunOptions
 from rrcli.run.router import Router
 
 __all__ = ["RunControl", "RunOptions", "RunSummary", "run", "run_sync"]
@@ -43,26 +43,6 @@ log = structlog.get_logger("rrcli")
 
 FLUSH_INTERVAL = 0.2  # seconds between flushes of results and traces
 DRAIN_TIMEOUT = 30.0  # seconds the first Ctrl-C lets calls in flight finish
-
-
-@dataclass(frozen=True, slots=True)
-class RunOptions:
-    """What ``rrcli run`` was asked to do. Paths are resolved by the CLI."""
-
-    jobs: Path | None  # None: standard input
-    out: Path | None  # None: standard output
-    traces: Path | None  # None: no trace file
-    fmt: str = "rrcli"
-    resume: bool = False
-    overwrite: bool = False
-    concurrency: int | None = None
-    limit: int | None = None
-    shard: tuple[int, int] | None = None
-    seed: int | None = None
-    stream: bool = False
-    prompts: tuple[str, ...] = ()  # --prompt: jobs given on the command line
-    on_text: Callable[[str], None] | None = None  # --prompt --stream: text as it arrives
-    on_result: Callable[[dict[str, Any]], None] | None = None  # results to a callback, not a file
 
 
 class CallbackWriter:
@@ -116,11 +96,13 @@ async def run(
     control: RunControl | None = None,
     on_start: Callable[[RunSummary, Router], None] | None = None,
 ) -> RunSummary:
-    """Run every selected job of ``options.jobs`` across ``profile``'s pool.
+    """Run every selected job of ``options.jobs`` across ``profile``'s pool, writing results and
+    traces where ``options`` says, SPEC §1's defaults filled in (``RunOptions.with_defaults``).
 
     Raises UsageError (nothing sent) when the outputs cannot be prepared or a key is missing.
     ``on_start`` is called once the router exists (the CLI starts its live display there).
     """
+    options = options.with_defaults()
     environ = os.environ if environ is None else environ
     control = control or RunControl()
     seed = options.seed if options.seed is not None else profile.seed

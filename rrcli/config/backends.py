@@ -1,0 +1,155 @@
+"""One backend built from its ``[[backends]]`` table and ``[defaults]`` (SPEC §2).
+
+A backend's fields are its own, else ``[defaults]``', else its provider's defaults from the
+provider registry. Its credentials are its own or ``[defaults]``', never a merge of the two, and
+no message shows a key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rrcli.config.profile import DEFAULT_PROVIDER, Backend, Credentials, Price, SimSettings
+from rrcli.config.schema import PRICE, SIM, as_floats
+from rrcli.config.walk import Checker
+from rrcli.providers.registry import ProviderInfo, info
+
+__all__ = ["build_backend"]
+
+
+def build_backend(
+    check: Checker,
+    i: int,
+    raw: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+    environ: Mapping[str, str],
+    for_run: bool,
+) -> Backend:
+    """``backends[i]`` with ``[defaults]`` under it; every problem reported to ``check``."""
+    path = f"backends[{i}]"
+    own = check.backend_fields(raw, path)
+    merged = {**defaults, **own}
+    if "id" not in raw:
+        check.add(
+            "error",
+            f"{path}.id",
+            "missing",
+            'give every backend a unique id, e.g. id = "openai-a"',
+            "missing_id",
+        )
+    provider = info(merged.get("provider", DEFAULT_PROVIDER))
+    if "sim" in merged and provider.name != "sim":
+        check.add(
+            "warning",
+            f"{path}.sim",
+            f'ignored: provider is "{provider.name}", not "sim"',
+            'remove it, or set provider = "sim"',
+            "ignored_key",
+        )
+    if provider.auth_header is None:  # a provider that takes no key has no credentials
+        credentials = Credentials(auth="none")
+    else:
+        own_creds = "credentials" in raw or "auth" in raw
+        values, written_at = (own, path) if own_creds else (defaults, "defaults")
+        credentials = _credentials(check, provider.name, values, path, written_at, environ, for_run)
+    return _backend(own.get("id", path), provider, merged, credentials)
+
+
+def _backend(
+    backend_id: str, provider: ProviderInfo, merged: Mapping[str, Any], credentials: Credentials
+) -> Backend:
+    price, sim = merged.get("price"), merged.get("sim", {})
+    return Backend(
+        id=backend_id,
+        provider=provider.name,
+        base_url=merged.get("base_url", provider.default_base_url),
+        model=merged.get("model", provider.default_model),
+        credentials=credentials,
+        max_concurrency=merged.get("max_concurrency", 8),
+        rpm=merged.get("rpm"),
+        tpm=merged.get("tpm"),
+        weight=float(merged.get("weight", 1.0)),
+        timeout=float(merged.get("timeout", 60.0)),
+        headers=dict(merged.get("headers", {})),
+        params=dict(merged.get("params", {})),
+        allow_private=merged.get("allow_private", False),
+        gate_scope=merged.get("gate_scope", ""),
+        reasoning_feedback=merged.get("reasoning_feedback", False),
+        price=Price(**as_floats(price, PRICE)) if price is not None else None,
+        sim=SimSettings(**as_floats(sim, SIM)) if provider.name == "sim" else None,
+    )
+
+
+def _credentials(
+    check: Checker,
+    provider: str,
+    values: Mapping[str, Any],
+    path: str,
+    written_at: str,
+    environ: Mapping[str, str],
+    for_run: bool,
+) -> Credentials:
+    """The credentials of backend ``path``, from ``values``: its own table, or ``[defaults]``
+    when it has none (``written_at`` says which). Never a merge of the two."""
+    where = f"{path}.credentials"
+    table = values.get("credentials", {})
+    auth = table.get("auth", values.get("auth", "key"))
+    env, key = table.get("api_key_env"), table.get("api_key")
+    if auth == "none":
+        if env is not None or key is not None:
+            check.add(
+                "error",
+                where,
+                'auth = "none" but a key is set too',
+                'remove the key, or remove auth = "none"',
+                "credentials_conflict",
+            )
+        return Credentials(auth="none")
+    reported = check.reported(f"{written_at}.credentials")
+    _key_source(check, provider, env, key, where, missing_reported=reported)
+    if env is not None and key is None and not environ.get(env):
+        check.add(
+            "error" if for_run else "warning",
+            f"{where}.api_key_env",
+            f"environment variable {env} is not set",
+            f"export {env}=... before rrcli run",
+            "env_unset",
+        )
+    return Credentials(api_key_env=env, api_key=key)
+
+
+def _key_source(
+    check: Checker,
+    provider: str,
+    env: str | None,
+    key: str | None,
+    where: str,
+    missing_reported: bool,
+) -> None:
+    """Exactly one of api_key_env and api_key; a literal key is a warning."""
+    if env is not None and key is not None:
+        check.add(
+            "error",
+            where,
+            "both api_key_env and api_key are set",
+            "keep one; api_key_env keeps the key out of the file",
+            "credentials_conflict",
+        )
+    elif env is None and key is None and not missing_reported:
+        check.add(
+            "error",
+            where,
+            "missing",
+            f"an {provider} backend needs credentials.api_key_env, credentials.api_key "
+            'or auth = "none"',
+            "credentials_missing",
+        )
+    if key is not None:
+        check.add(
+            "warning",
+            f"{where}.api_key",
+            "a literal API key is stored in the profile",
+            "put it in an environment variable and name it in credentials.api_key_env",
+            "literal_key",
+        )

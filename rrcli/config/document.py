@@ -1,0 +1,204 @@
+"""A whole profile document checked (SPEC §2): TOML data in, a Profile and EVERY diagnostic out.
+
+The sections are walked against the schema (``walk.py``), each backend is built over
+``[defaults]`` (``backends.py``), then come the rules that look at the pool at once: duplicate
+ids, ``same_model``, weights, shared gate scopes, and the base_url address policy
+(``addresses.py``). Nothing here raises for bad content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rrcli.config.addresses import Resolver, UrlCheck, check_base_urls
+from rrcli.config.backends import build_backend
+from rrcli.config.diagnostic import Diagnostic
+from rrcli.config.profile import Backend, CooldownSettings, GateSettings, Profile, RetrySettings
+from rrcli.config.schema import COOLDOWN, GATE, RETRY, TOP, as_floats
+from rrcli.config.walk import Checker
+from rrcli.providers.registry import info
+
+__all__ = ["check_document"]
+
+
+def check_document(
+    data: Mapping[str, Any],
+    text: str,
+    source: str,
+    *,
+    environ: Mapping[str, str],
+    for_run: bool = False,
+    resolve: Resolver | None = None,
+) -> tuple[Profile, list[Diagnostic]]:
+    """Every rule of SPEC §2 over a parsed TOML document. The Profile is built from the good
+    values (a bad value falls back to its default), so it is meaningful only without errors."""
+    check = Checker(source, text)
+    raw_backends = data.get("backends")
+    if isinstance(raw_backends, list):
+        for i, raw in enumerate(raw_backends):
+            if isinstance(raw, dict) and isinstance(raw.get("id"), str):
+                check.ids[i] = raw["id"]
+    top = check.table(data, TOP, "")
+    settings = _settings(check, top)
+    backends = _backends(check, top, environ, for_run)
+    if "backends" not in data or raw_backends == []:
+        check.add(
+            "error",
+            "backends",
+            "no backends",
+            "add at least one [[backends]] table with an id (rrcli init writes a starter profile)",
+            "no_backends",
+        )
+    profile = Profile(
+        name=top.get("name", ""),
+        strategy=top.get("strategy", "round_robin"),
+        rotate_every=top.get("rotate_every", 1),
+        binding=top.get("binding", "request"),
+        same_model=top.get("same_model", False),
+        concurrency=top.get("concurrency"),
+        seed=top.get("seed"),
+        **settings,
+        backends=backends,
+        source=source,
+    )
+    _pool(check, profile)
+    _addresses(check, backends, resolve)
+    return profile, check.diagnostics
+
+
+def _settings(check: Checker, top: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``[retry]``, ``[gate]`` and ``[cooldown]`` sections."""
+    cooldown = as_floats(check.table(top.get("cooldown", {}), COOLDOWN, "cooldown"), COOLDOWN)
+    return {
+        "retry": _retry(check, check.table(top.get("retry", {}), RETRY, "retry")),
+        "gate": _gate(check, check.table(top.get("gate", {}), GATE, "gate")),
+        "cooldown": CooldownSettings(**cooldown),
+    }
+
+
+def _backends(
+    check: Checker, top: Mapping[str, Any], environ: Mapping[str, str], for_run: bool
+) -> tuple[Backend, ...]:
+    defaults = check.backend_fields(top.get("defaults", {}), "defaults")
+    if "id" in defaults:
+        check.add(
+            "error",
+            "defaults.id",
+            "an id belongs to one backend, not to [defaults]",
+            "set id in each [[backends]] table",
+            "bad_value",
+        )
+    return tuple(
+        build_backend(check, i, raw, defaults, environ, for_run)
+        for i, raw in enumerate(top.get("backends", []))
+    )
+
+
+def _retry(check: Checker, values: dict[str, Any]) -> RetrySettings:
+    values = as_floats(values, RETRY)
+    if "retry_on_status" in values:
+        values["retry_on_status"] = frozenset(values["retry_on_status"])
+    settings = RetrySettings(**values)
+    if settings.backoff_max < settings.backoff_initial:
+        check.add(
+            "error",
+            "retry.backoff_max",
+            f"backoff_max ({settings.backoff_max:g}) is below backoff_initial "
+            f"({settings.backoff_initial:g})",
+            "raise backoff_max or lower backoff_initial",
+            "bad_value",
+        )
+    return settings
+
+
+def _gate(check: Checker, values: dict[str, Any]) -> GateSettings:
+    settings = GateSettings(**as_floats(values, GATE))
+    if settings.kind == "redis" and not settings.url.startswith(("redis://", "rediss://")):
+        check.add(
+            "error",
+            "gate.url",
+            f'"{settings.url}" is not a redis:// or rediss:// URL',
+            'write e.g. url = "redis://127.0.0.1:6379/0"',
+            "bad_value",
+        )
+    return settings
+
+
+def _addresses(check: Checker, backends: tuple[Backend, ...], resolve: Resolver | None) -> None:
+    """The base_url address policy over every backend that sends requests over the network."""
+    urls = [
+        UrlCheck(
+            f"backends[{i}].base_url", b.base_url, b.allow_private, b.credentials.auth != "none"
+        )
+        for i, b in enumerate(backends)
+        if info(b.provider).needs_network
+    ]
+    for finding in check_base_urls(urls, resolve):
+        check.add(finding.severity, finding.path, finding.message, finding.fix, finding.code)
+
+
+def _pool(check: Checker, profile: Profile) -> None:
+    """The rules that look at every backend at once."""
+    backends = profile.backends
+    first: dict[str, int] = {}
+    for i, backend in enumerate(backends):
+        if backend.id in first:
+            check.add(
+                "error",
+                f"backends[{i}].id",
+                f'duplicate id "{backend.id}": backends[{first[backend.id]}] and '
+                f"backends[{i}] both use it",
+                "give each backend its own id",
+                "duplicate_id",
+            )
+        first.setdefault(backend.id, i)
+    if len(backends) == 1:
+        check.add(
+            "warning",
+            "backends",
+            "a pool of one: nothing to balance",
+            "add another [[backends]] table to spread the load",
+            "pool_of_one",
+        )
+    _same_model(check, profile)
+    if profile.strategy == "weighted" and backends and all(b.weight == 0 for b in backends):
+        check.add(
+            "error",
+            "strategy",
+            "every backend has weight 0: weighted has nothing to pick",
+            "give at least one backend a weight above 0",
+            "bad_value",
+        )
+    _scope_caps(check, backends)
+
+
+def _same_model(check: Checker, profile: Profile) -> None:
+    models: dict[str, list[str]] = {}
+    for backend in profile.backends:
+        models.setdefault(backend.model, []).append(backend.id)
+    if profile.same_model and len(models) > 1:
+        listed = "; ".join(f"{m} ({', '.join(ids)})" for m, ids in models.items())
+        check.add(
+            "error",
+            "same_model",
+            f"same_model = true but the backends serve different models: {listed}",
+            "give every backend the same model, or set same_model = false",
+            "same_model",
+        )
+
+
+def _scope_caps(check: Checker, backends: tuple[Backend, ...]) -> None:
+    caps: dict[str, dict[str, int]] = {}
+    for backend in backends:
+        caps.setdefault(backend.scope, {})[backend.id] = backend.max_concurrency
+    for scope, by_id in caps.items():
+        if len(set(by_id.values())) > 1:
+            listed = ", ".join(f"{k}: {v}" for k, v in by_id.items())
+            check.add(
+                "warning",
+                "backends",
+                f'backends sharing gate_scope "{scope}" set different max_concurrency ({listed})',
+                "give them one value: they share one cap",
+                "scope_caps",
+            )

@@ -1,0 +1,62 @@
+"""What a run is asked to do, and SPEC §1's defaults for what it is not told.
+
+The library and the CLI share these rules: ``rrcli.run(profile, RunOptions(jobs=Path("x.jsonl")))``
+writes ``x.results.jsonl`` and ``x.traces.jsonl`` in the working folder exactly as
+``rrcli run x.jsonl`` does. Options that contradict each other cannot be built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rrcli.errors import UsageError
+
+__all__ = ["RunOptions"]
+
+STDIN_STEM = "stdin"  # the stem of the default outputs when jobs come on standard input
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """What ``rrcli run`` was asked to do.
+
+    ``jobs``: the jobs file; None reads standard input. ``prompts``, when given, are the jobs
+    instead. ``out`` and ``traces``: None is SPEC §1's default, filled in by ``with_defaults``:
+    ``<jobs stem>.results.jsonl`` and ``<jobs stem>.traces.jsonl`` in the working folder (stem
+    ``stdin`` for standard input); with ``prompts``, results go to ``on_result`` or else
+    standard output, and there is no trace file unless one is named.
+    """
+
+    jobs: Path | None = None
+    out: Path | None = None
+    traces: Path | None = None
+    fmt: str = "rrcli"
+    resume: bool = False
+    overwrite: bool = False
+    concurrency: int | None = None
+    limit: int | None = None
+    shard: tuple[int, int] | None = None
+    seed: int | None = None
+    stream: bool = False
+    prompts: tuple[str, ...] = ()  # --prompt: jobs given on the command line
+    on_text: Callable[[str], None] | None = None  # --prompt --stream: text as it arrives
+    on_result: Callable[[dict[str, Any]], None] | None = None  # results to a callback, not a file
+
+    def __post_init__(self) -> None:
+        if self.resume and self.overwrite:
+            raise UsageError("--resume and --overwrite contradict each other — pass one of them")
+
+    def with_defaults(self) -> RunOptions:
+        """These options with SPEC §1's default outputs filled in; applying it twice changes
+        nothing more."""
+        if self.prompts:
+            return self
+        stem = self.jobs.stem if self.jobs is not None else STDIN_STEM
+        return replace(
+            self,
+            out=self.out or Path(f"{stem}.results.jsonl"),
+            traces=self.traces or Path(f"{stem}.traces.jsonl"),
+        )

@@ -1,0 +1,81 @@
+"""The library applies SPEC §1's defaults itself: `rrcli.run()` behaves as `rrcli run` does."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from runkit import read_jsonl, write_jobs
+
+import rrcli
+from rrcli.config.load import demo_profile_path
+from rrcli.errors import UsageError
+from rrcli.run.checks import validate
+from rrcli.run.options import RunOptions
+
+
+def test_a_library_run_writes_the_default_outputs_in_the_working_folder(tmp_path, monkeypatch):
+    """`rrcli.run(profile, RunOptions(jobs=Path("in/x.jsonl")))` writes x.results.jsonl and
+    x.traces.jsonl in the working folder, as the CLI does."""
+    (tmp_path / "in").mkdir()
+    jobs = write_jobs(tmp_path / "in" / "x.jsonl", 3)
+    monkeypatch.chdir(tmp_path)
+    profile = rrcli.load_profile(demo_profile_path(), environ={})
+    summary = asyncio.run(rrcli.run(profile, rrcli.RunOptions(jobs=jobs)))
+    assert 3 == summary.ok
+    assert 3 == len(read_jsonl(tmp_path / "x.results.jsonl"))
+    traces = read_jsonl(tmp_path / "x.traces.jsonl")
+    assert 3 == sum(record["event"] == "call" for record in traces)
+
+
+@pytest.mark.parametrize(
+    ("options", "out", "traces"),
+    [
+        (RunOptions(jobs=Path("data/x.jsonl")), "x.results.jsonl", "x.traces.jsonl"),
+        (RunOptions(), "stdin.results.jsonl", "stdin.traces.jsonl"),
+        (RunOptions(prompts=("hi",)), None, None),
+        (RunOptions(prompts=("hi",), traces=Path("t.jsonl")), None, "t.jsonl"),
+        (RunOptions(jobs=Path("x.jsonl"), out=Path("r.jsonl")), "r.jsonl", "x.traces.jsonl"),
+    ],
+)
+def test_default_outputs(options, out, traces):
+    """Outputs not named default to `<jobs stem>.results.jsonl` and `.traces.jsonl` (stem
+    `stdin` for standard input); prompts print their results and write no trace unless one is
+    named; a named output is kept. Applying the defaults twice changes nothing more."""
+    resolved = options.with_defaults()
+    assert (out, traces) == (
+        None if resolved.out is None else str(resolved.out),
+        None if resolved.traces is None else str(resolved.traces),
+    )
+    assert resolved == resolved.with_defaults()
+
+
+def test_resume_and_overwrite_cannot_both_be_asked():
+    """Options asking to resume and to overwrite at once are refused before anything runs."""
+    with pytest.raises(UsageError, match="contradict"):
+        RunOptions(jobs=Path("x.jsonl"), resume=True, overwrite=True)
+
+
+def test_validate_report_is_built_by_the_library(tmp_path):
+    """The `rrcli validate --json` document comes from one library call: the profile, the jobs
+    file's shapes and invalid lines, and a failed check making the report not ok (exit 1)."""
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"prompt": "a"}\nnope\n')
+    report = validate("demo", environ={}, jobs=jobs)
+    document = report.as_dict()
+    assert ["ok", "errors", "warnings", "profile", "jobs"] == list(document)
+    assert (False, 1, 1) == (
+        document["ok"],
+        document["jobs"]["jobs"],
+        len(document["jobs"]["invalid"]),
+    )
+    assert 1 == report.exit_code
+
+
+def test_rrcli_run_is_the_run_function_after_the_run_package_is_imported():
+    """`rrcli.run` stays the library's run function even once `rrcli.run.*` modules are loaded
+    (the subpackage shares the name)."""
+    from rrcli.run.runner import run
+
+    assert run is rrcli.run
