@@ -106,7 +106,10 @@ MAY_IMPORT = {
     "rrcli.config": {"rrcli.errors", "rrcli.providers.registry"},
     "rrcli.records": {"rrcli.errors", "rrcli.config", "rrcli.providers.registry"},
     "rrcli.providers": {"rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.sim"},
-    "rrcli.sim": {"rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers.registry"},
+    "rrcli.sim": {
+        "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers.registry",
+        "rrcli.providers.vocabulary",
+    },
     "rrcli.run": {
         "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers", "rrcli.records",
     },

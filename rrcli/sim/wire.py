@@ -15,6 +15,12 @@ from typing import Any, ClassVar
 
 import orjson
 
+from rrcli.providers.vocabulary import (
+    anthropic_error_type,
+    anthropic_stop_reason,
+    openai_error_type,
+)
+
 __all__ = ["AnthropicWire", "OpenAIWire", "Wire", "override_headers"]
 
 
@@ -49,14 +55,13 @@ class Wire:
     """One API's dialect; see the module docstring."""
 
     request_id_header: ClassVar[str]
-    default_error: ClassVar[str]
-    error_types: ClassVar[dict[int, str]]
 
     def error_body(self, status: int, kind: str | None, message: str, code: str | None) -> bytes:
         """The API's error document for ``status`` (``kind`` None: the API's type for it)."""
-        return orjson.dumps(
-            self.error(kind or self.error_types.get(status, self.default_error), message, code)
-        )
+        return orjson.dumps(self.error(kind or self.error_type(status), message, code))
+
+    def error_type(self, status: int) -> str:
+        raise NotImplementedError
 
     def error(self, kind: str, message: str, code: str | None) -> dict[str, Any]:
         raise NotImplementedError
@@ -66,12 +71,6 @@ class OpenAIWire(Wire):
     """The chat-completions wire format."""
 
     request_id_header = "x-request-id"
-    default_error = "server_error"
-    error_types: ClassVar[dict[int, str]] = {
-        400: "invalid_request_error",
-        401: "invalid_request_error",
-        429: "requests",
-    }
 
     def key(self, headers: Any) -> str | None:
         value = headers.get("authorization", "")
@@ -84,6 +83,10 @@ class OpenAIWire(Wire):
             out[f"x-ratelimit-remaining-{kind}"] = "0"
             out[f"x-ratelimit-reset-{kind}"] = f"{round(seconds * 1000)}ms"
         return out
+
+    def error_type(self, status: int) -> str:
+        # a 429 names the budget that ran out ("requests", "tokens") as its type
+        return "requests" if status == 429 else openai_error_type(status)
 
     def error(self, kind: str, message: str, code: str | None) -> dict[str, Any]:
         return {"error": {"message": message, "type": kind, "param": None, "code": code}}
@@ -146,21 +149,6 @@ class AnthropicWire(Wire):
     """The Messages wire format."""
 
     request_id_header = "request-id"
-    default_error = "api_error"
-    error_types: ClassVar[dict[int, str]] = {
-        400: "invalid_request_error",
-        401: "authentication_error",
-        403: "permission_error",
-        404: "not_found_error",
-        413: "request_too_large",
-        429: "rate_limit_error",
-        529: "overloaded_error",
-    }
-    _stops: ClassVar[dict[str, str]] = {
-        "stop": "end_turn",
-        "length": "max_tokens",
-        "pause_turn": "pause_turn",
-    }
 
     def key(self, headers: Any) -> str | None:
         return headers.get("x-api-key")
@@ -175,6 +163,9 @@ class AnthropicWire(Wire):
                 timespec="milliseconds"
             ).replace("+00:00", "Z")
         return out
+
+    def error_type(self, status: int) -> str:
+        return anthropic_error_type(None, status)
 
     def error(self, kind: str, message: str, code: str | None) -> dict[str, Any]:
         return {"type": "error", "error": {"type": kind, "message": message}}
@@ -203,7 +194,7 @@ class AnthropicWire(Wire):
             "role": "assistant",
             "model": r["model"],
             "content": self._content(r),
-            "stop_reason": self._stops[r["finish"]],
+            "stop_reason": anthropic_stop_reason(r["finish"]),
             "stop_sequence": None,
             "usage": self._usage(r, len(r["pieces"])),
         }
@@ -259,7 +250,7 @@ class AnthropicWire(Wire):
     def tail(self, r: dict[str, Any]) -> bytes:
         delta = {
             "type": "message_delta",
-            "delta": {"stop_reason": self._stops[r["finish"]], "stop_sequence": None},
+            "delta": {"stop_reason": anthropic_stop_reason(r["finish"]), "stop_sequence": None},
         }
         delta["usage"] = {"output_tokens": len(r["pieces"])}
         return (
