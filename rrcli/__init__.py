@@ -18,8 +18,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from rrcli.errors import ProfileError, ProviderError, RRCLIError, UsageError
-
 __version__ = "0.1.0"
 
 __all__ = [
@@ -38,6 +36,10 @@ __all__ = [
 ]
 
 _LAZY = {
+    "ProfileError": "rrcli.errors",
+    "ProviderError": "rrcli.errors",
+    "RRCLIError": "rrcli.errors",
+    "UsageError": "rrcli.errors",
     "load_profile": "rrcli.config.load",
     "validate_profile": "rrcli.config.load",
     "RunOptions": "rrcli.run.options",
