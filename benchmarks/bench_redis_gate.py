@@ -57,7 +57,7 @@ async def measure(url: str, calls: int, workers: int, reserve: bool) -> dict[str
         from rrcli.run.gate import make_gates
     except ImportError:
         return out
-    local = make_gates(profile(url, workers, rpm), clock=time.monotonic, rng=random.Random(0))
+    local = make_gates(profile(url, workers, rpm), clock=time.monotonic)
     out["local"] = await pairs(local["b"], calls, workers, reserve)
     return out
 

@@ -305,7 +305,8 @@ def stats(
 @click.pass_context
 def sim_command(ctx: click.Context, host: str, port: int, **options: object) -> None:
     """Serve simulated OpenAI and Anthropic APIs on loopback, for trying profiles and tests."""
-    from rrcli.sim.behaviour import check_host, config_from_options, serve
+    from rrcli.sim.behaviour import config_from_options
+    from rrcli.sim.server import check_host, serve
 
     explicit = ctx.get_parameter_source("host") is not click.core.ParameterSource.DEFAULT
     check_host(host, explicit=explicit)

@@ -108,7 +108,10 @@ MAY_IMPORT = {
         "rrcli.errors", "rrcli.config", "rrcli.providers.registry", "rrcli.providers.vocabulary",
     },
     "rrcli.providers": {"rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.sim"},
-    "rrcli.sim": {"rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers.registry"},
+    "rrcli.sim": {
+        "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers.registry",
+        "rrcli.providers.vocabulary",
+    },
     "rrcli.run": {
         "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers", "rrcli.records",
     },

@@ -20,6 +20,7 @@ import orjson
 from rrcli import __version__
 from rrcli.providers.registry import server_address
 from rrcli.records._jsonl import LineFile
+from rrcli.records.traceschema import CALL_FIELDS, JOB_COUNTS, rfc3339
 
 if TYPE_CHECKING:
     from rrcli.config.profile import Backend, Profile
@@ -27,29 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CALL_FIELDS", "TraceWriter", "new_run_id", "rfc3339"]
 
-#: the fields of a call record, in order (SPEC §5)
-CALL_FIELDS = (
-    "event", "run_id", "job_id", "session", "turn", "attempt", "deployment", "provider", "model",
-    "response_model", "server_address", "binding", "outcome", "http_status", "error_type",
-    "retry_after_ms", "backoff_ms", "queue_ms", "ts_start", "ts_end", "latency_ms", "ttft_ms",
-    "input_tokens", "output_tokens", "stream",
-)  # fmt: skip
-_JOB_COUNTS = ("ok", "error", "invalid", "skipped")
 _NEWLINE = orjson.OPT_APPEND_NEWLINE
-
-_seconds: dict[int, str] = {}  # epoch second → "YYYY-MM-DDTHH:MM:SS"
-
-
-def rfc3339(ts: float) -> str:
-    """Epoch seconds as RFC 3339 UTC with milliseconds: ``2026-11-29T21:31:29.123Z``."""
-    sec = int(ts // 1)
-    prefix = _seconds.get(sec)
-    if prefix is None:
-        if len(_seconds) > 256:
-            _seconds.clear()
-        prefix = _seconds[sec] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-    ms = int((ts - sec) * 1000)
-    return f"{prefix}.{ms if ms < 1000 else 999:03d}Z"
 
 
 def new_run_id(clock: Callable[[], float] = time.time) -> str:
@@ -159,7 +138,7 @@ class TraceWriter:
                 "event": "run_end",
                 "run_id": self.run_id,
                 "ts": rfc3339(self._clock()),
-                "jobs": {k: int(jobs.get(k, 0)) for k in _JOB_COUNTS},
+                "jobs": {k: int(jobs.get(k, 0)) for k in JOB_COUNTS},
                 "interrupted": interrupted,
             }
         )

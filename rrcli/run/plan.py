@@ -1,7 +1,9 @@
 """``rrcli run --dry-run``: parse, validate and route every selected job on paper; send nothing.
 
 The plan is what a user checks before spending money: calls per deployment, estimated input
-tokens and, where backends have a ``price``, the estimated input cost.
+tokens and, where backends have a ``price``, the estimated input cost. It writes and repairs no
+file, so it does not read a results file either: with ``--resume`` it still plans every selected
+job (the run skips those already ``ok``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from rrcli.config.profile import Profile
 from rrcli.records.jobs import InvalidJob, iter_jobs
 from rrcli.run.control import RunSummary
 from rrcli.run.runner import RunOptions, make_router, open_jobs, select_jobs
-from rrcli.tokens import estimate_call_tokens
+from rrcli.tokens import estimate_input_tokens
 
 __all__ = ["Plan", "plan"]
 
@@ -25,7 +27,6 @@ class Plan:
 
     jobs: int = 0
     invalid: int = 0
-    skipped: int = 0
     calls: dict[str, int] = field(default_factory=dict)
     input_tokens: dict[str, int] = field(default_factory=dict)
     input_cost: dict[str, float] | None = None
@@ -56,7 +57,7 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
                 await router.release(lease)
                 backend_id = lease.state.backend.id
                 result.calls[backend_id] += 1
-                result.input_tokens[backend_id] += estimate_call_tokens(history, {})
+                result.input_tokens[backend_id] += estimate_input_tokens(history)
     prices = {b.id: b.price for b in profile.backends if b.price is not None}
     if prices:
         result.input_cost = {

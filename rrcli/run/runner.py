@@ -184,7 +184,7 @@ def make_router(
     else:
         from rrcli.run.gate import make_gates
 
-        gates = make_gates(profile, clock=time.monotonic, rng=rng)
+        gates = make_gates(profile, clock=time.monotonic)
     return Router(profile, gates, rng=rng, clock=time.monotonic, sleep=asyncio.sleep), gates
 
 
