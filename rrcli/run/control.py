@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rrcli.records.traceschema import JOB_COUNTS
+
 __all__ = ["RunControl", "RunSummary"]
 
 
@@ -30,12 +32,8 @@ class RunSummary:
 
     @property
     def jobs(self) -> dict[str, int]:
-        return {
-            "ok": self.ok,
-            "error": self.error,
-            "invalid": self.invalid,
-            "skipped": self.skipped,
-        }
+        """The run_end record's job counts, in its order."""
+        return {name: getattr(self, name) for name in JOB_COUNTS}
 
     @property
     def exit_code(self) -> int:

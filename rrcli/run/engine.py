@@ -17,7 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import structlog
@@ -48,33 +48,28 @@ class ResultSink(Protocol):
     def flush(self) -> None: ...
 
 
+@dataclass(slots=True, eq=False)
 class Engine:
-    """One run's live state: the router, the providers, the writers and the counters."""
+    """One run's live state: the router, the providers, the writers and the counters.
+    ``stream`` is --stream; ``on_text`` takes text as it arrives (--prompt --stream)."""
 
-    def __init__(
-        self,
-        profile: Profile,
-        stream: bool,
-        on_text: Callable[[str], None] | None,
-        router: Router,
-        providers: Mapping[str, Provider],
-        results: ResultSink,
-        traces: TraceWriter,
-        summary: RunSummary,
-        control: RunControl,
-        rng: random.Random,
-    ) -> None:
-        self.profile = profile
-        self.on_text = on_text
-        self.router = router
-        self.providers = providers
-        self.results = results
-        self.traces = traces
-        self.summary = summary
-        self.control = control
-        self.policy = RetryPolicy(profile.retry, rng)
-        self.session_binding = profile.binding == "session"
-        self.stream = stream
+    profile: Profile
+    stream: bool
+    on_text: Callable[[str], None] | None
+    router: Router
+    providers: Mapping[str, Provider]
+    results: ResultSink
+    traces: TraceWriter
+    summary: RunSummary
+    control: RunControl
+    rng: random.Random
+    policy: RetryPolicy = field(init=False)
+    session_binding: bool = field(init=False)
+    _log_calls: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.policy = RetryPolicy(self.profile.retry, self.rng)
+        self.session_binding = self.profile.binding == "session"
         self._log_calls = _debug_logged()
 
     async def worker(self, jobs: Iterator[Job | InvalidJob]) -> None:
