@@ -62,7 +62,7 @@ def phase_write(results: Path, traces: Path, n: int) -> tuple[int, float]:
     from rrcli.providers.base import Reply
     from rrcli.records.results import ResultWriter
     from rrcli.records.trace import TraceWriter
-    from rrcli.run.attempt import Attempt
+    from rrcli.runtime.attempt import Attempt
 
     backend = Backend(id="sim-1", provider="sim", base_url="sim://local")
     reply = Reply("four", "stop", 12, 32, http_status=200)

@@ -112,7 +112,7 @@ MAY_IMPORT = {
         "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers.registry",
         "rrcli.providers.vocabulary",
     },
-    "rrcli.run": {
+    "rrcli.runtime": {
         "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers", "rrcli.records",
     },
     "rrcli.stats": {"rrcli.errors", "rrcli.records"},
@@ -165,14 +165,14 @@ MAY_DO = {
     "rrcli.errors": set(),
     "rrcli.tokens": set(),
     "rrcli.providers.registry": set(),
-    "rrcli.run.strategies": set(),
-    "rrcli.run.retry": set(),
+    "rrcli.runtime.strategies": set(),
+    "rrcli.runtime.retry": set(),
     "rrcli.config": {"dns"},
     "rrcli.records": {"dns"},
     "rrcli.stats": {"processes"},
     "rrcli.providers": {"network", "dns", "event loop"},
     "rrcli.sim": {"network", "dns", "event loop"},
-    "rrcli.run": {"network", "dns", "event loop"},
+    "rrcli.runtime": {"network", "dns", "event loop"},
 }
 
 
@@ -207,7 +207,7 @@ def test_each_part_does_only_its_io(module):
         ("httpx2", {"rrcli.providers", "rrcli.sim"}),
         ("rich", {"rrcli._render"}),
         ("click", {"rrcli.cli"}),
-        ("redis", {"rrcli.run.redis_gate", "rrcli.run._redis"}),
+        ("redis", {"rrcli.runtime.redis_gate", "rrcli.runtime._redis"}),
         ("starlette", {"rrcli.sim"}),
         ("uvicorn", {"rrcli.sim"}),
         ("rrcli.cli", {"rrcli.__main__"}),

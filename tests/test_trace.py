@@ -12,7 +12,7 @@ from rrcli.config.profile import Backend, Credentials, Price, Profile, SimSettin
 from rrcli.errors import ProviderError, UsageError
 from rrcli.providers.base import Reply
 from rrcli.records.trace import CALL_FIELDS, TraceWriter, new_run_id
-from rrcli.run.attempt import Attempt
+from rrcli.runtime.attempt import Attempt
 
 T0 = 1_795_987_889.123456  # 2026-11-29T21:31:29.123Z
 

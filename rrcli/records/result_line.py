@@ -10,7 +10,7 @@ from rrcli.records.jobs import InvalidJob
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Reply
-    from rrcli.run.attempt import CallOutcome
+    from rrcli.runtime.attempt import CallOutcome
 
 __all__ = ["result_line"]
 

@@ -25,12 +25,12 @@ import structlog
 
 from rrcli.config.profile import Profile
 from rrcli.errors import NoBackendError, ProviderError
-from rrcli.run.gate import Clock, Gate, Sleep
-from rrcli.run.lease import BackendState, Lease
-from rrcli.run.strategies import Candidate, FirstAvailable, make_strategy
+from rrcli.runtime.gate import Clock, Gate, Sleep
+from rrcli.runtime.lease import BackendState, Lease
+from rrcli.runtime.strategies import Candidate, FirstAvailable, make_strategy
 
 if TYPE_CHECKING:
-    from rrcli.run.attempt import Attempt
+    from rrcli.runtime.attempt import Attempt
 
 __all__ = ["EWMA_ALPHA", "Router"]
 

@@ -31,7 +31,7 @@ import structlog
 
 from rrcli.config.profile import GateSettings
 from rrcli.errors import GateUnavailableError
-from rrcli.run import _redis_scripts as lua
+from rrcli.runtime import _redis_scripts as lua
 
 __all__ = [
     "BACKOFF_INITIAL",
@@ -43,7 +43,7 @@ __all__ = [
     "redacted_url",
 ]
 
-log = structlog.get_logger("rrcli.run.redis_gate")
+log = structlog.get_logger("rrcli.runtime.redis_gate")
 
 BACKOFF_INITIAL = 0.05  # seconds: retrying the connection while Redis is away
 BACKOFF_MAX = 2.0
@@ -136,8 +136,8 @@ class Hub:
 
     def _start_loops(self) -> None:
         self._loops = [
-            asyncio.create_task(self._renewal(), name="rrcli.run.redis_gate.renewal"),
-            asyncio.create_task(self._listen(), name="rrcli.run.redis_gate.listen"),
+            asyncio.create_task(self._renewal(), name="rrcli.runtime.redis_gate.renewal"),
+            asyncio.create_task(self._listen(), name="rrcli.runtime.redis_gate.listen"),
         ]
 
     async def run(self, script: lua.Script, keys: dict[str, str], *args: object) -> Any:

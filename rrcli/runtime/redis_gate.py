@@ -31,8 +31,8 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from rrcli.config.profile import Profile
-from rrcli.run import _redis_scripts as lua
-from rrcli.run._redis_hub import (
+from rrcli.runtime import _redis_scripts as lua
+from rrcli.runtime._redis_hub import (
     BACKOFF_INITIAL,
     Hub,
     RedisDown,
@@ -40,12 +40,12 @@ from rrcli.run._redis_hub import (
     import_redis,
     redacted_url,
 )
-from rrcli.run.gate import PROBE_INITIAL, PROBE_MAX, Gcra
-from rrcli.run.scopes import ScopeLimits, scope_limits
+from rrcli.runtime.gate import PROBE_INITIAL, PROBE_MAX, Gcra
+from rrcli.runtime.scopes import ScopeLimits, scope_limits
 
 __all__ = ["RedisGate", "RedisGates", "make_redis_gates", "redacted_url"]
 
-log = structlog.get_logger("rrcli.run.redis_gate")
+log = structlog.get_logger("rrcli.runtime.redis_gate")
 
 AIMD_TTL = 3600.0  # seconds an idle scope keeps its adapted cap
 

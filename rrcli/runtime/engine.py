@@ -28,11 +28,11 @@ from rrcli.providers.base import Call, Provider, Reply
 from rrcli.records.jobs import InvalidJob, Job
 from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter
-from rrcli.run.attempt import Attempt, CallOutcome, Decision
-from rrcli.run.control import RunControl, RunSummary
-from rrcli.run.lease import Lease
-from rrcli.run.retry import RetryPolicy
-from rrcli.run.router import Router
+from rrcli.runtime.attempt import Attempt, CallOutcome, Decision
+from rrcli.runtime.control import RunControl, RunSummary
+from rrcli.runtime.lease import Lease
+from rrcli.runtime.retry import RetryPolicy
+from rrcli.runtime.router import Router
 from rrcli.tokens import estimate_call_tokens
 
 __all__ = ["Engine", "ResultSink"]

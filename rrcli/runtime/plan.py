@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from rrcli.config.profile import Profile
 from rrcli.records.jobs import InvalidJob, iter_jobs
-from rrcli.run.control import RunSummary
-from rrcli.run.runner import RunOptions, make_router, open_jobs, select_jobs
+from rrcli.runtime.control import RunSummary
+from rrcli.runtime.runner import RunOptions, make_router, open_jobs, select_jobs
 from rrcli.tokens import estimate_input_tokens
 
 __all__ = ["Plan", "plan"]
