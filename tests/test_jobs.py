@@ -197,9 +197,11 @@ BAD_LINES = [
     ('{"prompt": "x", "metadata": 3}', "line 1: metadata must be an object, got number"),
     ('{"prompt": "x", "session": []}', "line 1: session must be a string, got array"),
     (
-        '{"custom_id": "r", "url": "/v1/embeddings", "body": {}}',
-        'line 1: url "/v1/embeddings" is not supported',
+        '{"custom_id": "r", "url": "/v1/images/generations", "body": {}}',
+        'line 1: url "/v1/images/generations" is not an endpoint rrcli sends',
     ),
+    ('{"custom_id": "r", "url": "/v1/embeddings", "body": {}}', "line 1: body.input is missing"),
+    ('{"custom_id": "r", "url": "/v1/completions", "body": {}}', "line 1: body.prompt is missing"),
     (
         '{"custom_id": "r", "method": "GET", "url": "/v1/chat/completions", "body": {}}',
         'line 1: method "GET" — only "POST" is accepted',

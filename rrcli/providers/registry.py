@@ -11,7 +11,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["NAMES", "REGISTRY", "ProviderInfo", "info", "server_address"]
+__all__ = [
+    "BATCH_URLS",
+    "ENDPOINTS",
+    "NAMES",
+    "REGISTRY",
+    "UNSTREAMED",
+    "ProviderInfo",
+    "info",
+    "server_address",
+]
+
+#: The endpoints a job may name: chat (``/chat/completions``; Anthropic's ``/v1/messages``) and
+#: the other endpoints of OpenAI's Batch API, each ``POST {base_url}/<name>``
+ENDPOINTS: tuple[str, ...] = ("chat", "embeddings", "responses", "completions", "moderations")
+#: An OpenAI Batch input line's ``url`` → the endpoint it names
+BATCH_URLS: dict[str, str] = {
+    "/v1/chat/completions": "chat",
+    "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses",
+    "/v1/completions": "completions",
+    "/v1/moderations": "moderations",
+}
+#: Endpoints whose API has no streamed form: ``--stream`` leaves their calls plain
+UNSTREAMED = frozenset({"embeddings", "moderations"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +62,7 @@ REGISTRY: dict[str, ProviderInfo] = {
         default_model="gpt-4o-mini",
         auth_header="authorization",
         request_id_header="x-request-id",
+        endpoints=ENDPOINTS,
     ),
     "anthropic": ProviderInfo(
         name="anthropic",
@@ -55,6 +79,7 @@ REGISTRY: dict[str, ProviderInfo] = {
         default_model="sim-small",
         auth_header=None,
         request_id_header=None,
+        endpoints=ENDPOINTS,
         needs_network=False,
     ),
 }

@@ -1,10 +1,12 @@
-"""The five shapes a jobs line may take (SPEC §3), each checked and turned into chat messages.
+"""The shapes a jobs line may take (SPEC §3, §12), each checked and turned into its request parts.
 
-``prompt`` (+ ``system``), ``messages``, ``session`` (``turns`` + ``system``) are rrcli's own;
-``openai_batch`` (OpenAI Batch input lines) and ``anthropic_batch`` (Anthropic Message Batches
-request lines) are the two batch APIs' files, read as they are. Every fault is a ``LineError``
-whose message says what is wrong and how to fix it; ``records.jobs`` turns it into an
-InvalidJob. ``model`` is always dropped: the routed backend's model is sent.
+Chat: ``prompt`` (+ ``system``), ``messages``, ``session`` (``turns`` + ``system``) are rrcli's
+own; ``openai_batch`` (OpenAI Batch input lines) and ``anthropic_batch`` (Anthropic Message
+Batches request lines) are the two batch APIs' files, read as they are. The other endpoints
+(``"endpoint": "embeddings" | "responses" | "completions" | "moderations"``, or an OpenAI Batch
+line's ``url``) carry their ``input`` (completions: ``prompt``) instead of messages. Every fault
+is a ``LineError`` whose message says what is wrong and how to fix it; ``records.jobs`` turns it
+into an InvalidJob. ``model`` is always dropped: the routed backend's model is sent.
 """
 
 from __future__ import annotations
@@ -15,24 +17,44 @@ from typing import Any
 
 import orjson
 
-__all__ = ["BUILDERS", "LineError", "check_sendable", "raw_id", "shape", "type_name"]
+from rrcli.providers.registry import BATCH_URLS, ENDPOINTS, UNSTREAMED
+
+__all__ = [
+    "BUILDERS",
+    "INPUT_FIELDS",
+    "LineError",
+    "check_sendable",
+    "raw_id",
+    "shape",
+    "type_name",
+]
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _COMMON = ("id", "custom_id", "session", "metadata")
+#: what each non-chat endpoint's job carries in place of messages (OpenAI's own field name)
+INPUT_FIELDS = {
+    "embeddings": "input",
+    "responses": "input",
+    "completions": "prompt",
+    "moderations": "input",
+}
 _ALLOWED = {
-    "prompt": frozenset({*_COMMON, "prompt", "system", "params"}),
-    "messages": frozenset({*_COMMON, "messages", "system", "params"}),
-    "session": frozenset({*_COMMON, "turns", "system", "params"}),
+    "prompt": frozenset({*_COMMON, "endpoint", "prompt", "system", "params"}),
+    "messages": frozenset({*_COMMON, "endpoint", "messages", "system", "params"}),
+    "session": frozenset({*_COMMON, "endpoint", "turns", "system", "params"}),
     "openai_batch": frozenset({*_COMMON, "method", "url", "body"}),
     "anthropic_batch": frozenset({*_COMMON, "params"}),
+    **{e: frozenset({*_COMMON, "endpoint", f, "params"}) for e, f in INPUT_FIELDS.items()},
 }
 _SHAPE_KEYS = ("prompt", "messages", "turns", "body")
-_OPENAI_BATCH_URL = "/v1/chat/completions"
+_OTHER_SHAPES = ("prompt", "messages", "turns", "system", "input", "body", "url", "method")
 _EMPTY: tuple[Any, ...] = ()
 _MISSING = object()
 _INT_RANGE = range(-(1 << 63), 1 << 64)  # the integers JSON encoders and APIs take
 
-Parts = tuple[tuple[dict[str, Any], ...], tuple[str, ...], dict[str, Any], bool | None]
+#: a line's (messages, turns, params, stream, endpoint, input): a chat job's input is None, a
+#: non-chat job's messages and turns are empty
+Parts = tuple[tuple[dict[str, Any], ...], tuple[str, ...], dict[str, Any], bool | None, str, Any]
 
 
 class LineError(Exception):
@@ -107,8 +129,12 @@ def _system_message(system: object, where: str) -> tuple[dict[str, Any], ...]:
 
 
 def shape(obj: dict[str, Any]) -> str:
-    """Which of the five shapes a line is (or a LineError naming why none fits)."""
-    if "prompt" in obj:
+    """Which shape a line is: a chat shape, or the non-chat endpoint it names (or a LineError
+    naming why none fits)."""
+    endpoint = obj.get("endpoint", "chat")
+    if endpoint != "chat":
+        kind = _endpoint_shape(obj, endpoint)
+    elif "prompt" in obj:
         kind = "prompt"
     elif "messages" in obj:
         kind = "messages"
@@ -136,10 +162,32 @@ def shape(obj: dict[str, Any]) -> str:
             hint = difflib.get_close_matches(extra, sorted(allowed), n=1, cutoff=0.8)
             if hint:
                 raise LineError(
-                    f"unknown key {_json(extra)} for a {kind} job (did you mean "
+                    f"unknown key {_json(extra)} for {_a(kind)} job (did you mean "
                     f'"{hint[0]}"? put fields of your own under metadata)'
                 )
     return kind
+
+
+def _a(kind: str) -> str:
+    """``kind`` with its indefinite article: "a prompt", "an embeddings"."""
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
+def _endpoint_shape(obj: dict[str, Any], endpoint: object) -> str:
+    """The non-chat endpoint a line names: its input field there, no chat shape's key."""
+    if type(endpoint) is not str or endpoint not in INPUT_FIELDS:
+        raise LineError(
+            f"endpoint {_json(endpoint)} is not one of {', '.join(ENDPOINTS)} — name one of "
+            "them, or leave endpoint out for a chat job"
+        )
+    field = INPUT_FIELDS[endpoint]
+    job = f"{_a(endpoint)} job"
+    for key in _OTHER_SHAPES:
+        if key in obj and key != field:
+            raise LineError(f"{job} takes {field}, not {key}")
+    if field not in obj:
+        raise LineError(f"{job} needs {field} (what to send to /{endpoint})")
+    return endpoint
 
 
 def _prompt(obj: dict[str, Any]) -> Parts:
@@ -153,6 +201,8 @@ def _prompt(obj: dict[str, Any]) -> Parts:
         _EMPTY,
         params,
         _pop_stream(params, "params"),
+        "chat",
+        None,
     )
 
 
@@ -164,7 +214,7 @@ def _messages(obj: dict[str, Any]) -> Parts:
             raise LineError("has system and a leading system message — keep one")
         messages = system + messages
     params = _check_params(obj.get("params"), "params")
-    return messages, _EMPTY, params, _pop_stream(params, "params")
+    return messages, _EMPTY, params, _pop_stream(params, "params"), "chat", None
 
 
 def _session(obj: dict[str, Any]) -> Parts:
@@ -173,27 +223,29 @@ def _session(obj: dict[str, Any]) -> Parts:
         raise LineError("turns must be a non-empty array of strings (the user's turns)")
     params = _check_params(obj.get("params"), "params")
     system = _system_message(obj.get("system"), "system")
-    return system, tuple(turns), params, _pop_stream(params, "params")
+    return system, tuple(turns), params, _pop_stream(params, "params"), "chat", None
 
 
 def _openai_batch(obj: dict[str, Any]) -> Parts:
     url = obj.get("url")
-    if url != _OPENAI_BATCH_URL:
-        raise LineError(
-            f"url {_json(url)} is not supported — rrcli sends chat completions only: "
-            f'"url": "{_OPENAI_BATCH_URL}"'
-        )
+    endpoint = BATCH_URLS.get(url) if type(url) is str else None
+    if endpoint is None:
+        accepted = ", ".join(f'"{u}"' for u in BATCH_URLS)
+        raise LineError(f"url {_json(url)} is not an endpoint rrcli sends — use one of {accepted}")
     if obj.get("method", "POST") != "POST":
         raise LineError(f'method {_json(obj["method"])} — only "POST" is accepted')
     body = obj.get("body")
     if type(body) is not dict:
-        raise LineError(
-            f"body must be an object (the chat completion request), got {type_name(body)}"
-        )
+        raise LineError(f"body must be an object (the {url} request), got {type_name(body)}")
+    if endpoint != "chat":
+        field = INPUT_FIELDS[endpoint]
+        if field not in body:
+            raise LineError(f"body.{field} is missing (what to send to {url})")
+        return _endpoint_parts(endpoint, body.pop(field), f"body.{field}", body, "body")
     if "messages" not in body:
         raise LineError("body.messages is missing")
     messages = _check_messages(body.pop("messages"), "body.messages")
-    return messages, _EMPTY, body, _pop_stream(body, "body")
+    return messages, _EMPTY, body, _pop_stream(body, "body"), "chat", None
 
 
 def _anthropic_batch(obj: dict[str, Any]) -> Parts:
@@ -202,16 +254,92 @@ def _anthropic_batch(obj: dict[str, Any]) -> Parts:
         raise LineError("params.messages is missing")
     messages = _check_messages(params.pop("messages"), "params.messages")
     system = _system_message(params.pop("system", None), "params.system")
-    return system + messages, _EMPTY, params, _pop_stream(params, "params")
+    return system + messages, _EMPTY, params, _pop_stream(params, "params"), "chat", None
 
 
-#: each shape's builder: a line's (messages, turns, params, stream)
+def _endpoint_job(obj: dict[str, Any]) -> Parts:
+    """An rrcli line naming a non-chat endpoint: its input field and params."""
+    endpoint = obj["endpoint"]
+    field = INPUT_FIELDS[endpoint]
+    params = _check_params(obj.get("params"), "params")
+    if field in params:
+        raise LineError(f"has {field} and params.{field} — keep {field}")
+    return _endpoint_parts(endpoint, obj[field], field, params, "params")
+
+
+def _endpoint_parts(
+    endpoint: str, value: object, where_input: str, params: dict[str, Any], where: str
+) -> Parts:
+    """A non-chat request: its input (at ``where_input``) and its params (at ``where``)."""
+    _INPUT_CHECKS[endpoint](value, where_input)
+    stream = _pop_stream(params, where)
+    if stream and endpoint in UNSTREAMED:
+        raise LineError(f"{where}.stream: /{endpoint} has no streamed form — remove it")
+    previous = params.get("previous_response_id")
+    if previous is not None and (type(previous) is not str or not previous):
+        raise LineError(
+            f"{where}.previous_response_id must be a response id, got {_json(previous)}"
+        )
+    return _EMPTY, _EMPTY, params, stream, endpoint, value
+
+
+def _texts(value: object, where: str) -> None:
+    """Embeddings' and completions' input: a text, a token array, or a non-empty array of
+    either."""
+    if type(value) is str or _tokens(value):
+        return
+    if type(value) is list and value and all(type(v) is str or _tokens(v) for v in value):
+        return
+    raise LineError(
+        f"{where} must be a string or a non-empty array of strings (or of token arrays), "
+        f"got {type_name(value) if value != [] else 'an empty array'}"
+    )
+
+
+def _tokens(value: object) -> bool:
+    return type(value) is list and bool(value) and all(type(v) is int for v in value)
+
+
+def _items(value: object, where: str) -> None:
+    """The Responses API's input: a text, or a non-empty array of input items (objects)."""
+    if type(value) is str or (
+        type(value) is list and value and all(type(v) is dict for v in value)
+    ):
+        return
+    raise LineError(
+        f"{where} must be a string or a non-empty array of input items (objects such as "
+        f'{{"role": "user", "content": "..."}}), got {type_name(value)}'
+    )
+
+
+def _moderated(value: object, where: str) -> None:
+    """Moderations' input: a text, an array of texts, or an array of content parts (objects)."""
+    if type(value) is list and value and all(type(v) is dict for v in value):
+        return
+    if type(value) is str or (type(value) is list and value and all(type(v) is str for v in value)):
+        return
+    raise LineError(
+        f"{where} must be a string, an array of strings or an array of content parts, "
+        f"got {type_name(value)}"
+    )
+
+
+_INPUT_CHECKS: dict[str, Callable[[object, str], None]] = {
+    "embeddings": _texts,
+    "responses": _items,
+    "completions": _texts,
+    "moderations": _moderated,
+}
+
+
+#: each shape's builder: a line's Parts
 BUILDERS: dict[str, Callable[[dict[str, Any]], Parts]] = {
     "prompt": _prompt,
     "messages": _messages,
     "session": _session,
     "openai_batch": _openai_batch,
     "anthropic_batch": _anthropic_batch,
+    **dict.fromkeys(INPUT_FIELDS, _endpoint_job),
 }
 
 

@@ -5,10 +5,12 @@ the cause); it never raises for bad content, so one bad line never stops a run. 
 the only thing kept across lines is the set of ids seen, stored as 64-bit hashes in a compact
 open-addressing table (``KeySet``, about 16 MB for a million ids), not as Python strings.
 
-What a line may hold, and how it becomes chat messages, is ``_jobshapes``: ``prompt`` (+
+What a line may hold, and how it becomes a request, is ``_jobshapes``: ``prompt`` (+
 ``system``), ``messages``, ``session`` (``turns`` + ``system``), ``openai_batch`` (OpenAI Batch
-input lines) and ``anthropic_batch`` (Anthropic Message Batches request lines). Numbers keep
-their exact value, integers beyond 64 bits included (in metadata; a request cannot carry one).
+input lines) and ``anthropic_batch`` (Anthropic Message Batches request lines) for chat; a line
+naming another ``endpoint`` (embeddings, responses, completions, moderations) carries its
+``input``. Numbers keep their exact value, integers beyond 64 bits included (in metadata; a
+request cannot carry one).
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ class Job:
     messages, a leading system message when there is one; for a session only that system message,
     the user turns being in ``turns``. ``stream`` is None unless the job sets ``params.stream``
     (then removed from ``params``). ``custom_id`` is the line's ``custom_id`` when it had one.
+    ``endpoint`` is the API endpoint it goes to (``chat`` unless the line names another);
+    a non-chat job has no messages and carries its ``input`` (completions: the prompt) as
+    written.
     """
 
     id: str | int
@@ -75,17 +80,20 @@ class Job:
     metadata: dict[str, Any] | None
     custom_id: str | int | None
     stream: bool | None
+    endpoint: str = "chat"
+    input: Any = None
 
 
 @dataclass(frozen=True, slots=True)
 class InvalidJob:
-    """A line that cannot run: its result has id ``line-N`` and status ``invalid``.
+    """A line that cannot run: its result has status ``invalid`` and the id ``line-N`` (the
+    line's own id when the line was read whole but the pool cannot serve it).
 
     ``message`` names the line and the cause (``line 7: ...``); ``duplicate_of`` is the repeated id
     (as written) when the line's only fault is reusing an earlier line's id.
     """
 
-    id: str
+    id: str | int
     line: int
     message: str
     duplicate_of: str | int | None = None
@@ -167,9 +175,10 @@ def _parse(obj: object, n: int, wide: bool) -> Job:
         raise LineError(f"expected a JSON object, got {type_name(obj)}")
     kind = shape(obj)
     raw, key = raw_id(obj)
-    messages, turns, params, stream = BUILDERS[kind](obj)
+    messages, turns, params, stream, endpoint, value = BUILDERS[kind](obj)
     if wide:
         check_sendable(messages, "messages")
+        check_sendable(value, "input")
         check_sendable(params, "params" if kind != "openai_batch" else "body")
     if key is None:
         raw = key = f"line-{n}"
@@ -182,7 +191,10 @@ def _parse(obj: object, n: int, wide: bool) -> Job:
     if metadata is not None and type(metadata) is not dict:
         raise LineError(f"metadata must be an object, got {type_name(metadata)}")
     custom_id = obj.get("custom_id")
-    return Job(raw, key, n, kind, messages, turns, params, session, metadata, custom_id, stream)
+    return Job(
+        raw, key, n, kind, messages, turns, params, session, metadata, custom_id, stream,
+        endpoint, value,
+    )  # fmt: skip
 
 
 def _undecodable(raw: bytes, exc: orjson.JSONDecodeError) -> str:
