@@ -53,11 +53,50 @@ def build_backend(
         own_creds = "credentials" in raw or "auth" in raw
         values, written_at = (own, path) if own_creds else (defaults, "defaults")
         credentials = _credentials(check, provider.name, values, path, written_at, environ, for_run)
-    return _backend(own.get("id", path), provider, merged, credentials)
+    endpoints = tuple(merged.get("endpoints", provider.default_endpoints))
+    _check_endpoints(check, provider, endpoints, f"{path}.endpoints")
+    return _backend(own.get("id", path), provider, merged, credentials, endpoints)
+
+
+def _check_endpoints(
+    check: Checker, provider: ProviderInfo, endpoints: tuple[str, ...], where: str
+) -> None:
+    """A backend serves at least one endpoint, each one its provider's API has, once."""
+    if not endpoints:
+        check.add(
+            "error",
+            where,
+            "empty: the backend would serve no job",
+            'list what its model serves, e.g. endpoints = ["embeddings"], or leave it out for chat',
+            "no_endpoints",
+        )
+    served = ", ".join(provider.endpoints)
+    for n, endpoint in enumerate(endpoints):
+        if endpoint not in provider.endpoints:
+            check.add(
+                "error",
+                f"{where}[{n}]",
+                f'{provider.name} backends serve {served} only, not "{endpoint}"',
+                f'remove "{endpoint}", or serve it from an openai backend (any '
+                "OpenAI-compatible server)",
+                "endpoint_not_served",
+            )
+        elif endpoint in endpoints[:n]:
+            check.add(
+                "warning",
+                f"{where}[{n}]",
+                f'"{endpoint}" is listed twice',
+                "list each endpoint once",
+                "duplicate_endpoint",
+            )
 
 
 def _backend(
-    backend_id: str, provider: ProviderInfo, merged: Mapping[str, Any], credentials: Credentials
+    backend_id: str,
+    provider: ProviderInfo,
+    merged: Mapping[str, Any],
+    credentials: Credentials,
+    endpoints: tuple[str, ...],
 ) -> Backend:
     price, sim = merged.get("price"), merged.get("sim", {})
     return Backend(
@@ -78,6 +117,7 @@ def _backend(
         reasoning_feedback=merged.get("reasoning_feedback", False),
         price=Price(**as_floats(price, PRICE)) if price is not None else None,
         sim=SimSettings(**as_floats(sim, SIM)) if provider.name == "sim" else None,
+        endpoints=endpoints,
     )
 
 

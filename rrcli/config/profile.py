@@ -127,6 +127,7 @@ class Backend:
     reasoning_feedback: bool = False
     price: Price | None = None
     sim: SimSettings | None = None
+    endpoints: tuple[str, ...] = ("chat",)  # the API endpoints this deployment serves
 
     @property
     def scope(self) -> str:
@@ -218,7 +219,7 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
 
 def _backend_to_dict(backend: Backend, redact: bool) -> dict[str, Any]:
     out = _plain(backend)
-    for key in ("credentials", "price", "sim", "headers", "params"):
+    for key in ("credentials", "price", "sim", "headers", "params", "endpoints"):
         out.pop(key, None)
     if not backend.gate_scope:
         out.pop("gate_scope")
@@ -227,6 +228,7 @@ def _backend_to_dict(backend: Backend, redact: bool) -> dict[str, Any]:
         if not redact and backend.credentials.api_key is not None:
             creds["api_key"] = backend.credentials.api_key
         out["credentials"] = creds
+    out["endpoints"] = list(backend.endpoints)
     out["headers"] = dict(backend.headers)
     out["params"] = copy.deepcopy(dict(backend.params))
     if backend.price is not None:

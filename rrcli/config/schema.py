@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rrcli.config.profile import BINDINGS, GATE_KINDS, STRATEGIES
-from rrcli.providers.registry import NAMES, REGISTRY
+from rrcli.providers.registry import ENDPOINTS, NAMES, REGISTRY
 
 __all__ = [
     "BACKEND",
@@ -43,7 +43,8 @@ Rule = Callable[[Any], tuple[str, str] | None]  # value -> (message, fix) when i
 
 @dataclass(frozen=True, slots=True)
 class Field:
-    """One key of the schema: its type (str, int, number, bool, table, tables, ints) and rule."""
+    """One key of the schema: its type (str, int, number, bool, table, tables, ints, strs), its
+    rule and its choices (for a list, each item's)."""
 
     kind: str
     rule: Rule | None = None
@@ -127,6 +128,7 @@ BACKEND = {
     "reasoning_feedback": Field("bool"),
     "price": Field("table"),
     "sim": Field("table"),
+    "endpoints": Field("strs", choices=ENDPOINTS),
 }
 CREDENTIALS = {
     "api_key_env": Field("str", ENV_RULE, secret=True),
@@ -172,6 +174,7 @@ EXPECTED = {
     "table": ("a table", "write a table: key = { ... } or a [section]"),
     "tables": ("an array of tables", "write each item as a [[backends]] table"),
     "ints": ("a list of integers", "write a list such as [429, 503]"),
+    "strs": ("a list of strings", 'write a list such as ["chat", "embeddings"]'),
 }
 # headers that carry a key: each provider's own auth header, and a proxy's
 KEY_HEADERS = frozenset(
@@ -204,6 +207,7 @@ def type_ok(kind: str, value: Any) -> bool:
         "tables": isinstance(value, list) and all(isinstance(v, dict) for v in value),
         "ints": isinstance(value, list)
         and all(isinstance(v, int) and not isinstance(v, bool) for v in value),
+        "strs": isinstance(value, list) and all(isinstance(v, str) for v in value),
     }[kind]
 
 

@@ -90,15 +90,17 @@ class Checker:
                 fix = f"remove the quotes: {key} = {value}"
             self.add("error", path, f"expected {expected}, got {shown}", fix, "wrong_type")
             return False
-        if field.choices and value not in field.choices:
-            self.not_a_choice(path, value, field.choices)
-            return False
-        items = value if field.kind == "ints" else [value]
+        listed = field.kind in ("ints", "strs")
+        items = value if listed else [value]
         ok = True
         for n, item in enumerate(items):
+            where = f"{path}[{n}]" if listed else path
+            if field.choices and item not in field.choices:
+                self.not_a_choice(where, item, field.choices)
+                ok = False
+                continue
             problem = field.rule(item) if field.rule else None
             if problem:
-                where = f"{path}[{n}]" if field.kind == "ints" else path
                 self.add("error", where, problem[0], problem[1], "bad_value")
                 ok = False
         return ok
