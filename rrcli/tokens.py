@@ -2,8 +2,10 @@
 
 rpm/tpm reservations, ``--dry-run`` and the simulated backend's usage all count this way: about
 four characters a token (as rough tokenizers count) plus a few tokens of framing per message; a
-non-text content (parts, images) counts as its JSON text. No tokenizer: a reservation is corrected
-by the reply's usage, and a plan is an estimate.
+non-text content (parts, images) counts as its JSON text. A non-chat job's ``input`` (texts to
+embed or moderate, a prompt to complete, Responses items) counts the same way, a token array as
+its length. No tokenizer: a reservation is corrected by the reply's usage, and a plan is an
+estimate.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["estimate_call_tokens", "estimate_input_tokens"]
+__all__ = ["estimate_call_tokens", "estimate_input_tokens", "estimate_value_tokens"]
 
 CHARS_PER_TOKEN = 4
 TOKENS_PER_MESSAGE = 4  # role and framing around each message
@@ -31,8 +33,42 @@ def estimate_input_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
     return chars // CHARS_PER_TOKEN + TOKENS_PER_MESSAGE * len(messages) or 1
 
 
-def estimate_call_tokens(messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> int:
-    """Tokens a call may cost, input and the output cap (``max_tokens`` or
-    ``max_completion_tokens``; 0 when neither is set)."""
-    out = params.get("max_tokens") or params.get("max_completion_tokens") or 0
-    return estimate_input_tokens(messages) + (out if isinstance(out, int) else 0)
+def estimate_value_tokens(value: object) -> int:
+    """Input tokens of a non-chat job's ``input``: at least 1."""
+    tokens, chars = _count(value)
+    return tokens + chars // CHARS_PER_TOKEN or 1
+
+
+def _count(value: object) -> tuple[int, int]:
+    """(tokens, characters) of an input: a text its characters, a token array its tokens, a
+    list the sum of its items, a message-like item its text and framing, anything else its
+    JSON text."""
+    if type(value) is str:
+        return 0, len(value)
+    if type(value) is list:
+        if value and all(type(v) is int for v in value):
+            return len(value), 0
+        tokens = chars = 0
+        for item in value:
+            t, c = _count(item)
+            tokens, chars = tokens + t, chars + c
+        return tokens, chars
+    if type(value) is dict and type(value.get("content")) is str:
+        return TOKENS_PER_MESSAGE, len(value["content"])
+    return 0, len(orjson.dumps(value, default=str))
+
+
+def estimate_call_tokens(
+    messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any], value: object = None
+) -> int:
+    """Tokens a call may cost: its input (``messages``, or a non-chat job's input ``value``
+    when given) and its output cap (``max_tokens``, ``max_completion_tokens`` or the Responses
+    API's ``max_output_tokens``; 0 when none is set)."""
+    out = (
+        params.get("max_tokens")
+        or params.get("max_completion_tokens")
+        or params.get("max_output_tokens")
+        or 0
+    )
+    given = estimate_input_tokens(messages) if value is None else estimate_value_tokens(value)
+    return given + (out if isinstance(out, int) else 0)

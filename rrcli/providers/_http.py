@@ -30,7 +30,7 @@ from rrcli.providers.base import (
 )
 from rrcli.providers.registry import info, server_address
 
-__all__ = ["HTTPProvider", "StreamFold"]
+__all__ = ["HTTPProvider", "NewStream", "Parse", "StreamFold"]
 
 
 class StreamFold(Protocol):
@@ -43,6 +43,12 @@ class StreamFold(Protocol):
         when it carried no generated text. Raises ProviderError for an ``error`` event."""
 
     def reply(self) -> Reply: ...
+
+
+#: a plain response body → Reply (InvalidResponseError when it is not one)
+Parse = Callable[[dict[str, Any]], Reply]
+#: a fresh fold for one response's events
+NewStream = Callable[[], StreamFold]
 
 
 class HTTPProvider:
@@ -67,7 +73,8 @@ class HTTPProvider:
         self._key = api_key
         self._retry = retry
         self._clock = clock
-        self._url = backend.base_url.rstrip("/") + self.path
+        self._base_url = backend.base_url.rstrip("/")
+        self._url = self._base_url + self.path
         self.server_address = server_address(backend.provider, backend.base_url)
         entry = info(backend.provider)
         self._request_id_header = entry.request_id_header
@@ -99,19 +106,35 @@ class HTTPProvider:
     def new_stream(self) -> StreamFold:
         raise NotImplementedError
 
+    def endpoint_request(self, call: Call) -> tuple[str, dict[str, Any], Parse, NewStream]:
+        """How a call to another endpoint than chat is sent: (url, body, parse a plain body,
+        start a stream fold). Profile validation gives such calls only to an API that has the
+        endpoint; this one has chat only."""
+        raise ProviderError(
+            f"{self.backend.provider} backends serve chat only, not /{call.endpoint}",
+            type="endpoint_not_served",
+            transient=False,
+        )
+
     # --- one attempt ------------------------------------------------------------------------
 
     async def send(self, call: Call, on_text: Callable[[str], None] | None = None) -> Reply:
-        content = orjson.dumps(self.build_body(call))
+        if call.endpoint == "chat":
+            url, body, parse, new_stream = (
+                self._url, self.build_body(call), self.parse_body, self.new_stream
+            )  # fmt: skip
+        else:
+            url, body, parse, new_stream = self.endpoint_request(call)
+        content = orjson.dumps(body)
         try:
             if call.stream:
-                return await self._send_streamed(content, on_text)
-            response = await self._client.post(self._url, content=content)
+                return await self._send_streamed(url, content, on_text, parse, new_stream)
+            response = await self._client.post(url, content=content)
         except httpx2.HTTPError as exc:
             raise translate_transport_error(exc, self._key) from exc
         if not 200 <= response.status_code < 300:
             raise self._status_error(response)
-        return self._read_plain(response)
+        return self._read_plain(response, parse)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -121,7 +144,7 @@ class HTTPProvider:
             response.status_code, response.headers, response.content, self._retry, secret=self._key
         )
 
-    def _read_plain(self, response: httpx2.Response) -> Reply:
+    def _read_plain(self, response: httpx2.Response, parse: Parse) -> Reply:
         try:
             data = orjson.loads(response.content)
         except orjson.JSONDecodeError:
@@ -130,8 +153,7 @@ class HTTPProvider:
             raise invalid_response("the body is not a JSON object", response.status_code)
         if data.get("error"):
             raise stream_error(data["error"], self._key, body=response.content)
-        reply = self.parse_body(data)
-        return self._finish(reply, response)
+        return self._finish(parse(data), response)
 
     def _finish(self, reply: Reply, response: httpx2.Response) -> Reply:
         """The response's status, request id (the body's id, else the registry's header) and
@@ -142,16 +164,23 @@ class HTTPProvider:
         reply.pause_s = rate_limit_pause(response.headers)
         return reply
 
-    async def _send_streamed(self, content: bytes, on_text: Callable[[str], None] | None) -> Reply:
+    async def _send_streamed(
+        self,
+        url: str,
+        content: bytes,
+        on_text: Callable[[str], None] | None,
+        parse: Parse,
+        new_stream: NewStream,
+    ) -> Reply:
         started = self._clock()
-        async with self._client.stream("POST", self._url, content=content) as response:
+        async with self._client.stream("POST", url, content=content) as response:
             if not 200 <= response.status_code < 300:
                 await response.aread()
                 raise self._status_error(response)
             if "text/event-stream" not in response.headers.get("content-type", ""):
                 await response.aread()
-                return self._read_plain(response)
-            fold = self.new_stream()
+                return self._read_plain(response, parse)
+            fold = new_stream()
             parser = SSEParser()
             ttft_ms: float | None = None
             try:

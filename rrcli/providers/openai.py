@@ -1,18 +1,20 @@
-"""The ``openai`` provider: any OpenAI-compatible chat-completions server, by base URL.
+"""The ``openai`` provider: any OpenAI-compatible server, by base URL.
 
 OpenAI itself, Azure-style gateways, vLLM, llama.cpp, Ollama, DeepSeek: one adapter (as ``llm``
 treats them). Reasoning text is read from ``reasoning_content`` (DeepSeek) or ``reasoning``
 (vLLM) and kept as ``reasoning_content``; it is sent back in a session's history only when the
-backend has ``reasoning_feedback``.
+backend has ``reasoning_feedback``. Its other endpoints (embeddings, responses, completions,
+moderations) are ``providers.endpoints``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rrcli.providers._http import HTTPProvider, parse_event_json, token_sum
+from rrcli.providers._http import HTTPProvider, NewStream, Parse, parse_event_json, token_sum
 from rrcli.providers._sse import SSEEvent
 from rrcli.providers.base import Call, Reply, invalid_response, stream_error
+from rrcli.providers.endpoints import endpoint_request
 
 __all__ = ["OpenAIProvider"]
 
@@ -64,6 +66,10 @@ class OpenAIProvider(HTTPProvider):
 
     def new_stream(self) -> _OpenAIStream:
         return _OpenAIStream(self._key)
+
+    def endpoint_request(self, call: Call) -> tuple[str, dict[str, Any], Parse, NewStream]:
+        """Embeddings, responses, completions and moderations: ``providers.endpoints``."""
+        return endpoint_request(call, self._base_url, self.backend.model, self._key)
 
 
 def _without_reasoning(message: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ It lets a profile be tried offline (the built-in ``demo`` pool) and lets the eng
 measure rrcli itself: at zero latency ``send`` never sleeps and costs a few microseconds (one rng
 draw when errors are configured, one checksum, one Reply). Its behaviour model
 (``rrcli.sim.behaviour``) is shared with the ``rrcli sim`` server; its errors are made by the
-same translation as real ones.
+same translation as real ones. It serves every endpoint (``_sim_endpoints``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from rrcli.config.profile import Backend, RetrySettings, SimSettings
 from rrcli.errors import ProviderError
+from rrcli.providers._sim_endpoints import endpoint_reply
 from rrcli.providers.base import Call, Reply, error_from_status
 from rrcli.providers.registry import server_address
 from rrcli.sim.behaviour import ERROR, SimBehaviour, pacing
@@ -54,6 +55,10 @@ class SimProvider:
         behaviour = self._behaviour
         if behaviour.may_fail and (outcome := behaviour.outcome()):
             raise self._error(outcome)
+        if call.endpoint != "chat":
+            if not behaviour.instant:
+                await self._sleep(behaviour.timeline(1)[1])
+            return endpoint_reply(behaviour, call, self._model)
         messages = call.messages
         variant = behaviour.variant(messages)
         if behaviour.instant and not (call.stream and on_text):
