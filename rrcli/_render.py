@@ -183,9 +183,13 @@ def probe_lines(results: Sequence[ProbeResult]) -> list[str]:
 
 
 def jobs_report_lines(report: JobsReport) -> list[str]:
-    """``validate --jobs``: the shapes counted, then each invalid line."""
+    """``validate --jobs``: the shapes counted (and the endpoints, when not all chat), then
+    each invalid line."""
     kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(report.kinds.items()))
     head = f"{report.source}: {report.jobs:,} jobs ({kinds or 'none'}), "
+    if set(report.endpoints) - {"chat"}:
+        head += "endpoints: " + ", ".join(f"{e} {n:,}" for e, n in sorted(report.endpoints.items()))
+        head += ", "
     head += f"{len(report.invalid):,} invalid"
     return [head, *(f"{report.source}: {message}" for message in report.invalid)]
 
@@ -211,6 +215,8 @@ def print_plan(profile: Profile, plan: Plan) -> None:
             row.append("-" if cost is None else f"{cost:.4f}")
         table.add_row(*row)
     stdout.print(table)
+    for message in plan.refused:
+        stdout.print(f"invalid: {message}", markup=False, highlight=False)
 
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow"}

@@ -56,8 +56,8 @@ def _attempt(
     reply = None if error is not None else Reply("ok", http_status=200)
     decision = "ok" if error is None else "error"
     ended = latency_ms / 1000.0
-    return Attempt("j", "j", 0, 1, state.backend, None, False, 0.0, 0.0, ended, 0.0, 0, reply,
-                   error, decision)  # fmt: skip
+    return Attempt("j", "j", 0, 1, state.backend, None, False, "chat", 0.0, 0.0, ended, 0.0, 0,
+                   reply, error, decision)  # fmt: skip
 
 
 def _run(main: Coroutine[object, object, T]) -> T:

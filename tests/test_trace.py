@@ -51,6 +51,7 @@ def call(writer: TraceWriter, server_address: str | None = None, **overrides: ob
         "backend": PROFILE.backends[0],
         "binding": None,
         "stream": False,
+        "endpoint": "chat",
         "ts_start": T0,
         "started": 10.0,
         "ended": 10.2315,
@@ -126,17 +127,18 @@ def test_call_record_has_exactly_the_spec_fields_in_order(tmp_path):
             decision="retry",
             backoff_s=1.0,
             stream=True,
+            endpoint="responses",
         )
     (record,) = read(path)
     expected_fields = [
         "event", "run_id", "job_id", "session", "turn", "attempt", "deployment", "provider",
         "model", "response_model", "server_address", "binding", "outcome", "http_status",
         "error_type", "retry_after_ms", "backoff_ms", "queue_ms", "ts_start", "ts_end",
-        "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "stream",
+        "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "stream", "endpoint",
     ]  # fmt: skip
     assert expected_fields == list(record)
     assert list(CALL_FIELDS) == list(record)
-    assert ("call", "run-1", 7, "s1", 2, 3, "kept", "retry", 429) == (
+    assert ("call", "run-1", 7, "s1", 2, 3, "kept", "retry", 429, "responses") == (
         record["event"],
         record["run_id"],
         record["job_id"],
@@ -146,6 +148,7 @@ def test_call_record_has_exactly_the_spec_fields_in_order(tmp_path):
         record["binding"],
         record["outcome"],
         record["http_status"],
+        record["endpoint"],
     )
     assert ("2026-11-29T21:31:29.123Z", "2026-11-29T21:31:29.354Z") == (
         record["ts_start"],

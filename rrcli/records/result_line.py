@@ -10,7 +10,7 @@ from rrcli.records.jobs import InvalidJob
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Reply
-    from rrcli.runtime.attempt import CallOutcome
+    from rrcli.runtime.attempt import Attempt, CallOutcome
 
 __all__ = ["result_line"]
 
@@ -21,7 +21,9 @@ def result_line(outcome: CallOutcome) -> dict[str, Any]:
     request_id?, metadata, reasoning_content?, session?, turns?`` for ``ok``; ``id, status,
     deployment, attempts, error, metadata, session?, turns?`` for ``error``; ``id, status, error,
     duplicate_of?`` for ``invalid``. A session's line sums its turns' attempts, latency and usage;
-    its output, finish reason and deployment are its last turn's."""
+    its output, finish reason and deployment are its last turn's. A job for another endpoint
+    than chat names it after ``model`` (``deployment`` for an error) and carries that endpoint's
+    answer in place of output and finish reason (``_endpoint_answer``)."""
     job = outcome.job
     if type(job) is InvalidJob:
         line: dict[str, Any] = {
@@ -38,10 +40,15 @@ def result_line(outcome: CallOutcome) -> dict[str, Any]:
             "id": job.id,
             "status": "error",
             "deployment": None if attempt is None else attempt.backend.id,
-            "attempts": outcome.attempts,
-            "error": outcome.error,
-            "metadata": job.metadata or {},
         }
+        if job.endpoint != "chat":
+            line["endpoint"] = job.endpoint
+        line["attempts"] = outcome.attempts
+        line["error"] = outcome.error
+        line["metadata"] = job.metadata or {}
+    elif job.endpoint != "chat":
+        assert attempt is not None and reply is not None
+        line = _endpoint_line(outcome, attempt, reply)
     else:
         assert attempt is not None and reply is not None
         line = {
@@ -65,6 +72,48 @@ def result_line(outcome: CallOutcome) -> dict[str, Any]:
     if turns:
         line["turns"] = [_turn(t) for t in turns]
     return line
+
+
+def _endpoint_line(outcome: CallOutcome, attempt: Attempt, reply: Reply) -> dict[str, Any]:
+    """The ``ok`` line of a job for another endpoint than chat."""
+    job = outcome.job
+    assert type(job) is not InvalidJob
+    line: dict[str, Any] = {
+        "id": job.id,
+        "status": "ok",
+        "deployment": attempt.backend.id,
+        "model": attempt.backend.model,
+        "endpoint": job.endpoint,
+        **_endpoint_answer(job.endpoint, reply),
+        "attempts": outcome.attempts,
+        "latency_ms": attempt.latency_ms,
+    }
+    if reply.request_id is not None:
+        line["request_id"] = reply.request_id
+    line["metadata"] = job.metadata or {}
+    if reply.reasoning_content:
+        line["reasoning_content"] = reply.reasoning_content
+    return line
+
+
+def _endpoint_answer(endpoint: str, reply: Reply) -> dict[str, Any]:
+    """What an endpoint's answer adds to its line: ``embeddings`` (one vector per input, in
+    input order) or ``moderations`` (one result per input) and the input tokens; a completion's
+    or a Responses answer's ``output`` and ``finish_reason``, its ``choices`` (more than one
+    completion), ``tool_calls`` and ``response_id`` (Responses), and its usage."""
+    if endpoint == "embeddings":
+        return {"embeddings": reply.embeddings, "usage": {"input_tokens": reply.input_tokens}}
+    if endpoint == "moderations":
+        return {"moderations": reply.moderations, "usage": {"input_tokens": reply.input_tokens}}
+    answer: dict[str, Any] = {"output": reply.output, "finish_reason": reply.finish_reason}
+    if reply.choices is not None:
+        answer["choices"] = reply.choices
+    if reply.tool_calls is not None:
+        answer["tool_calls"] = reply.tool_calls
+    if endpoint == "responses":
+        answer["response_id"] = reply.response_id
+    answer["usage"] = _tokens(reply)
+    return answer
 
 
 def _tokens(reply: Reply) -> dict[str, int | None]:

@@ -33,6 +33,7 @@ from rrcli.providers.vocabulary import (
 )
 from rrcli.records._jsonl import LineFile, dumps_line, open_error
 from rrcli.records.jobs import KeySet, job_key
+from rrcli.records.origins import ResponseOrigins
 
 __all__ = ["FORMATS", "ResultWriter", "ResumeState", "prepare_output"]
 
@@ -49,6 +50,7 @@ class ResumeState:
     session → deployment of the last result line carrying both (saved bindings). ``counts``: lines
     by outcome (``ok``, ``error``, ``invalid``, ``malformed``). ``dropped_bytes``: the size of the
     torn last line removed (0 if none). ``fmt``: the format found, None for an empty file.
+    ``responses``: the backend that created each Responses answer of an ``ok`` line.
     """
 
     ok: KeySet = field(default_factory=KeySet)
@@ -58,6 +60,7 @@ class ResumeState:
     )
     dropped_bytes: int = 0
     fmt: str | None = None
+    responses: ResponseOrigins = field(default_factory=ResponseOrigins)
 
 
 def prepare_output(
@@ -130,7 +133,7 @@ def _outcome(rec: dict[str, Any], kind: str) -> tuple[str, str]:
 def _scan(path: Path, fmt: str | None) -> ResumeState:
     """Read a results file as a stream; truncate a torn last line; collect the ok keys."""
     state = ResumeState()
-    ok, sessions, counts = state.ok, state.sessions, state.counts
+    ok, sessions, counts, responses = state.ok, state.sessions, state.counts, state.responses
     found: str | None = None
     keep = pos = 0  # keep: the offset after the last line to keep
     bad_start: int | None = None  # where the last complete line starts, if it is not JSON
@@ -164,6 +167,8 @@ def _scan(path: Path, fmt: str | None) -> ResumeState:
             counts[outcome] = counts.get(outcome, 0) + 1
             if outcome == "ok":
                 ok.add(key)
+                if "response_id" in rec and type(rec.get("deployment")) is str:
+                    responses.remember(str(rec["response_id"]), rec["deployment"])
             if "session" in rec and "deployment" in rec:
                 sessions[str(rec["session"])] = rec["deployment"]
     if bad_start is not None:  # a last line that is not JSON is torn too: drop it
@@ -171,7 +176,7 @@ def _scan(path: Path, fmt: str | None) -> ResumeState:
         keep = bad_start
     if keep != pos:
         os.truncate(path, keep)
-    return ResumeState(ok, sessions, counts, pos - keep, found)
+    return ResumeState(ok, sessions, counts, pos - keep, found, responses)
 
 
 class ResultWriter:
@@ -243,7 +248,7 @@ class ResultWriter:
         failure = result.get("error") or {}
         status_code = failure.get("status_code")
         if result.get("status") == "ok":
-            if not (type(body) is dict and "choices" in body):
+            if not (type(body) is dict and ("choices" in body or "endpoint" in result)):
                 body = self._chat_completion(result)
             response = {"status_code": 200, "request_id": request_id, "body": body}
         elif status_code:  # the server answered: OpenAI keeps its response, error null

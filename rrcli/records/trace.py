@@ -126,6 +126,7 @@ class TraceWriter:
                     "input_tokens": None if reply is None else reply.input_tokens,
                     "output_tokens": None if reply is None else reply.output_tokens,
                     "stream": attempt.stream,
+                    "endpoint": attempt.endpoint,
                 },
                 option=_NEWLINE,
             )

@@ -62,6 +62,7 @@ CALL: tuple[tuple[str, Any], ...] = (
     ("input_tokens", int | None),
     ("output_tokens", int | None),
     ("stream", bool),
+    ("endpoint", str),  # chat | embeddings | responses | completions | moderations
 )
 CALL_FIELDS: tuple[str, ...] = tuple(name for name, _ in CALL)
 CALL_TYPES: dict[str, Any] = dict(CALL)

@@ -36,6 +36,7 @@ class Attempt:
     backend: Backend
     binding: str | None  # new | kept | rebound | None (binding = request)
     stream: bool
+    endpoint: str  # chat, embeddings, responses, completions or moderations
     ts_start: float  # epoch seconds when the request was sent
     started: float  # monotonic seconds when the request was sent
     ended: float  # monotonic seconds when the reply or the error was in

@@ -2,9 +2,10 @@
 what a run would meet beyond it.
 
 ``validate`` builds the whole report: the profile's diagnostics, a jobs file read the way ``run``
-would (``check_jobs``: its shapes and its invalid lines), and one tiny request to each backend
-(``probe``: its own key, its own client; reachability and latency). Every part is a plain record
-and ``CheckReport.as_dict`` is the ``--json`` document; the CLI only renders them.
+would (``check_jobs``: its shapes, its endpoints, its invalid lines and the jobs no backend of the
+profile serves, which a run would find invalid), and one tiny request to each backend (``probe``:
+its own key, its own client, an endpoint it serves; reachability and latency). Every part is a
+plain record and ``CheckReport.as_dict`` is the ``--json`` document; the CLI only renders them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,18 @@ from rrcli.config.profile import Backend, Profile, RetrySettings
 from rrcli.errors import ProviderError, UsageError
 from rrcli.providers import make_provider
 from rrcli.records.jobs import InvalidJob, iter_jobs
+from rrcli.runtime.serving import Serving
 
 __all__ = ["CheckReport", "JobsReport", "ProbeResult", "check_jobs", "probe", "validate"]
 
 PROBE_MESSAGES = [{"role": "user", "content": "Reply with the word ok."}]
+#: what a probe sends to a backend that serves no chat: its first endpoint, a tiny input
+PROBE_INPUTS = {
+    "embeddings": ("ok", {}),
+    "responses": ("Reply with the word ok.", {"max_output_tokens": 16}),
+    "completions": ("ok", {"max_tokens": 5}),
+    "moderations": ("ok", {}),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +50,7 @@ class JobsReport:
     source: str
     kinds: Counter[str] = field(default_factory=Counter)
     invalid: list[str] = field(default_factory=list)  # messages, each naming its line
+    endpoints: Counter[str] = field(default_factory=Counter)  # valid jobs by endpoint
 
     @property
     def jobs(self) -> int:
@@ -51,6 +61,7 @@ class JobsReport:
             "source": self.source,
             "jobs": self.jobs,
             "kinds": dict(self.kinds),
+            "endpoints": dict(self.endpoints),
             "invalid": self.invalid,
         }
 
@@ -97,7 +108,8 @@ def validate(
     report = validate_profile(
         resolve_profile_path(profile, environ), environ=environ, strict=strict
     )
-    jobs_report = check_jobs(jobs) if jobs is not None else None
+    backends = report.profile.backends if report.profile is not None else ()
+    jobs_report = check_jobs(jobs, backends) if jobs is not None else None
     probes = None
     if probe_backends and report.ok and report.profile is not None:
         probes = tuple(asyncio.run(probe(report.profile, environ)))
@@ -112,11 +124,15 @@ async def _probe_one(backend: Backend, environ: Mapping[str, str], timeout: floa
     except UsageError as exc:
         return ProbeResult(backend.id, False, None, str(exc))
     provider = make_provider(backend, key, retry=RetrySettings(), seed=0)
+    if "chat" in backend.endpoints:
+        call = Call(PROBE_MESSAGES, {**backend.params, "max_tokens": 5})
+    else:
+        endpoint = backend.endpoints[0]
+        value, params = PROBE_INPUTS[endpoint]
+        call = Call([], {**backend.params, **params}, endpoint=endpoint, input=value)
     t0 = time.monotonic()
     try:
-        reply = await asyncio.wait_for(
-            provider.send(Call(PROBE_MESSAGES, {**backend.params, "max_tokens": 5})), timeout
-        )
+        reply = await asyncio.wait_for(provider.send(call), timeout)
     except ProviderError as exc:
         return ProbeResult(backend.id, False, None, f"{exc.type}: {exc.message}")
     except TimeoutError:
@@ -134,9 +150,11 @@ async def probe(
     return list(await asyncio.gather(*(_probe_one(b, environ, timeout) for b in profile.backends)))
 
 
-def check_jobs(path: Path) -> JobsReport:
-    """Read a jobs file as ``run`` would; UsageError if it cannot be opened."""
+def check_jobs(path: Path, backends: Sequence[Backend] = ()) -> JobsReport:
+    """Read a jobs file as ``run`` would; UsageError if it cannot be opened. With the profile's
+    ``backends``, a job for an endpoint none of them serves is invalid too, as at run."""
     report = JobsReport(str(path))
+    serving = Serving(backends) if backends else None
     try:
         stream = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
@@ -145,6 +163,12 @@ def check_jobs(path: Path) -> JobsReport:
         for job in iter_jobs(stream, str(path)):
             if isinstance(job, InvalidJob):
                 report.invalid.append(job.message)
-            else:
-                report.kinds[job.kind] += 1
+                continue
+            if serving is not None:
+                _, refusal = serving.check(job.endpoint)
+                if refusal is not None:
+                    report.invalid.append(f"line {job.line}: {refusal}")
+                    continue
+            report.kinds[job.kind] += 1
+            report.endpoints[job.endpoint] += 1
     return report

@@ -25,7 +25,9 @@ import structlog
 from rrcli.config.profile import Backend, Profile
 from rrcli.errors import NoBackendError, ProviderError
 from rrcli.providers.base import Call, Provider, Reply
+from rrcli.providers.registry import UNSTREAMED
 from rrcli.records.jobs import InvalidJob, Job
+from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter
 from rrcli.runtime.attempt import Attempt, CallOutcome, Decision
@@ -33,6 +35,7 @@ from rrcli.runtime.control import RunControl, RunSummary
 from rrcli.runtime.lease import Lease
 from rrcli.runtime.retry import RetryPolicy
 from rrcli.runtime.router import Router
+from rrcli.runtime.serving import Serving
 from rrcli.tokens import estimate_call_tokens
 
 __all__ = ["Engine", "ResultSink"]
@@ -65,11 +68,15 @@ class Engine:
     rng: random.Random
     policy: RetryPolicy = field(init=False)
     session_binding: bool = field(init=False)
+    serving: Serving = field(init=False)
+    origins: ResponseOrigins = field(init=False)
     _log_calls: bool = field(init=False)
 
     def __post_init__(self) -> None:
         self.policy = RetryPolicy(self.profile.retry, self.rng)
         self.session_binding = self.profile.binding == "session"
+        self.serving = Serving(self.profile.backends)
+        self.origins = ResponseOrigins()
         self._log_calls = _debug_logged()
 
     async def worker(self, jobs: Iterator[Job | InvalidJob]) -> None:
@@ -80,11 +87,19 @@ class Engine:
             if n % 64 == 0:
                 await asyncio.sleep(0)
             if isinstance(job, InvalidJob):
-                outcome = CallOutcome(job, "invalid")
+                self._finish(CallOutcome(job, "invalid"))
+                continue
+            excluded, refusal = self.serving.check(job.endpoint)
+            if refusal is not None:  # no backend serves the job's endpoint
+                outcome = CallOutcome(
+                    InvalidJob(job.id, job.line, f"line {job.line}: {refusal}"), "invalid"
+                )
             elif job.kind == "session":
-                outcome = await self._run_session(job)
+                outcome = await self._run_session(job, excluded)
+            elif job.endpoint == "responses" and "previous_response_id" in job.params:
+                outcome = await self._continue_response(job, excluded)
             else:
-                outcome = await self._call(job, list(job.messages), 0)
+                outcome = await self._call(job, list(job.messages), 0, excluded)
             self._finish(outcome)
 
     def _finish(self, outcome: CallOutcome) -> None:
@@ -105,13 +120,13 @@ class Engine:
         if self.session_binding and isinstance(job, Job) and job.session is job.key:
             self.router.forget(job.session)
 
-    async def _run_session(self, job: Job) -> CallOutcome:
+    async def _run_session(self, job: Job, excluded: frozenset[str]) -> CallOutcome:
         """A session's turns in order, each a call with the whole history so far."""
         history = list(job.messages)
         turns: list[CallOutcome] = []
         for turn, text in enumerate(job.turns):
             history.append({"role": "user", "content": text})
-            outcome = await self._call(job, history, turn)
+            outcome = await self._call(job, history, turn, excluded)
             if outcome.status == "error":
                 return replace(outcome, turns=tuple(turns))
             assert outcome.reply is not None
@@ -119,10 +134,25 @@ class Engine:
             turns.append(outcome)
         return replace(turns[-1], turns=tuple(turns))
 
-    async def _call(self, job: Job, messages: list[dict[str, Any]], turn: int) -> CallOutcome:
-        """One call of a job: its attempts on the routed backend; with ``failover``, when that
-        backend's budget is spent on a transient error, on a backend not yet tried."""
-        tried: frozenset[str] = frozenset()
+    async def _continue_response(self, job: Job, excluded: frozenset[str]) -> CallOutcome:
+        """A Responses job continuing ``previous_response_id``: on the backend that created it
+        when this run knows which (its own responses, a resumed file's), else routed as any."""
+        response_id = job.params["previous_response_id"]
+        origin = self.origins.origin(response_id)
+        if origin is not None:
+            excluded, gone = self.serving.pinned(response_id, origin)
+            if gone is not None:
+                error = {"type": "response_origin_gone", "message": gone}
+                return CallOutcome(job, "error", error=error, session=self._session_of(job))
+        return await self._call(job, [], 0, excluded)
+
+    async def _call(
+        self, job: Job, messages: list[dict[str, Any]], turn: int, excluded: frozenset[str]
+    ) -> CallOutcome:
+        """One call of a job: its attempts on the routed backend (never one of ``excluded``);
+        with ``failover``, when that backend's budget is spent on a transient error, on a
+        backend not yet tried."""
+        tried = excluded
         outcome: CallOutcome | None = None
         while True:
             queued = time.monotonic()  # queue_ms counts the wait for a slot from here
@@ -163,7 +193,7 @@ class Engine:
         backend = lease.state.backend
         provider = self.providers[backend.id]
         call = self._request(job, messages, backend)
-        estimate = estimate_call_tokens(messages, call.params)
+        estimate = estimate_call_tokens(messages, call.params, job.input)
         echo = _Echo(self.on_text) if (call.stream and self.on_text is not None) else None
         number, first_try, paused = before, time.monotonic(), None
         while True:
@@ -179,8 +209,9 @@ class Engine:
             backoff = self._backoff(error, number - before, ended - first_try, printed)
             decision = _decide(error, backoff, failover and not printed)
             attempt = Attempt(  # positional: keywords would cost 2 % of a zero-latency run
-                job.id, job.session, turn, number, backend, lease.binding, call.stream, ts_start,
-                started, ended, started - queued, estimate, reply, error, decision, backoff,
+                job.id, job.session, turn, number, backend, lease.binding, call.stream,
+                job.endpoint, ts_start, started, ended, started - queued, estimate, reply, error,
+                decision, backoff,
             )  # fmt: skip
             await self._observe(attempt, provider.server_address)
             if backoff is not None:
@@ -200,10 +231,12 @@ class Engine:
     def _request(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
         """The call as sent to ``backend``: its params under the job's (the job wins), merged
         here once; streamed with --stream, the job's own ``stream`` or ``stream = true`` in the
-        backend's params."""
+        backend's params, unless its endpoint has no streamed form."""
         params = {**backend.params, **job.params}
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
-        return Call(messages, params, stream)
+        if stream and job.endpoint in UNSTREAMED:
+            stream = False
+        return Call(messages, params, stream, job.endpoint, job.input)
 
     def _backoff(
         self, error: ProviderError | None, retry: int, elapsed: float, printed: bool
@@ -251,6 +284,8 @@ class Engine:
             assert attempt.error is not None
             error = attempt.error.as_dict()
             return CallOutcome(job, "error", attempt, error=error, session=session)
+        if reply.response_id is not None:  # a Responses answer: its continuations come here
+            self.origins.remember(reply.response_id, attempt.backend.id)
         return CallOutcome(job, "ok", attempt, reply, None, session)
 
     def _session_of(self, job: Job) -> str | None:

@@ -144,6 +144,8 @@ async def run(
             control,
             rng,
         )
+        if resume is not None:
+            engine.origins.update(resume.responses.items())
         jobs = select_jobs(
             iter_jobs(stream, source),
             done=resume.ok if (resume is not None and options.resume) else None,
