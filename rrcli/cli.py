@@ -218,10 +218,10 @@ def init(path: str, provider: str, backends: int, force: bool) -> None:
 @click.argument("traces", nargs=-1, required=True, metavar="TRACES...")
 @click.option(
     "--by",
-    type=click.Choice(["deployment", "model", "status", "error_type", "run"]),
+    type=click.Choice(["deployment", "model", "status", "error_type", "run", "endpoint"]),
     default="deployment",
     show_default=True,
-    help="Group calls by deployment, model, HTTP status, error type or run.",
+    help="Group calls by deployment, model, HTTP status, error type, run or endpoint.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the numbers as JSON (SPEC §10).")
 @click.option("--plot", is_flag=True, help="Also draw calls in flight per deployment over time.")

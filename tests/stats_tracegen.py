@@ -145,6 +145,7 @@ def _call(run_id, j, turn, attempt, backend, stream, begin, end, rng, good) -> d
         "input_tokens": rng.randint(5, 900) if good else None,
         "output_tokens": out_tokens,
         "stream": stream,
+        "endpoint": "embeddings" if j % 5 == 4 else "chat",
     }
     return {k: values[k] for k in CALL_FIELDS}
 

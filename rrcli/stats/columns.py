@@ -33,7 +33,10 @@ KEY_FIELDS = {
     "status": "http_status",
     "error_type": "error_type",
     "run": "run_id",
+    "endpoint": "endpoint",
 }
+#: what a call record without the field meant: traces written before it was added are chat's
+_ABSENT = {"endpoint": "chat"}
 
 
 # The call fields stats reads, typed as the schema says; all but the first five may be absent
@@ -46,7 +49,7 @@ _READ = _REQUIRED + tuple(KEY_FIELDS.values()) + (
 _Call = msgspec.defstruct(
     "_Call",
     [
-        (name, kind) if name in _REQUIRED else (name, kind | None, None)
+        (name, kind) if name in _REQUIRED else (name, kind | None, _ABSENT.get(name))
         for name, kind in CALL
         if name in _READ
     ],
