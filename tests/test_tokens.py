@@ -31,3 +31,22 @@ def test_a_call_adds_its_output_cap():
         estimate_call_tokens(messages, {"max_completion_tokens": 30}),
         estimate_call_tokens(messages, {"max_tokens": "many"}),
     )
+
+
+def test_a_jobs_input_counts_like_text_and_token_arrays_as_their_length():
+    """A non-chat job's input: a text a token per four characters, a token array its length, a
+    list the sum of its items, a message-like item its text and framing; never below one."""
+    from rrcli.tokens import estimate_value_tokens
+
+    assert (2, 3, 5, 1 + 4, 1) == (
+        estimate_value_tokens("x" * 8),
+        estimate_value_tokens([1, 2, 3]),
+        estimate_value_tokens(["x" * 8, [1, 2, 3]]),
+        estimate_value_tokens([{"role": "user", "content": "abcd"}]),
+        estimate_value_tokens(""),
+    )
+
+
+def test_a_responses_call_adds_its_max_output_tokens():
+    """The Responses API's output cap is max_output_tokens; an input value replaces messages."""
+    assert 2 + 40 == estimate_call_tokens([], {"max_output_tokens": 40}, "x" * 8)
