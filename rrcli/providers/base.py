@@ -70,9 +70,8 @@ class Call:
     when the backend has ``reasoning_feedback``). ``params`` are the request parameters, the
     backend's ``params`` under the job's own (the job wins), merged once by the caller and
     without ``stream`` (``stream`` says that): adapters send them as they are, with the model
-    always the backend's. ``endpoint`` is the API endpoint (``chat``, or one of the others of
-    ``registry.ENDPOINTS``): a non-chat call has no messages and sends ``input`` (completions:
-    as the prompt) with its params.
+    always the backend's. ``endpoint``: one of ``registry.ENDPOINTS``; a non-chat call has no
+    messages and sends ``input`` (completions: as the prompt) with its params.
     """
 
     messages: list[dict[str, Any]]
@@ -84,7 +83,7 @@ class Call:
 
 @dataclass(slots=True)
 class Reply:
-    """One successful attempt."""
+    """One successful attempt; the other endpoints' answers as ``providers.endpoints`` reads."""
 
     output: str
     finish_reason: str | None = None
@@ -102,10 +101,6 @@ class Reply:
     # Seconds until the server's rate-limit window resets, when its headers say nothing is left
     # (``x-ratelimit-remaining-requests: 0``...): the runner pauses the backend's gate that long.
     pause_s: float | None = None
-    # The other endpoints' answers (``providers.endpoints``): one vector per embedded input, in
-    # input order; one moderation result per input; the Responses API's function calls in chat's
-    # ``tool_calls`` shape and the id of the response it created; a completion's choices when
-    # it has more than one (``[{"output", "finish_reason"}]``).
     embeddings: list[list[float]] | None = None
     moderations: list[Any] | None = None
     tool_calls: list[dict[str, Any]] | None = None
