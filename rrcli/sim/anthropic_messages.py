@@ -51,7 +51,8 @@ class AnthropicWire(AnthropicFamily):
         tool = r["tool"]
         if tool is not None:
             blocks.append({"type": "tool_use", "id": tool["id"], "name": tool["name"]})
-            blocks[-1]["input"] = tool["input"]
+            # cut by max_tokens, the input is not whole: the stream's partial JSON stops there
+            blocks[-1]["input"] = tool["input"] if r["finish"] != "length" else {}
         else:
             blocks.append({"type": "text", "text": "".join(r["pieces"])})
         return blocks

@@ -137,9 +137,10 @@ class _SimAPI:
         return self.error(wire, 404, message)
 
     def _receive(self, request: Request, raw: bytes) -> None:
+        scope = request.scope  # its path: request.url would build a URL object a request
         self.state.requests += 1
-        self.state.paths[request.url.path] += 1
-        self.received.add(request.method, request.url.path, request.scope["headers"], raw)
+        self.state.paths[scope["path"]] += 1
+        self.received.add(scope["method"], scope["path"], scope["headers"], raw)
 
     def error(
         self,
