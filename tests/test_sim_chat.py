@@ -343,3 +343,32 @@ def test_bodies_validate_against_the_official_sdk_types(sim_server) -> None:
     thinking = {"type": "enabled", "budget_tokens": 1024}
     a_body = {"messages": ASK, "tools": ANTHROPIC_TOOLS, "thinking": thinking}
     anthropic.types.Message.model_validate(messages(server, a_body).json())
+
+
+def test_a_token_limit_or_bad_arguments_mode_breaks_the_call(sim_server) -> None:
+    """A call cut by the token limit ends with finish ``length`` and arguments that are not
+    whole JSON (Anthropic: stop_reason ``max_tokens``, an empty input); the ``bad-arguments``
+    mode sends arguments that are not JSON (Anthropic: a streamed input that is not), so a
+    client's refusal of them can be tested."""
+    server = sim_server()
+    cut = chat(server, {"messages": ASK, "tools": OPENAI_TOOLS, "max_tokens": 2}).json()
+    bad = chat(server, {"messages": ASK, "tools": OPENAI_TOOLS}, **{"x-sim-mode": "bad-arguments"})
+    a_cut = messages(server, {"messages": ASK, "tools": ANTHROPIC_TOOLS, "max_tokens": 2}).json()
+    a_bad = messages(
+        server,
+        {"messages": ASK, "tools": ANTHROPIC_TOOLS, "stream": True},
+        **{"x-sim-mode": "bad-arguments"},
+    )
+    texts = [
+        cut["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+        bad.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+        "".join(e["delta"].get("partial_json", "") for e in events(a_bad) if "delta" in e),
+    ]
+    for text in texts:
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(text)
+    assert ("length", "max_tokens", {}) == (
+        cut["choices"][0]["finish_reason"],
+        a_cut["stop_reason"],
+        a_cut["content"][0]["input"],
+    )

@@ -290,6 +290,27 @@ def test_the_record_keeps_the_last_requests_and_counts_the_dropped() -> None:
     assert [3] == [r["seq"] for r in record.read(since=2)["requests"]]
 
 
+def test_missing_vector_and_empty_output_modes_send_replies_a_client_must_refuse(sim_server):
+    """``missing-vector`` answers one embedding fewer than the inputs; ``empty-output`` a
+    Responses object without output items, plain and streamed."""
+    server = sim_server()
+    short = post(
+        server.openai_url + "/embeddings",
+        {"model": "e", "input": ["a", "b"]},
+        {"x-sim-mode": "missing-vector"},
+    ).json()
+    empty = respond(server, {"input": "hi"}, **{"x-sim-mode": "empty-output"}).json()
+    stream = events(
+        respond(server, {"input": "hi", "stream": True}, **{"x-sim-mode": "empty-output"})
+    )
+    assert (1, 2) == (len(short["data"]), short["usage"]["prompt_tokens"])
+    assert ([], "completed") == (empty["output"], empty["status"])
+    assert ["response.created", "response.in_progress", "response.completed"] == [
+        e["type"] for e in stream
+    ]
+    assert [] == stream[-1]["response"]["output"]
+
+
 @pytest.mark.parametrize("path", ["/embeddings", "/responses", "/completions", "/moderations"])
 def test_the_behaviour_options_hold_on_every_endpoint(sim_server, path: str) -> None:
     """Forced statuses (with Retry-After on a 429), the key check, the concurrency cap, the

@@ -88,12 +88,14 @@ class EmbeddingsWire(OpenAIFamily):
             "texts": texts,
             "dimensions": dimensions,
             "base64": encoding == "base64",
+            "missing": "missing-vector" in modes,
             "length": 0,
         }
 
     def plain(self, r: dict[str, Any]) -> dict[str, Any]:
         data = []
-        for index, (text, _) in enumerate(r["texts"]):
+        texts = r["texts"][:-1] if r["missing"] else r["texts"]
+        for index, (text, _) in enumerate(texts):
             vector = unit_vector(text, r["dimensions"])
             if r["base64"]:
                 encoded = base64.b64encode(_little_endian(vector)).decode()

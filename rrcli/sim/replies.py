@@ -212,6 +212,8 @@ def _shaped(
     continuing = bool(messages) and _role(messages[-1]) == "assistant"
     if chosen is not None and not continuing:
         arguments, text = tool_call(chosen[1], seed)
+        if "bad-arguments" in modes:
+            text = text[:-1]  # not JSON: the closing brace is missing
         prefix = "toolu_sim" if anthropic else "call_sim"
         tool = {"id": f"{prefix}{seed:010d}", "name": chosen[0], "input": arguments}
         tool["arguments"] = text

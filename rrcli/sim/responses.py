@@ -6,7 +6,7 @@ a system message, ``tools`` (``{"type": "function", "name", "parameters"}``) and
 ``tool_choice``, ``text.format`` as the response format, ``max_output_tokens``. Its output is a
 ``message`` item with one ``output_text`` part, or a ``function_call`` item, after a
 ``reasoning`` item in ``reasoning`` mode. Status ``completed``, or ``incomplete``
-(``max_output_tokens``) when the token limit cut it.
+(``max_output_tokens``) when the token limit cut it; an empty output in ``empty-output`` mode.
 
 The server remembers the ids of the responses it created (the last 100,000): a
 ``previous_response_id`` it does not know answers 400 ``previous_response_not_found``, as
@@ -90,10 +90,14 @@ class ResponsesWire(OpenAIFamily):
         r["item"] = ("fc_sim" if r["tool"] is not None else "msg_sim") + number
         r["reasoning_item"] = "rs_sim" + number
         r["index"] = 1 if r["reasoning"] else 0  # the output index of the answer
+        if "empty-output" in modes:
+            r["length"], r["empty"] = 0, True
         return r
 
     def plain(self, r: dict[str, Any]) -> dict[str, Any]:
         done = "completed" if r["finish"] != "length" else "incomplete"
+        if r.get("empty"):
+            return self._response(r, done, [])
         return self._response(r, done, [*self._reasoning(r), self._item(r, done, True)])
 
     def _response(self, r: dict[str, Any], status: str, output: list[Any]) -> dict[str, Any]:
@@ -167,6 +171,8 @@ class ResponsesWire(OpenAIFamily):
         opening = self._response(r, "in_progress", [])
         out = self._event(r, "response.created", response=opening)
         out += self._event(r, "response.in_progress", response=opening)
+        if r.get("empty"):
+            return out
         for item in self._reasoning(r):
             out += self._event(r, "response.output_item.added", output_index=0, item=item)
             out += self._event(r, "response.output_item.done", output_index=0, item=item)
@@ -191,6 +197,8 @@ class ResponsesWire(OpenAIFamily):
 
     def tail(self, r: dict[str, Any]) -> bytes:
         whole = self.plain(r)
+        if r.get("empty"):
+            return self._event(r, "response.completed", response=whole)
         item, text = whole["output"][-1], "".join(r["pieces"])
         if r["tool"] is not None:
             at = {"item_id": r["item"], "output_index": r["index"]}

@@ -24,8 +24,10 @@ without its end marker), ``stream-error`` (an ``error`` event halfway through a 
 ``pause-turn`` (Anthropic: stop with ``pause_turn`` halfway unless the last message is the
 assistant's, i.e. once per turn), ``plain-json`` (answer a streaming request with one JSON body),
 ``reasoning`` (add reasoning text / a thinking block), ``cache`` (half the input counted as cached
-tokens). ``x-sim-times: N`` limits the forced status and modes to the first N requests that carry
-the header (per server), so a retry of the same call succeeds.
+tokens), and replies a client must refuse: ``bad-arguments`` (a tool call's arguments are not
+JSON), ``missing-vector`` (embeddings: one vector fewer than inputs), ``empty-output``
+(Responses: no output item). ``x-sim-times: N`` limits the forced status and modes to the first
+N requests that carry the header (per server), so a retry of the same call succeeds.
 
 Counters live on one event loop, so they need no locks. Per request the work is one JSON parse, a
 few dict operations and one JSON encode: this is the server of the overhead benchmark.
