@@ -332,17 +332,27 @@ def test_anthropic_thinking_and_cache_reads(sim_server, stream: bool) -> None:
 
 def test_bodies_validate_against_the_official_sdk_types(sim_server) -> None:
     """Where the ``openai`` and ``anthropic`` packages are installed, their types accept the
-    sim's bodies and chunks (tool calls, logprobs, n, thinking)."""
+    sim's bodies, chunks and events (tool calls, logprobs, n, thinking)."""
     openai = pytest.importorskip("openai")
     anthropic = pytest.importorskip("anthropic")
+    from pydantic import TypeAdapter
+
     server = sim_server()
     body = {"messages": ASK, "tools": OPENAI_TOOLS, "n": 2, "logprobs": True, "top_logprobs": 2}
     openai.types.chat.ChatCompletion.model_validate(chat(server, body).json())
-    for chunk in data_lines(chat(server, {**body, "stream": True})):
+    streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    for chunk in data_lines(chat(server, streamed)):
         openai.types.chat.ChatCompletionChunk.model_validate(chunk)
     thinking = {"type": "enabled", "budget_tokens": 1024}
-    a_body = {"messages": ASK, "tools": ANTHROPIC_TOOLS, "thinking": thinking}
-    anthropic.types.Message.model_validate(messages(server, a_body).json())
+    for a_body in (
+        {"messages": ASK, "tools": ANTHROPIC_TOOLS, "thinking": thinking},
+        {"messages": ASK, "thinking": thinking},
+    ):
+        anthropic.types.Message.model_validate(messages(server, a_body).json())
+        adapter = TypeAdapter(anthropic.types.RawMessageStreamEvent)
+        for event in events(messages(server, {**a_body, "stream": True})):
+            if event["type"] != "ping":
+                adapter.validate_python(event)
 
 
 def test_a_token_limit_or_bad_arguments_mode_breaks_the_call(sim_server) -> None:

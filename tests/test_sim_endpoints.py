@@ -339,17 +339,23 @@ def test_the_behaviour_options_hold_on_every_endpoint(sim_server, path: str) -> 
 
 def test_bodies_validate_against_the_official_sdk_types(sim_server) -> None:
     """Where the ``openai`` package is installed, its types accept the sim's embeddings,
-    Responses, completions and moderations bodies."""
+        Responses (and their stream events), completions and moderations bodies (a completions chunk
+    has a null finish_reason, which the SDK's type, used for chunks unvalidated, does not allow)."""
     openai = pytest.importorskip("openai")
+    from pydantic import TypeAdapter
+
     server = sim_server()
     url = server.openai_url
     types = openai.types
     types.CreateEmbeddingResponse.model_validate(embed(server, input=["a", "b"]).json())
-    types.responses.Response.model_validate(respond(server, {"input": "hi"}).json())
-    tooled = respond(server, {"input": "hi", "tools": RESPONSE_TOOLS}).json()
-    types.responses.Response.model_validate(tooled)
-    types.Completion.model_validate(
-        post(url + "/completions", {"model": "m", "prompt": "a"}).json()
-    )
+    events_of = TypeAdapter(types.responses.ResponseStreamEvent)
+    for body in ({"input": "hi"}, {"input": "hi", "tools": RESPONSE_TOOLS}):
+        types.responses.Response.model_validate(respond(server, body).json())
+        for event in events(
+            respond(server, {**body, "stream": True}, **{"x-sim-mode": "reasoning"})
+        ):
+            events_of.validate_python(event)
+    completion = {"model": "m", "prompt": ["a", "b"], "n": 2}
+    types.Completion.model_validate(post(url + "/completions", completion).json())
     moderation = post(url + "/moderations", {"input": "a"}).json()
     types.ModerationCreateResponse.model_validate(moderation)

@@ -105,7 +105,10 @@ class ResponsesWire(OpenAIFamily):
         total, out = r["input"], r["output"]
         usage = {
             "input_tokens": total,
-            "input_tokens_details": {"cached_tokens": total // 2 if r["cache"] else 0},
+            "input_tokens_details": {
+                "cached_tokens": total // 2 if r["cache"] else 0,
+                "cache_write_tokens": 0,
+            },
             "output_tokens": out,
             "output_tokens_details": {"reasoning_tokens": r["reasoning_tokens"]},
             "total_tokens": total + out,
