@@ -1,13 +1,10 @@
 """A small OpenAI-compatible server for end-to-end tests of the endpoints besides chat.
 
 The standard library's threaded HTTP server on a free loopback port, answering ``/v1/chat/
-completions``, ``/v1/embeddings``, ``/v1/responses`` (plain and streamed; it remembers the
-responses it created and refuses a ``previous_response_id`` it did not, as OpenAI does for
-another account's), ``/v1/completions`` (plain and streamed) and ``/v1/moderations``. It
-counts the requests of each path and the peak of requests in flight, so a test asserts from the
-server's side. ``modes`` make it answer what a client must refuse: ``missing-vector`` (one
-embedding fewer than the inputs), ``empty-output`` (a response with no output item),
-``fail-first`` (a 503 to the first request for each input).
+completions``, ``/v1/embeddings`` (vectors of whole numbers, exact in float32, in reverse
+order of their index), ``/v1/responses`` and ``/v1/completions`` (plain and streamed, in words)
+and ``/v1/moderations``. It counts the requests of each path, so a test asserts from the
+server's side. The mode ``fail-first`` answers 503 to the first request for each input.
 """
 
 from __future__ import annotations
@@ -17,7 +14,6 @@ import json
 import socket
 import struct
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -61,16 +57,13 @@ class CannedAPI(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, name: str, modes: tuple[str, ...] = (), latency_s: float = 0.0) -> None:
+    def __init__(self, name: str, modes: tuple[str, ...] = ()) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.name = name
         self.modes = set(modes)
-        self.latency_s = latency_s
         self.lock = threading.Lock()
         self.paths: Counter[str] = Counter()
-        self.created: list[str] = []
         self.seen: Counter[str] = Counter()
-        self.in_flight = self.peak = 0
 
     @property
     def url(self) -> str:
@@ -110,29 +103,15 @@ class CannedAPI(ThreadingHTTPServer):
                 data.append({"index": i, "embedding": base64.b64encode(packed).decode()})
             else:
                 data.append({"index": i, "embedding": values})
-        if "missing-vector" in self.modes:
-            data.pop()
         data.reverse()  # in any order: the index says which input each answers
         usage = {"prompt_tokens": 7 * len(texts), "total_tokens": 7 * len(texts)}
         return _json(200, {"object": "list", "data": data, "model": body["model"], "usage": usage})
 
     def _responses(self, body: dict[str, Any]) -> Answer:
-        previous = body.get("previous_response_id")
-        with self.lock:
-            if previous is not None and previous not in self.created:
-                error = {
-                    "message": f"Previous response with id '{previous}' not found.",
-                    "type": "invalid_request_error",
-                    "code": "previous_response_not_found",
-                }
-                return _json(400, {"error": error})
-            response_id = f"resp_{self.name}_{len(self.created)}"
-            self.created.append(response_id)
-        text = f"{self.name} answers {body['input']!r} after {previous}"
+        response_id = f"resp_{self.name}_{body['input']}"
+        text = f"{self.name} answers {body['input']}"
         part = {"type": "output_text", "text": text, "annotations": []}
         output = [{"type": "message", "role": "assistant", "content": [part]}]
-        if "empty-output" in self.modes:
-            output = []
         usage = {"input_tokens": 5, "output_tokens": 4, "total_tokens": 9}
         response = {"id": response_id, "object": "response", "status": "completed",
                     "model": body["model"], "output": output, "usage": usage}  # fmt: skip
@@ -188,15 +167,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
         with server.lock:
             server.paths[self.path] += 1
-            server.in_flight += 1
-            server.peak = max(server.peak, server.in_flight)
-        try:
-            if server.latency_s:
-                time.sleep(server.latency_s)
-            status, content_type, payload = server.answer(self.path, body)
-        finally:
-            with server.lock:
-                server.in_flight -= 1
+        status, content_type, payload = server.answer(self.path, body)
         self.send_response(status)
         self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(payload)))
@@ -208,11 +179,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def canned_apis(
-    *specs: tuple[str, tuple[str, ...]], latency_s: float = 0.0
-) -> Iterator[list[CannedAPI]]:
+def canned_apis(*specs: tuple[str, tuple[str, ...]]) -> Iterator[list[CannedAPI]]:
     """Start one CannedAPI per (name, modes); stop them all at the end."""
-    servers = [CannedAPI(name, modes, latency_s) for name, modes in specs]
+    servers = [CannedAPI(name, modes) for name, modes in specs]
     for server in servers:
         threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

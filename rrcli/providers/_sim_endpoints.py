@@ -1,18 +1,13 @@
 """What the in-process ``sim`` provider answers on the endpoints besides chat.
 
-Deterministic, as its chat answers are: an embedding is a unit vector from the SHAKE-256 hash of
-its input (``dimensions`` long, 256 by default; the float32 values ``rrcli sim`` sends), a
-completion or a Responses answer is the words the chat endpoint would say to the same text, a
-moderation flags nothing. Each Reply carries what the HTTP adapter would read from a real answer
-(``providers.endpoints``), its body included.
+Deterministic, as its chat answers are: an embedding is ``rrcli sim``'s unit vector of its input
+(``dimensions`` long, 256 by default), a completion or a Responses answer is the words the chat
+endpoint would say to the same text, a moderation flags nothing. Each Reply carries what the
+HTTP adapter would read from a real answer (``providers.endpoints``), its body included.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
-import struct
-from array import array
 from itertools import count
 from typing import Any
 
@@ -21,20 +16,12 @@ import orjson
 from rrcli.providers.base import Call, Reply
 from rrcli.providers.endpoints import count_inputs
 from rrcli.sim.behaviour import SimBehaviour
+from rrcli.sim.endpoints import DEFAULT_DIMENSIONS, unit_vector
 from rrcli.tokens import estimate_value_tokens
 
-__all__ = ["endpoint_reply", "unit_vector"]
+__all__ = ["endpoint_reply"]
 
-DEFAULT_DIMENSIONS = 256
 _ids = count(1)
-
-
-def unit_vector(text: str, dimensions: int) -> list[float]:
-    """The embedding of ``text``: a float32 unit vector from its SHAKE-256 hash."""
-    raw = hashlib.shake_256(text.encode()).digest(2 * dimensions)
-    ints = struct.unpack(f"<{dimensions}h", raw)
-    norm = math.sqrt(sum(v * v for v in ints)) or 1.0
-    return array("f", [v / norm for v in ints]).tolist()
 
 
 def _texts(value: object) -> list[str]:
@@ -51,7 +38,7 @@ def endpoint_reply(behaviour: SimBehaviour, call: Call, model: str) -> Reply:
     if call.endpoint == "embeddings":
         dimensions = call.params.get("dimensions")
         size = dimensions if isinstance(dimensions, int) and dimensions > 0 else DEFAULT_DIMENSIONS
-        vectors = [unit_vector(t, size) for t in texts]
+        vectors = [unit_vector(t, size).tolist() for t in texts]
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
         body = {"object": "list", "data": data, "model": model, "usage": usage}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rrcli.records.jobs import InvalidJob
+from rrcli.records.jobs import InvalidJob, Job
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Reply
@@ -36,16 +36,7 @@ def result_line(outcome: CallOutcome) -> dict[str, Any]:
         return line
     attempt, reply, turns = outcome.attempt, outcome.reply, outcome.turns
     if outcome.status == "error":
-        line = {
-            "id": job.id,
-            "status": "error",
-            "deployment": None if attempt is None else attempt.backend.id,
-        }
-        if job.endpoint != "chat":
-            line["endpoint"] = job.endpoint
-        line["attempts"] = outcome.attempts
-        line["error"] = outcome.error
-        line["metadata"] = job.metadata or {}
+        line = _error_line(outcome, job)
     elif job.endpoint != "chat":
         assert attempt is not None and reply is not None
         line = _endpoint_line(outcome, attempt, reply)
@@ -71,6 +62,22 @@ def result_line(outcome: CallOutcome) -> dict[str, Any]:
         line["session"] = outcome.session
     if turns:
         line["turns"] = [_turn(t) for t in turns]
+    return line
+
+
+def _error_line(outcome: CallOutcome, job: Job) -> dict[str, Any]:
+    """The ``error`` line of a job (a call that found no backend has no deployment)."""
+    attempt = outcome.attempt
+    line = {
+        "id": job.id,
+        "status": "error",
+        "deployment": None if attempt is None else attempt.backend.id,
+    }
+    if job.endpoint != "chat":
+        line["endpoint"] = job.endpoint
+    line["attempts"] = outcome.attempts
+    line["error"] = outcome.error
+    line["metadata"] = job.metadata or {}
     return line
 
 

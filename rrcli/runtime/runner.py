@@ -128,8 +128,7 @@ async def run(
             profile, options.stream, options.on_text, router, providers, results, traces,
             summary, control, rng,
         )  # fmt: skip
-        if resume is not None:  # the creators of a resumed file's responses
-            engine.origins.update(resume.responses.items())
+        engine.origins.update(resume.responses.items() if resume is not None else ())
         done = resume.ok if (resume is not None and options.resume) else None
         jobs = select_jobs(
             iter_jobs(stream, source),

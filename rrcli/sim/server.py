@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import math
+import os
 import random
 import socket
 from collections.abc import AsyncIterator
@@ -91,12 +92,15 @@ class _SimAPI:
             "retry-after": str(max(1, math.ceil(ms / 1000.0))),
         }
         self.ids = 0
+        # ids are unique across servers, as a real API's are across accounts: a response id
+        # created here is unknown to every other server (previous_response_id is refused there)
+        self.tag = os.urandom(4).hex()
         self.marked = 0  # requests seen with x-sim-times
 
     def next_id(self, prefix: str) -> str:
         """A new id for a reply (``prefix`` names its kind: ``chatcmpl-sim``, ``msg_sim``...)."""
         self.ids += 1
-        return f"{prefix}{self.ids:08d}"
+        return f"{prefix}{self.tag}{self.ids:08d}"
 
     def endpoint(self, wire: Wire) -> Any:
         """The route handler answering with ``wire``."""
