@@ -155,3 +155,28 @@ def test_a_backend_may_list_only_endpoints_its_provider_serves(tmp_path):
     )
     assert expected in result.stdout
     assert "backends[1]" not in result.stdout
+
+
+def test_a_probe_and_the_batch_format_speak_the_backends_endpoint(tmp_path):
+    """``validate --probe`` asks an embeddings-only backend for an embedding (a chat probe would
+    fail there); ``--format openai-batch`` writes an embeddings job's body as the server sent it."""
+    with canned_apis(("a", ())) as (a,):
+        profile = write_profile(
+            tmp_path / "p.toml", [{"id": "emb", "base_url": a.url, "endpoints": EMBEDDINGS}]
+        )
+        probed = rrcli("validate", profile, "--probe", cwd=tmp_path)
+        assert 0 == probed.returncode, probed.stdout
+        assert {"/v1/embeddings": 1} == dict(a.paths)
+        jobs = write_lines(
+            tmp_path / "jobs.jsonl", [{"id": "e", "endpoint": "embeddings", "input": "x"}]
+        )
+        result = rrcli("run", jobs, "-p", profile, "--format", "openai-batch", cwd=tmp_path)
+    assert 0 == result.returncode, result.stderr
+    (line,) = read_jsonl(tmp_path / "jobs.results.jsonl")
+    body = line["response"]["body"]
+    assert ("e", 200, "list", [vector("x", 0)]) == (
+        line["custom_id"],
+        line["response"]["status_code"],
+        body["object"],
+        [item["embedding"] for item in body["data"]],
+    )
