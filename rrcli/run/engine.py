@@ -22,8 +22,10 @@ import structlog
 from rrcli.config.profile import Profile
 from rrcli.errors import NoBackendError, ProviderError
 from rrcli.providers.base import Call, Provider, Reply
+from rrcli.providers.translate import dialect_of
 from rrcli.records.jobs import InvalidJob, Job
 from rrcli.records.trace import TraceWriter
+from rrcli.run.eligibility import Eligibility
 from rrcli.run.retry import RetryPolicy
 from rrcli.run.router import Lease, Router
 
@@ -123,6 +125,7 @@ class Engine:
         self.policy = RetryPolicy(profile.retry, rng)
         self.session_binding = profile.binding == "session"
         self.stream = stream
+        self.eligibility = Eligibility(profile.backends)
 
     async def worker(self, jobs: Iterator[Job | InvalidJob]) -> None:
         for n, job in enumerate(jobs, 1):
@@ -133,6 +136,11 @@ class Engine:
                 await asyncio.sleep(0)
             if isinstance(job, InvalidJob):
                 self._write_invalid(job)
+                continue
+            _, refusal = self.eligibility.check(job.params, dialect_of(job.kind))
+            if refusal is not None:  # no backend's API can express the job's params
+                message = f"line {job.line}: {refusal}"
+                self._write_invalid(InvalidJob(job.id, job.line, message))  # type: ignore[arg-type]
             elif job.kind == "session":
                 await self._run_session(job)
             else:
@@ -246,6 +254,7 @@ class Engine:
     ) -> tuple[Reply, Lease, int, float] | _Failure:
         """One call of a job, with its retries on one backend (and failover when enabled)."""
         tried: set[str] = set()
+        excluded, _ = self.eligibility.check(job.params, dialect_of(job.kind))
         attempts = 0
         last: _Failure | None = None
         while True:
@@ -253,7 +262,7 @@ class Engine:
             try:
                 lease = await self.router.acquire(
                     session=job.session if self.session_binding else None,
-                    exclude=frozenset(tried),
+                    exclude=excluded.union(tried),
                 )
             except NoBackendError as exc:
                 # failover found no backend left to try: the last real error is the job's
@@ -298,7 +307,8 @@ class Engine:
         params = {**backend.params, **job.params}
         # --stream, a job's own "stream", or `stream = true` in the backend's params
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
-        call = Call(messages, params, stream)
+        dialect = dialect_of(job.kind)
+        call = Call(messages, params, stream, dialect)
         estimate = estimate_tokens(messages, params)
         printed = False
 
@@ -372,7 +382,7 @@ class Engine:
             # Anthropic pause_turn: continue the same turn on the same backend, same slot.
             paused = reply
             messages = [*messages, reply.continuation]
-            call = Call(messages, params, stream)
+            call = Call(messages, params, stream, dialect)
             t_queue = time.monotonic()
 
     def _trace(
