@@ -316,9 +316,10 @@ def test_anthropic_to_openai_and_back_keeps_the_request(messages, params) -> Non
 
 # --- only the target API's fields ----------------------------------------------------------
 
+keys = ident | st.sampled_from(["type", "function", "name", "json_schema", "user_id", "text"])
 anything = st.recursive(
     scalar | st.floats(-2, 2),
-    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(ident, inner, max_size=2),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(keys, inner, max_size=2),
     max_leaves=4,
 )
 #: values worth trying for each field: shaped ones where a field has a shape, else anything

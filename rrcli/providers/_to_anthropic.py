@@ -118,9 +118,9 @@ def _anthropic_tools(body: dict[str, Any], key: str, tools: Any) -> None:
 
 
 def _anthropic_tool(tool: Any) -> Any:
-    if not isinstance(tool, dict) or tool.get("type") != "function":
-        return tool  # already an Anthropic tool
-    function = tool.get("function") or {}
+    function = tool.get("function") if isinstance(tool, dict) else None
+    if not isinstance(function, dict) or tool.get("type") != "function":
+        return tool  # already an Anthropic tool (or no tool the router lets through)
     out = {"name": function.get("name")}
     if function.get("description"):
         out["description"] = function["description"]
@@ -136,8 +136,8 @@ _CHOICES = {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {"typ
 def _tool_choice(body: dict[str, Any], key: str, choice: Any) -> None:
     if isinstance(choice, str) and choice in _CHOICES:
         body["tool_choice"] = dict(_CHOICES[choice])
-    elif isinstance(choice, dict) and choice.get("type") == "function":
-        body["tool_choice"] = {"type": "tool", "name": (choice.get("function") or {}).get("name")}
+    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        body["tool_choice"] = {"type": "tool", "name": choice["function"].get("name")}
     else:
         body["tool_choice"] = choice
 

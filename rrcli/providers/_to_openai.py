@@ -79,6 +79,7 @@ _OPENAI_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 
 def _openai_choice(body: dict[str, Any], key: str, choice: Any) -> None:
     kind = choice.get("type") if isinstance(choice, dict) else None
+    kind = kind if isinstance(kind, str) else None
     if kind in _OPENAI_CHOICES:
         body["tool_choice"] = _OPENAI_CHOICES[kind]
     elif kind == "tool":

@@ -2,42 +2,20 @@
 
 A job is written in one API's shape, its *dialect*: an Anthropic Message Batches line speaks
 ``anthropic``, every other shape ``openai``. When the routed backend's API (the registry's
-``dialect``) is the other one, its adapter sends ``to_anthropic`` / ``to_openai`` of the call:
+``dialect``) is the other one, its adapter sends ``to_anthropic`` / ``to_openai`` of the call.
+The rows (system, stop, max tokens, tools and tool_choice, tool calls and results, images, a
+json_schema ``response_format`` as a forced tool, ``cache_control``, the user) are written once,
+as the rules of ``_to_anthropic`` and ``_to_openai``; README.md ("Mixed pools") and
+rrcli-jobs(5) show them as a table.
 
-==============================  ================================================================
-OpenAI chat completions         Anthropic Messages
-==============================  ================================================================
-system / developer messages     ``system`` (texts joined by a blank line; blocks when a part has
-                                ``cache_control``)
-stop (text or list)             stop_sequences (a list)
-max_completion_tokens,          max_tokens (``max_completion_tokens`` first; the adapter's 1024
-max_tokens                      when neither); the way back gives ``max_tokens``
-temperature, top_p              temperature, top_p
-tools (function: name,          tools (name, description, input_schema)
-description, parameters)
-tool_choice auto / required /   tool_choice auto / any / none / {type: tool, name}
-none / {function: {name}}
-parallel_tool_calls: false      tool_choice.disable_parallel_tool_use: true
-assistant tool_calls            tool_use blocks (``arguments`` JSON text ↔ ``input`` object)
-tool messages                   tool_result blocks in one user message (consecutive ones merged;
-                                on the way back a result's blocks become its text)
-image_url parts (https or       image blocks (url source, or base64 source with media_type)
-data: URL)
-response_format json_schema     a tool with that schema, forced; its input is the answer
-user / safety_identifier        metadata.user_id
-service_tier auto / default     service_tier auto / standard_only
-cache_control on parts, tools   kept toward Anthropic; removed everywhere toward OpenAI
-reasoning_content (assistant)   dropped (a thinking block needs its signature); ``thinking``
-                                blocks become ``reasoning_content`` on the way back
-==============================  ================================================================
-
-A field the table does not name passes unchanged: it is a field of the backend's own API (the
-backend's ``params``, or a job written for it) or, if neither API has it, the router has already
-kept the job away from this backend (``unexpressible``: what a job asks that the other API cannot
-say, such as ``n`` = 2, ``logprobs``, ``seed`` or ``top_k``). A default that says nothing
-(``n`` = 1, ``logprobs`` false, a penalty of 0, ``thinking`` disabled) is dropped. Content with no
-counterpart (audio, files, documents, a tool call whose arguments are not JSON) raises
-``UntranslatableError``: the job fails with that reason and nothing is sent.
+``unexpressible`` names what a job asks that the other API cannot say (``n`` = 2, ``logprobs``,
+``seed`` toward Anthropic; ``top_k``, ``thinking`` toward OpenAI; a field neither API has): the
+router never sends such a job to that backend. So a field the table does not name passes
+unchanged at send time: it is a field of the backend's own API (its ``params``, or a job written
+for it). A null, or a default that says nothing (``n`` = 1, ``logprobs`` false, a penalty of 0,
+``thinking`` disabled), is dropped. Content with no counterpart (audio, files, documents, a tool
+call whose arguments are not a JSON object) raises ``UntranslatableError``: the job fails with
+that reason and nothing is sent.
 
 Pure: no HTTP client, no I/O.
 """
