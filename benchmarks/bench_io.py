@@ -58,27 +58,22 @@ def phase_parse(jobs: Path) -> tuple[int, float]:
 
 
 def phase_write(results: Path, traces: Path, n: int) -> tuple[int, float]:
+    from rrcli.config.profile import Backend
+    from rrcli.providers.base import Reply
     from rrcli.records.results import ResultWriter
     from rrcli.records.trace import TraceWriter
+    from rrcli.runtime.attempt import Attempt
 
+    backend = Backend(id="sim-1", provider="sim", base_url="sim://local")
+    reply = Reply("four", "stop", 12, 32, http_status=200)
     start = time.perf_counter()
     t0 = time.time()
     with ResultWriter(results, append=False) as out, TraceWriter(traces, "bench") as trace:
         for i in range(n):
-            ts = t0 + i * 1e-4
-            trace.call(
-                job_id=f"job-{i}",
-                deployment="sim-1",
-                provider="sim",
-                model="gpt-4o-mini",
-                outcome="ok",
-                http_status=200,
-                queue_ms=0.4,
-                ts_start=ts,
-                ts_end=ts + 0.08,
-                input_tokens=12,
-                output_tokens=32,
-            )
+            job_id = f"job-{i}"
+            attempt = Attempt(job_id, job_id, 0, 1, backend, None, False, t0 + i * 1e-4, 0.0,
+                              0.08, 0.0004, 44, reply, None, "ok")  # fmt: skip
+            trace.call(attempt, None)
             out.write(
                 {
                     "id": f"job-{i}",

@@ -25,7 +25,7 @@ import httpx2
 from _common import sim_server, write_jobs
 
 from rrcli.config.profile import Backend, Credentials, Profile
-from rrcli.run.runner import RunOptions, run
+from rrcli.runtime.runner import RunOptions, run
 
 
 async def raw_loop(base_url: str, n: int, concurrency: int, stream: bool) -> float:

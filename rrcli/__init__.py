@@ -42,20 +42,12 @@ _LAZY = {
     "UsageError": "rrcli.errors",
     "load_profile": "rrcli.config.load",
     "validate_profile": "rrcli.config.load",
-    "RunOptions": "rrcli.run.options",
-    "RunSummary": "rrcli.run.runner",
-    "run": "rrcli.run.runner",
+    "RunOptions": "rrcli.runtime.options",
+    "RunSummary": "rrcli.runtime.runner",
+    "run": "rrcli.runtime.runner",
     "iter_jobs": "rrcli.records.jobs",
     "summarize": "rrcli.stats.summary",
 }
-
-
-# ``rrcli.run`` names both the subpackage of the run and the library's run function. Python sets
-# a package's attribute to its subpackage once, when the subpackage is first imported; it is
-# imported here and that attribute dropped, so ``rrcli.run`` is the function (from __getattr__)
-# whatever is imported later.
-importlib.import_module("rrcli.run")
-globals().pop("run")
 
 
 def __getattr__(name: str) -> Any:

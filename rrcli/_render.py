@@ -21,10 +21,10 @@ from rich.text import Text
 if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
     from rrcli.config.profile import Profile
-    from rrcli.run.checks import CheckReport, JobsReport, ProbeResult
-    from rrcli.run.plan import Plan
-    from rrcli.run.router import Router
-    from rrcli.run.runner import RunSummary
+    from rrcli.runtime.checks import CheckReport, JobsReport, ProbeResult
+    from rrcli.runtime.plan import Plan
+    from rrcli.runtime.router import Router
+    from rrcli.runtime.runner import RunSummary
 
 stderr = Console(stderr=True)
 stdout = Console()

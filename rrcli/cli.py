@@ -115,7 +115,7 @@ def run(
     from rrcli import _render
     from rrcli._logging import configure_logging, log_level
     from rrcli.config.load import load_profile, resolve_profile_path
-    from rrcli.run.runner import RunOptions, run_sync
+    from rrcli.runtime.runner import RunOptions, run_sync
 
     if bool(jobs) == bool(prompts):
         raise click.UsageError("give a JOBS file or --prompt TEXT (one of the two)")
@@ -134,7 +134,7 @@ def run(
     if dry_run:
         import asyncio
 
-        from rrcli.run.plan import plan
+        from rrcli.runtime.plan import plan
 
         _render.print_plan(profile, asyncio.run(plan(profile, options)))
         return
@@ -171,7 +171,7 @@ def validate(profile: str, as_json: bool, strict: bool, probe: bool, jobs_path: 
     from pathlib import Path
 
     from rrcli import _render
-    from rrcli.run.checks import validate as check
+    from rrcli.runtime.checks import validate as check
 
     jobs = Path(jobs_path) if jobs_path is not None else None
     report = check(profile, environ=os.environ, strict=strict, jobs=jobs, probe_backends=probe)
@@ -305,7 +305,8 @@ def stats(
 @click.pass_context
 def sim_command(ctx: click.Context, host: str, port: int, **options: object) -> None:
     """Serve simulated OpenAI and Anthropic APIs on loopback, for trying profiles and tests."""
-    from rrcli.sim.behaviour import check_host, config_from_options, serve
+    from rrcli.sim.behaviour import config_from_options
+    from rrcli.sim.server import check_host, serve
 
     explicit = ctx.get_parameter_source("host") is not click.core.ParameterSource.DEFAULT
     check_host(host, explicit=explicit)

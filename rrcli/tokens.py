@@ -24,11 +24,11 @@ def estimate_input_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
     chars = 0
     for message in messages:
         content = message.get("content")
-        if isinstance(content, str):
+        if type(content) is str:
             chars += len(content)
         elif content is not None:
             chars += len(orjson.dumps(content, default=str))
-    return max(1, chars // CHARS_PER_TOKEN + TOKENS_PER_MESSAGE * len(messages))
+    return chars // CHARS_PER_TOKEN + TOKENS_PER_MESSAGE * len(messages) or 1
 
 
 def estimate_call_tokens(messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> int:

@@ -11,11 +11,58 @@ them. Options are those of ``rrcli sim`` in snake case (``latency_ms``, ``cap``,
 
 from __future__ import annotations
 
+import json
+import threading
+import time
+import urllib.request
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
-from rrcli.sim.behaviour import RunningSim, config_from_options
+from rrcli.sim.behaviour import SimConfig, config_from_options
+from rrcli.sim.server import listen, uvicorn_server
+
+
+class RunningSim:
+    """A sim server running in a background thread of this process.
+
+    ``url`` is ``http://host:port``: the base_url of an anthropic backend; add ``/v1`` for an
+    openai one (``openai_url``). ``stop()`` shuts it down.
+    """
+
+    def __init__(self, config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._sock = listen(host, port)
+        self.url = f"http://{host}:{self._sock.getsockname()[1]}"
+        self.openai_url = self.url + "/v1"
+        self._server = uvicorn_server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10.0
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the sim server at {self.url} did not start")
+            time.sleep(0.002)
+
+    def stats(self) -> dict[str, Any]:
+        """What the server saw (``GET /stats``): requests, peak_concurrency, rate_limited..."""
+        return self._get("/stats")
+
+    def reset(self) -> dict[str, Any]:
+        """Zero the counters (``/stats/reset``)."""
+        return self._get("/stats/reset")
+
+    def _get(self, path: str) -> dict[str, Any]:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(self.url + path, timeout=10) as response:
+            return json.loads(response.read())
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10.0)
+        self._sock.close()
 
 
 @pytest.fixture

@@ -14,37 +14,10 @@ import heapq
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import orjson
 
-CALL_FIELDS = (
-    "event",
-    "run_id",
-    "job_id",
-    "session",
-    "turn",
-    "attempt",
-    "deployment",
-    "provider",
-    "model",
-    "response_model",
-    "server_address",
-    "binding",
-    "outcome",
-    "http_status",
-    "error_type",
-    "retry_after_ms",
-    "backoff_ms",
-    "queue_ms",
-    "ts_start",
-    "ts_end",
-    "latency_ms",
-    "ttft_ms",
-    "input_tokens",
-    "output_tokens",
-    "stream",
-)
+from rrcli.records.traceschema import CALL_FIELDS, JOB_COUNTS, rfc3339
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +39,6 @@ POOL = (
 )
 
 
-def rfc3339(ms: int) -> str:
-    """Epoch milliseconds → `2026-11-29T21:31:29.123Z`, the trace timestamp format."""
-    dt = datetime.fromtimestamp(ms // 1000, tz=UTC)
-    return f"{dt:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
-
-
 def run_records(
     run_id: str,
     *,
@@ -86,7 +53,7 @@ def run_records(
     yield {
         "event": "run",
         "run_id": run_id,
-        "ts": rfc3339(start_ms),
+        "ts": rfc3339(start_ms / 1000),
         "rrcli_version": "0.1.0",
         "profile": {
             "name": "synthetic",
@@ -106,7 +73,7 @@ def run_records(
         },
     }
     lanes = {b.id: [start_ms] * b.max_concurrency for b in pool}
-    counts = {"ok": 0, "error": 0, "invalid": 0, "skipped": 0}
+    counts = dict.fromkeys(JOB_COUNTS, 0)
     for j in range(jobs):
         backend = pool[j % len(pool)]
         turns = 3 if j % 10 == 0 else 1
@@ -140,7 +107,7 @@ def run_records(
         yield {
             "event": "run_end",
             "run_id": run_id,
-            "ts": rfc3339(end_ms),
+            "ts": rfc3339(end_ms / 1000),
             "jobs": counts,
             "interrupted": False,
         }
@@ -171,8 +138,8 @@ def _call(run_id, j, turn, attempt, backend, stream, begin, end, rng, good) -> d
         "retry_after_ms": 1000.0 if status == 429 else None,
         "backoff_ms": None,
         "queue_ms": round(rng.random() * 5, 3),
-        "ts_start": rfc3339(begin),
-        "ts_end": rfc3339(end),
+        "ts_start": rfc3339(begin / 1000),
+        "ts_end": rfc3339(end / 1000),
         "latency_ms": latency,
         "ttft_ms": ttft,
         "input_tokens": rng.randint(5, 900) if good else None,

@@ -108,8 +108,11 @@ MAY_IMPORT = {
         "rrcli.errors", "rrcli.config", "rrcli.providers.registry", "rrcli.providers.vocabulary",
     },
     "rrcli.providers": {"rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.sim"},
-    "rrcli.sim": {"rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers.registry"},
-    "rrcli.run": {
+    "rrcli.sim": {
+        "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers.registry",
+        "rrcli.providers.vocabulary",
+    },
+    "rrcli.runtime": {
         "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers", "rrcli.records",
     },
     "rrcli.stats": {"rrcli.errors", "rrcli.records"},
@@ -165,15 +168,15 @@ MAY_DO = {
     "rrcli.providers.translate": set(),
     "rrcli.providers._to_anthropic": set(),
     "rrcli.providers._to_openai": set(),
-    "rrcli.run.eligibility": set(),
-    "rrcli.run.strategies": set(),
-    "rrcli.run.retry": set(),
+    "rrcli.runtime.eligibility": set(),
+    "rrcli.runtime.strategies": set(),
+    "rrcli.runtime.retry": set(),
     "rrcli.config": {"dns"},
     "rrcli.records": {"dns"},
     "rrcli.stats": {"processes"},
     "rrcli.providers": {"network", "dns", "event loop"},
     "rrcli.sim": {"network", "dns", "event loop"},
-    "rrcli.run": {"network", "dns", "event loop"},
+    "rrcli.runtime": {"network", "dns", "event loop"},
 }
 
 
@@ -208,7 +211,7 @@ def test_each_part_does_only_its_io(module):
         ("httpx2", {"rrcli.providers", "rrcli.sim"}),
         ("rich", {"rrcli._render"}),
         ("click", {"rrcli.cli"}),
-        ("redis", {"rrcli.run.redis_gate", "rrcli.run._redis"}),
+        ("redis", {"rrcli.runtime.redis_gate", "rrcli.runtime._redis"}),
         ("starlette", {"rrcli.sim"}),
         ("uvicorn", {"rrcli.sim"}),
         ("rrcli.cli", {"rrcli.__main__"}),

@@ -376,3 +376,30 @@ def test_fields_of_an_eval_file_are_ignored():
     item = one('{"id": "q", "prompt": "2+2?", "answer": "4", "category": "math"}')
     assert isinstance(item, Job)
     assert ({"role": "user", "content": "2+2?"},) == item.messages
+
+
+def test_integers_beyond_64_bits_stay_exact_in_metadata():
+    """A line holding an integer beyond 64 bits (orjson alone would make it a float) keeps it
+    exact in its metadata; 64-bit integers and long digit strings are unchanged too."""
+    metadata = {"": -9223372036854775809, "u64": 2**64 - 1, "big": 10**30, "s": "1" * 25}
+    job = one(json.dumps({"id": "a", "prompt": "x", "metadata": metadata}))
+    assert metadata == job.metadata
+    assert [int, int, int, str] == [type(v) for v in job.metadata.values()]
+
+
+def test_integers_beyond_64_bits_cannot_be_sent_or_be_an_id():
+    """A request part (params, messages) or an id holding an integer beyond 64 bits is an
+    invalid line naming the field and the fix: no API takes one, and a changed number would
+    be sent without a word."""
+    big = 123456789012345678901
+    lines = [
+        {"id": "p", "prompt": "x", "params": {"seed": big}},
+        {"id": "m", "messages": [{"role": "user", "content": [{"type": "text", "n": big}]}]},
+        {"id": big, "prompt": "x"},
+    ]
+    expected = [
+        f"line 1: params.seed: {big} does not fit in 64 bits — write it as a string",
+        f"line 2: messages[0].content[0].n: {big} does not fit in 64 bits — write it as a string",
+        f"line 3: id {big} does not fit in 64 bits — write it as a string",
+    ]
+    assert expected == [item.message for item in parse(*map(json.dumps, lines))]

@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_redis_gate import RedisServer, _server, profile
 
-from rrcli.run.gate import PROBE_INITIAL, Aimd, aimd_step
-from rrcli.run.redis_gate import make_redis_gates
+from rrcli.runtime.gate import PROBE_INITIAL, Aimd, aimd_step
+from rrcli.runtime.redis_gate import make_redis_gates
 
 KEY = "rrcli:{b}:aimd"  # the shared state of scope "b"
 

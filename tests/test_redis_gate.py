@@ -17,10 +17,12 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from structlog.testing import capture_logs
 
 from rrcli.config.profile import Backend, GateSettings, Profile
 from rrcli.errors import GateUnavailableError
-from rrcli.run.redis_gate import make_redis_gates
+from rrcli.runtime.gate import make_gates
+from rrcli.runtime.redis_gate import make_redis_gates
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
@@ -403,3 +405,23 @@ def test_every_key_of_a_scope_shares_one_hash_tag(redis_url):
     asyncio.run(main())
     assert {"slots", "queue", "qexp", "seq", "gcra"} <= {k.rsplit(":", 1)[1] for k in keys}
     assert [] == [k for k in keys if not k.startswith("rrcli:{b}:")]
+
+
+def test_a_shared_scope_takes_the_smallest_limits_and_warns_like_the_local_gate(redis_url):
+    """Backends sharing a gate_scope but not their limits: the Redis gate enforces the smallest
+    cap, rpm and tpm, and warns exactly as make_gates does (rrcli.gate_scope_mismatch)."""
+    backends = (
+        Backend("a", provider="sim", max_concurrency=4, gate_scope="key1", tpm=900),
+        Backend("b", provider="sim", max_concurrency=2, gate_scope="key1", rpm=100),
+    )
+    shared = Profile(backends=backends, gate=GateSettings("redis", redis_url, 1.0, False))
+    local = Profile(backends=backends)
+    with capture_logs() as redis_logs:
+        gates = make_redis_gates(shared, rng=random.Random(0))
+    with capture_logs() as local_logs:
+        make_gates(local, clock=time.monotonic)
+    limits = gates["key1"].limits
+    assert (["key1"], 2, 100, 900) == (list(gates), limits.max_cap, limits.rpm, limits.tpm)
+    assert ["rrcli.gate_scope_mismatch"] == [entry["event"] for entry in redis_logs]
+    assert local_logs == redis_logs
+    asyncio.run(gates.close())

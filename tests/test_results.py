@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from runkit import rrcli
 
 from rrcli.errors import OutputExistsError, UsageError
 from rrcli.records.results import ResultWriter, prepare_output
@@ -278,3 +279,14 @@ def test_torn_at_every_offset_keeps_exactly_the_complete_lines(tmp_path, lines, 
         assert len(ok_ids) == len(state.ok)
         assert all(key in state.ok for key in ok_ids)
         assert cut - len(kept) == state.dropped_bytes
+
+
+def test_metadata_with_integers_beyond_64_bits_is_echoed_exactly(tmp_path):
+    """A job whose metadata holds an integer beyond 64 bits runs, and its result line echoes
+    that metadata digit for digit."""
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"id": "a", "prompt": "x", "metadata": {"n": -9223372036854775809}}\n')
+    done = rrcli("run", jobs, "-p", "demo", "-q", "--out", "out.jsonl", cwd=tmp_path)
+    assert 0 == done.returncode, done.stderr
+    (result,) = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert ("ok", {"n": -9223372036854775809}) == (result["status"], result["metadata"])

@@ -15,8 +15,11 @@ from hypothesis import strategies as st
 
 from rrcli.config.profile import STRATEGIES, Backend, CooldownSettings, GateSettings, Profile
 from rrcli.errors import NoBackendError, ProviderError
-from rrcli.run.gate import PROBE_INITIAL, LocalGate, make_gates
-from rrcli.run.router import Lease, Router
+from rrcli.providers.base import Reply
+from rrcli.runtime.attempt import Attempt
+from rrcli.runtime.gate import PROBE_INITIAL, LocalGate, make_gates
+from rrcli.runtime.lease import BackendState, Lease
+from rrcli.runtime.router import Router
 from tests.test_gate_fakes import FakeTime
 
 T = TypeVar("T")
@@ -43,6 +46,18 @@ def _rate_limited(retry_after: float | None = None) -> ProviderError:
         retry_after=retry_after,
         rate_limited=True,
     )
+
+
+def _attempt(
+    state: BackendState, *, error: ProviderError | None = None, latency_ms: float = 10.0
+) -> Attempt:
+    """An attempt on ``state``'s backend: failed with ``error``, else a success in
+    ``latency_ms``."""
+    reply = None if error is not None else Reply("ok", http_status=200)
+    decision = "ok" if error is None else "error"
+    ended = latency_ms / 1000.0
+    return Attempt("j", "j", 0, 1, state.backend, None, False, 0.0, 0.0, ended, 0.0, 0, reply,
+                   error, decision)  # fmt: skip
 
 
 def _run(main: Coroutine[object, object, T]) -> T:
@@ -170,13 +185,18 @@ def test_cooldown_extends_never_shortens_and_pauses_the_gate():
     fake = FakeTime()
     router = _router(_profile("least_loaded"), fake)
     b0 = router.states[0]
-    seen = []
-    for retry_after in (10.0, 2.0, 20.0):
-        router.observe(b0, error=_rate_limited(retry_after))
-        seen.append(b0.cooldown_until)
+
+    async def main() -> tuple[list[float], tuple[bool, bool]]:
+        seen = []
+        for retry_after in (10.0, 2.0, 20.0):
+            await router.observe(_attempt(b0, error=_rate_limited(retry_after)))
+            seen.append(b0.cooldown_until)
+        return seen, (b0.cooling, router.states[1].cooling)  # before the fake clock moves on
+
+    seen, cooling = _run(main())
     assert [10.0, 10.0, 20.0] == seen
     assert 20.0 == b0.gate.paused_until
-    assert (True, False) == (b0.cooling, router.states[1].cooling)
+    assert (True, False) == cooling
 
 
 def test_consecutive_failures_cool_a_backend_and_a_success_resets_the_count():
@@ -187,11 +207,16 @@ def test_consecutive_failures_cool_a_backend_and_a_success_resets_the_count():
     router = _router(profile, fake)
     b0 = router.states[0]
     error = ProviderError("down", type="http_503", transient=True, status_code=503)
-    router.observe(b0, error=error)
-    router.observe(b0, latency_ms=10.0)
-    router.observe(b0, error=error)
-    warm = b0.cooling
-    router.observe(b0, error=error)
+
+    async def main() -> bool:
+        await router.observe(_attempt(b0, error=error))
+        await router.observe(_attempt(b0, latency_ms=10.0))
+        await router.observe(_attempt(b0, error=error))
+        warm = b0.cooling
+        await router.observe(_attempt(b0, error=error))
+        return warm
+
+    warm = _run(main())
     assert (False, True, 105.0) == (warm, b0.cooling, b0.cooldown_until)
 
 
@@ -201,7 +226,7 @@ def test_cooling_backends_skipped_by_load_aware_not_by_strict_round_robin():
 
     async def picks(strategy: str, cooldown: CooldownSettings) -> list[str]:
         router = _router(_profile(strategy, caps=(8, 8, 8), cooldown=cooldown), FakeTime())
-        router.observe(router.states[0], error=_rate_limited(60.0))
+        await router.observe(_attempt(router.states[0], error=_rate_limited(60.0)))
         router.states[0].gate.pause_until(0.0)  # keep only the cooldown in play
         return _ids([await router.acquire() for _ in range(4)])
 
@@ -222,10 +247,10 @@ def test_all_cooling_waits_for_the_earliest_recovery():
     """b0 cools until t=5, b1 until t=3: a request waits (no error) and is routed to b1 at t=3."""
     fake = FakeTime()
     router = _router(_profile("least_loaded", caps=(1, 1)), fake)
-    router.observe(router.states[0], error=_rate_limited(5.0))
-    router.observe(router.states[1], error=_rate_limited(3.0))
 
     async def main() -> tuple[str, float]:
+        await router.observe(_attempt(router.states[0], error=_rate_limited(5.0)))
+        await router.observe(_attempt(router.states[1], error=_rate_limited(3.0)))
         lease = await router.acquire()
         return lease.state.backend.id, fake.clock()
 
@@ -382,13 +407,18 @@ def test_rate_limits_counted_per_attempt_for_aimd():
     regrow it to 3, and 3 × PROBE_INITIAL more to 4, the cap of the last 429."""
     router = _router(_profile(caps=(8,), gate=GateSettings(adaptive=True)))
     b0 = router.states[0]
-    caps = []
-    for _ in range(2):
-        router.observe(b0, error=_rate_limited())
+
+    async def main() -> list[int]:
+        caps = []
+        for _ in range(2):
+            await router.observe(_attempt(b0, error=_rate_limited()))
+            caps.append(b0.cap)
+        for _ in range(2 + 3 * PROBE_INITIAL):
+            await router.observe(_attempt(b0, latency_ms=50.0))
         caps.append(b0.cap)
-    for _ in range(2 + 3 * PROBE_INITIAL):
-        router.observe(b0, latency_ms=50.0)
-    caps.append(b0.cap)
+        return caps
+
+    caps = _run(main())
     assert [4, 2, 4] == caps
 
 
@@ -400,12 +430,16 @@ def test_display_counters_done_retries_errors_and_ewma():
         router = _router(_profile(caps=(2,)))
         lease = await router.acquire()
         state = lease.state
-        router.observe(state, latency_ms=100.0)
-        router.observe(state, latency_ms=200.0)
-        router.observe(state, error=ProviderError("x", type="timeout", transient=True))
+        await router.observe(_attempt(state, latency_ms=100.0))
+        await router.observe(_attempt(state, latency_ms=200.0))
+        await router.observe(
+            _attempt(state, error=ProviderError("x", type="timeout", transient=True))
+        )
         await router.release(lease)
         await router.reacquire(lease)
-        router.observe(state, error=ProviderError("x", type="timeout", transient=True))
+        await router.observe(
+            _attempt(state, error=ProviderError("x", type="timeout", transient=True))
+        )
         await router.release(lease)
         await router.release(lease)  # idempotent
         return [state.done, state.retries, state.errors, state.ewma_latency_ms, state.in_flight]
@@ -420,12 +454,12 @@ def test_first_available_slot_freed_by_regrowth_goes_to_the_waiter_not_a_newcome
     async def main() -> list[bool]:
         router = _router(_profile("first_available", caps=(2,), gate=GateSettings(adaptive=True)))
         state = router.states[0]
-        router.observe(state, error=_rate_limited())  # cap 2 -> 1
+        await router.observe(_attempt(state, error=_rate_limited()))  # cap 2 -> 1
         held = await router.acquire()
         waiter = asyncio.ensure_future(router.acquire())
         await _settle()
         for _ in range(PROBE_INITIAL):  # a probe's run of successes at cap 1: cap -> 2
-            router.observe(state, latency_ms=10.0)
+            await router.observe(_attempt(state, latency_ms=10.0))
         newcomer = asyncio.ensure_future(router.acquire())
         await _settle()
         seen = [waiter.done(), newcomer.done()]

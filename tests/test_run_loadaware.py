@@ -233,8 +233,9 @@ def test_rpm_paces_starts_over_any_window(tmp_path, sim_server):
 
 def test_tpm_paces_tokens_over_any_window(tmp_path, sim_server):
     """tpm = 12000 (200 tokens/s, a burst of 200): the tokens of the calls started in any window
-    stay within 200 + 200/s × its length (one call's tokens of slack); 20 calls of ~23 tokens
-    take over a second."""
+    stay within 200 + 200/s × its length (one call's tokens of slack); 20 calls of 26 tokens
+    (rrcli.tokens: "question N" is 2 tokens plus 4 for its message, and 20 out) take over a
+    second."""
     server = sim_server(latency_ms=5, output_tokens=20)
     backend = {"id": "a", "base_url": server.openai_url, "tpm": 12000}
     backend["params"] = {"max_tokens": 20}

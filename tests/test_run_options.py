@@ -11,8 +11,8 @@ from runkit import read_jsonl, write_jobs
 import rrcli
 from rrcli.config.load import demo_profile_path
 from rrcli.errors import UsageError
-from rrcli.run.checks import validate
-from rrcli.run.options import RunOptions
+from rrcli.runtime.checks import validate
+from rrcli.runtime.options import RunOptions
 
 
 def test_a_library_run_writes_the_default_outputs_in_the_working_folder(tmp_path, monkeypatch):
@@ -73,9 +73,9 @@ def test_validate_report_is_built_by_the_library(tmp_path):
     assert 1 == report.exit_code
 
 
-def test_rrcli_run_is_the_run_function_after_the_run_package_is_imported():
-    """`rrcli.run` stays the library's run function even once `rrcli.run.*` modules are loaded
-    (the subpackage shares the name)."""
-    from rrcli.run.runner import run
+def test_rrcli_run_is_the_run_function_after_the_runtime_is_imported():
+    """`rrcli.run` is the library's run function, also once `rrcli.runtime.*` modules are
+    loaded."""
+    from rrcli.runtime.runner import run
 
     assert run is rrcli.run

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -161,7 +163,7 @@ def test_rrcli_sim_rejects_bad_rates_without_a_traceback() -> None:
 def test_non_loopback_hosts_need_an_explicit_host() -> None:
     """The server refuses a non-loopback address it was not told to use explicitly."""
     from rrcli.errors import UsageError
-    from rrcli.sim.behaviour import check_host
+    from rrcli.sim.server import check_host
 
     check_host("127.0.0.1", explicit=False)
     check_host("::1", explicit=False)
@@ -175,3 +177,24 @@ def test_the_man_page_lists_every_option_of_rrcli_sim_help() -> None:
     options = set(re.findall(r"--[a-z][a-z0-9-]+", help_text))
     page = (ROOT / "man" / "rrcli-sim.1").read_text(encoding="utf-8").replace("\\-", "-")
     assert set() == {o for o in options if o not in page}
+
+
+def test_both_sims_count_input_tokens_by_rrclis_one_estimate(sim_server) -> None:
+    """The in-process sim and ``rrcli sim`` report input usage as rrcli estimates it
+    (rrcli.tokens): a token per four characters of content, plus four a message. Here 10 + 22
+    characters in two messages: 32 // 4 + 2 × 4 = 16."""
+    messages = [
+        {"role": "system", "content": "be concise"},
+        {"role": "user", "content": "what is two plus two??"},
+    ]
+    (reply,), _ = run_calls(sim_backend(), [Call(messages)])
+    server = sim_server()
+    request = urllib.request.Request(
+        server.openai_url + "/chat/completions",
+        data=json.dumps({"model": "m", "messages": messages}).encode(),
+        headers={"content-type": "application/json"},
+    )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=10) as response:
+        usage = json.loads(response.read())["usage"]
+    assert (16, 16) == (reply.input_tokens, usage["prompt_tokens"])

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from stats_tracegen import lines, rfc3339, run_records
+from stats_tracegen import lines, run_records
 
 from rrcli.errors import UsageError
+from rrcli.records.traceschema import rfc3339
 from rrcli.stats.summary import summarize
 
 T0 = 1_767_000_000_000
@@ -185,7 +186,7 @@ def test_run_and_since_pick_runs(trace_file):
     """--run by id prefix and --since by start time each keep only the matching run."""
     second = [r for r in two_runs() if r["run_id"] == "run-2" and r["event"] == "call"]
     by_run = summarize([trace_file], run=["run-2"])
-    by_since = summarize([trace_file], since=rfc3339(T0 + 10_000))
+    by_since = summarize([trace_file], since=rfc3339((T0 + 10_000) / 1000))
     assert len(second) == by_run["total"]["calls"] == by_since["total"]["calls"]
     assert ["run-2"] == [r["run_id"] for r in by_since["runs"]]
     with pytest.raises(UsageError, match="run-"):
@@ -241,8 +242,8 @@ def call(start: int, end: int, **extra) -> dict:
         "run_id": "r",
         "deployment": "d",
         "outcome": "ok",
-        "ts_start": rfc3339(start),
-        "ts_end": rfc3339(end),
+        "ts_start": rfc3339(start / 1000),
+        "ts_end": rfc3339(end / 1000),
         "latency_ms": float(end - start),
         "ttft_ms": None,
         "input_tokens": 1,

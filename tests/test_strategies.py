@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rrcli.config.profile import Backend, Profile
-from rrcli.run.strategies import (
+from rrcli.runtime.strategies import (
     Candidate,
     Fastest,
     FirstAvailable,

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-import re
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from rrcli import __version__
 from rrcli.config.profile import Backend, Credentials, Price, Profile, SimSettings
-from rrcli.errors import UsageError
-from rrcli.records.trace import CALL_FIELDS, TraceWriter, new_run_id, rfc3339
+from rrcli.errors import ProviderError, UsageError
+from rrcli.providers.base import Reply
+from rrcli.records.trace import CALL_FIELDS, TraceWriter, new_run_id
+from rrcli.runtime.attempt import Attempt
 
-RFC3339_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 T0 = 1_795_987_889.123456  # 2026-11-29T21:31:29.123Z
 
 PROFILE = Profile(
@@ -43,17 +40,27 @@ def read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_bytes().split(b"\n")[:-1]]
 
 
-def call(writer: TraceWriter, **overrides) -> None:
-    fields = {
+def call(writer: TraceWriter, server_address: str | None = None, **overrides: object) -> None:
+    """Write the call record of one attempt: job q1's first, on openai-a, a success in 231.5 ms
+    unless ``overrides`` say otherwise (Attempt's fields)."""
+    fields: dict[str, object] = {
         "job_id": "q1",
-        "deployment": "openai-a",
-        "provider": "openai",
-        "model": "gpt-4o-mini",
-        "outcome": "ok",
+        "session": None,
+        "turn": 0,
+        "number": 1,
+        "backend": PROFILE.backends[0],
+        "binding": None,
+        "stream": False,
         "ts_start": T0,
-        "ts_end": T0 + 0.2315,
+        "started": 10.0,
+        "ended": 10.2315,
+        "queue_s": 0.0,
+        "estimate": 0,
+        "reply": Reply("4", http_status=200),
+        "error": None,
+        "decision": "ok",
     }
-    writer.call(**{**fields, **overrides})
+    writer.call(Attempt(**{**fields, **overrides}), server_address)  # type: ignore[arg-type]
 
 
 def test_run_record_names_the_pool_without_secrets(tmp_path):
@@ -105,22 +112,19 @@ def test_call_record_has_exactly_the_spec_fields_in_order(tmp_path):
     with TraceWriter(path, "run-1") as writer:
         call(
             writer,
+            "api.example.com:443",
             job_id=7,
             session="s1",
             turn=2,
-            attempt=3,
-            response_model="gpt-4o-mini-2024-07-18",
-            server_address="api.example.com:443",
+            number=3,
             binding="kept",
-            outcome="retry",
-            http_status=429,
-            error_type="http_429",
-            retry_after_ms=1000.0,
-            backoff_ms=1000.0,
-            queue_ms=3.5,
-            ttft_ms=80.25,
-            input_tokens=12,
-            output_tokens=1,
+            queue_s=0.0035,
+            reply=None,
+            error=ProviderError(
+                "slow down", type="http_429", transient=True, status_code=429, retry_after=1.0
+            ),
+            decision="retry",
+            backoff_s=1.0,
             stream=True,
         )
     (record,) = read(path)
@@ -148,6 +152,27 @@ def test_call_record_has_exactly_the_spec_fields_in_order(tmp_path):
         record["ts_end"],
     )
     assert 231.5 == record["latency_ms"]
+    assert (1000.0, 1000.0, 3.5) == (
+        record["retry_after_ms"],
+        record["backoff_ms"],
+        record["queue_ms"],
+    )
+
+
+def test_call_record_of_a_success_carries_the_reply(tmp_path):
+    """A success's record has the reply's status, response model, ttft and usage, and null error
+    fields."""
+    path = tmp_path / "t.jsonl"
+    reply = Reply("4", "stop", 12, 1, "gpt-4o-mini-2024-07-18", http_status=200, ttft_ms=80.25)
+    with TraceWriter(path, "r") as writer:
+        call(writer, reply=reply)
+    (record,) = read(path)
+    expected = ("ok", 200, "gpt-4o-mini-2024-07-18", 80.25, 12, 1, None, None, None)
+    assert expected == tuple(
+        record[k]
+        for k in ("outcome", "http_status", "response_model", "ttft_ms", "input_tokens",
+                  "output_tokens", "error_type", "retry_after_ms", "backoff_ms")
+    )  # fmt: skip
 
 
 def test_call_defaults(tmp_path):
@@ -207,15 +232,6 @@ def test_unwritable_path_is_a_usage_error(tmp_path):
     """A trace path in a missing folder is a usage error naming the path, before any call."""
     with pytest.raises(UsageError, match=f"cannot write traces to {tmp_path}/nope/t.jsonl"):
         TraceWriter(tmp_path / "nope" / "t.jsonl", "r")
-
-
-@given(st.floats(min_value=0, max_value=4_102_444_800, allow_nan=False))
-def test_rfc3339_matches_datetime(ts):
-    """Timestamps are RFC 3339 UTC with milliseconds, the instant truncated to the millisecond."""
-    text = rfc3339(ts)
-    assert RFC3339_MS.match(text)
-    parsed = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-    assert 0 <= ts - parsed.timestamp() < 0.001 + 1e-6 * max(1.0, ts / 1e9)
 
 
 def test_new_run_id_is_unique_and_sortable():

@@ -18,7 +18,8 @@ from rrcli.config.profile import Backend, RetrySettings, SimSettings
 from rrcli.errors import ProviderError
 from rrcli.providers.base import Call, Reply, error_from_status
 from rrcli.providers.registry import server_address
-from rrcli.sim.behaviour import ERROR, SimBehaviour, estimate_input_tokens, pacing
+from rrcli.sim.behaviour import ERROR, SimBehaviour, pacing
+from rrcli.tokens import estimate_input_tokens
 
 __all__ = ["SimProvider"]
 

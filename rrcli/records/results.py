@@ -5,7 +5,7 @@ file can be written, and on ``--resume`` reads the file as a stream, drops a tor
 crash mid-write) by truncating the file in place, and returns the keys of the jobs that already
 succeeded. ``ResultWriter`` then appends one line per job in one of three formats:
 
-- ``rrcli``: the result dict as the runner built it (key order kept);
+- ``rrcli``: the result dict as ``result_line`` built it (key order kept);
 - ``openai-batch``: OpenAI Batch API output lines (``id``, ``custom_id``, ``response``, ``error``);
 - ``anthropic-batch``: Anthropic Message Batches result lines (``custom_id``, ``result``).
 
@@ -31,7 +31,7 @@ from rrcli.providers.vocabulary import (
     openai_error_type,
     openai_finish_reason,
 )
-from rrcli.records._jsonl import LineFile, open_error
+from rrcli.records._jsonl import LineFile, dumps_line, open_error
 from rrcli.records.jobs import KeySet, job_key
 
 __all__ = ["FORMATS", "ResultWriter", "ResumeState", "prepare_output"]
@@ -234,7 +234,7 @@ class ResultWriter:
     # --- the three formats ------------------------------------------------------------------
 
     def _rrcli(self, result: dict[str, Any], body: object, request_id: object) -> bytes:
-        return orjson.dumps(result, option=_NEWLINE)
+        return dumps_line(result)  # metadata may hold integers beyond 64 bits
 
     def _openai(self, result: dict[str, Any], body: Any, request_id: str | None) -> bytes:
         request_id = request_id or result.get("request_id")

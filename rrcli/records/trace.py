@@ -2,7 +2,7 @@
 
 Append-only, one JSON object a line, every line with ``event`` and ``run_id``: one ``run`` record
 when the run starts (the pool, never its credentials or headers), one ``call`` record per HTTP
-attempt, one ``run_end`` record. ``call`` is on the hot path: keyword arguments straight into a
+attempt, one ``run_end`` record. ``call`` is on the hot path: the attempt's fields straight into a
 dict literal in the SPEC's field order, one ``orjson.dumps``, timestamps formatted from a cache of
 the current second. All times given are epoch seconds; the ``*_ms`` fields are milliseconds.
 """
@@ -20,41 +20,25 @@ import orjson
 from rrcli import __version__
 from rrcli.providers.registry import server_address
 from rrcli.records._jsonl import LineFile
+from rrcli.records.traceschema import CALL_FIELDS, JOB_COUNTS, rfc3339
 
 if TYPE_CHECKING:
     from rrcli.config.profile import Backend, Profile
+    from rrcli.runtime.attempt import Attempt
 
 __all__ = ["CALL_FIELDS", "TraceWriter", "new_run_id", "rfc3339"]
 
-#: the fields of a call record, in order (SPEC §5)
-CALL_FIELDS = (
-    "event", "run_id", "job_id", "session", "turn", "attempt", "deployment", "provider", "model",
-    "response_model", "server_address", "binding", "outcome", "http_status", "error_type",
-    "retry_after_ms", "backoff_ms", "queue_ms", "ts_start", "ts_end", "latency_ms", "ttft_ms",
-    "input_tokens", "output_tokens", "stream",
-)  # fmt: skip
-_JOB_COUNTS = ("ok", "error", "invalid", "skipped")
 _NEWLINE = orjson.OPT_APPEND_NEWLINE
-
-_seconds: dict[int, str] = {}  # epoch second → "YYYY-MM-DDTHH:MM:SS"
-
-
-def rfc3339(ts: float) -> str:
-    """Epoch seconds as RFC 3339 UTC with milliseconds: ``2026-11-29T21:31:29.123Z``."""
-    sec = int(ts // 1)
-    prefix = _seconds.get(sec)
-    if prefix is None:
-        if len(_seconds) > 256:
-            _seconds.clear()
-        prefix = _seconds[sec] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-    ms = int((ts - sec) * 1000)
-    return f"{prefix}.{ms if ms < 1000 else 999:03d}Z"
 
 
 def new_run_id(clock: Callable[[], float] = time.time) -> str:
     """A fresh run id, sortable by start time: ``20261129T213129Z-3f9a2c1b``."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock()))
     return f"{stamp}-{os.urandom(4).hex()}"
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 3)
 
 
 def _backend_record(backend: Backend) -> dict[str, Any]:
@@ -106,67 +90,42 @@ class TraceWriter:
             }
         )
 
-    def call(
-        self,
-        *,
-        job_id: str | int,
-        session: str | None = None,
-        turn: int = 0,
-        attempt: int = 1,
-        deployment: str,
-        provider: str,
-        model: str,
-        response_model: str | None = None,
-        server_address: str | None = None,
-        binding: str | None = None,
-        outcome: str,
-        http_status: int | None = None,
-        error_type: str | None = None,
-        retry_after_ms: float | None = None,
-        backoff_ms: float | None = None,
-        queue_ms: float | None = None,
-        ts_start: float,
-        ts_end: float,
-        latency_ms: float | None = None,
-        ttft_ms: float | None = None,
-        input_tokens: int | None = None,
-        output_tokens: int | None = None,
-        stream: bool = False,
-    ) -> None:
-        """One ``call`` record (one HTTP attempt). ``ts_start``/``ts_end`` are epoch seconds;
-        ``latency_ms`` defaults to their difference. ``outcome``: ok | retry | error."""
+    def call(self, attempt: Attempt, server_address: str | None) -> None:
+        """The ``call`` record of one HTTP attempt; ``server_address`` is the provider's
+        host[:port] (None for the in-process sim). The dict literal is in SPEC §5's field order:
+        the hot path builds it and encodes it once, nothing more."""
         if self._out is None:
             return
-        if latency_ms is None:
-            latency_ms = round((ts_end - ts_start) * 1000.0, 3)
+        reply, error, backend = attempt.reply, attempt.error, attempt.backend
+        ts_start = attempt.ts_start
         self._out.write(
             orjson.dumps(
                 {
                     "event": "call",
                     "run_id": self.run_id,
-                    "job_id": job_id,
-                    "session": session,
-                    "turn": turn,
-                    "attempt": attempt,
-                    "deployment": deployment,
-                    "provider": provider,
-                    "model": model,
-                    "response_model": response_model,
+                    "job_id": attempt.job_id,
+                    "session": attempt.session,
+                    "turn": attempt.turn,
+                    "attempt": attempt.number,
+                    "deployment": backend.id,
+                    "provider": backend.provider,
+                    "model": backend.model,
+                    "response_model": None if reply is None else reply.response_model,
                     "server_address": server_address,
-                    "binding": binding,
-                    "outcome": outcome,
-                    "http_status": http_status,
-                    "error_type": error_type,
-                    "retry_after_ms": retry_after_ms,
-                    "backoff_ms": backoff_ms,
-                    "queue_ms": queue_ms,
+                    "binding": attempt.binding,
+                    "outcome": attempt.outcome,
+                    "http_status": attempt.http_status,
+                    "error_type": None if error is None else error.type,
+                    "retry_after_ms": None if error is None else _ms(error.retry_after),
+                    "backoff_ms": None if error is None else _ms(attempt.backoff_s),
+                    "queue_ms": round(attempt.queue_s * 1000.0, 3),
                     "ts_start": rfc3339(ts_start),
-                    "ts_end": rfc3339(ts_end),
-                    "latency_ms": latency_ms,
-                    "ttft_ms": ttft_ms,
-                    "input_tokens": input_tokens,
-                    "output_tokens": output_tokens,
-                    "stream": stream,
+                    "ts_end": rfc3339(ts_start + (attempt.ended - attempt.started)),
+                    "latency_ms": attempt.latency_ms,
+                    "ttft_ms": None if reply is None else reply.ttft_ms,
+                    "input_tokens": None if reply is None else reply.input_tokens,
+                    "output_tokens": None if reply is None else reply.output_tokens,
+                    "stream": attempt.stream,
                 },
                 option=_NEWLINE,
             )
@@ -179,7 +138,7 @@ class TraceWriter:
                 "event": "run_end",
                 "run_id": self.run_id,
                 "ts": rfc3339(self._clock()),
-                "jobs": {k: int(jobs.get(k, 0)) for k in _JOB_COUNTS},
+                "jobs": {k: int(jobs.get(k, 0)) for k in JOB_COUNTS},
                 "interrupted": interrupted,
             }
         )

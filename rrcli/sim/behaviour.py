@@ -1,41 +1,18 @@
-"""Simulated LLM backends: the behaviour model, and the ``rrcli sim`` server built on it.
+"""Simulated LLM backends: the behaviour model shared by the in-process ``sim`` provider and the
+``rrcli sim`` server (``rrcli.sim.server``), so a profile behaves alike with either.
 
-Trying a profile should not cost money, and the tests and benchmarks need a server whose latency,
-errors, rate limits and concurrency cap are known. ``SimBehaviour`` decides what one simulated
-call does (outcome, timing, deterministic output text); the in-process ``sim`` provider and this
-HTTP server share it, so a profile behaves alike with either.
-
-The server speaks OpenAI ``/v1/chat/completions`` and Anthropic ``/v1/messages`` (plain and SSE
-streaming, usage in both), ``/v1/models``, and ``/stats`` (``/stats/reset``) so tests can see what
-the server saw: requests, peak concurrency, 429s sent, assistant messages received in histories
-(and how many carried ``reasoning_content``), and requests per credential (by a short
-sha256 fingerprint of the key, with the header it came in).
-
-Tests force behaviour per backend with request headers (a profile's ``headers``):
-``x-sim-status: CODE`` answers that status (with ``x-sim-error-type``, ``x-sim-error-code``,
-``x-sim-error-message``); ``x-sim-response-headers: {JSON}`` adds headers to any answer, error or
-success (a null value removes one); ``x-sim-ratelimit: requests=MS,tokens=MS`` makes a success say
-those budgets are spent until MS from now, in the API's own headers (OpenAI
-``x-ratelimit-remaining-requests: 0`` with ``x-ratelimit-reset-requests: 500ms``; Anthropic
-``anthropic-ratelimit-requests-remaining: 0`` with an RFC 3339 ``...-reset``);
-``x-sim-mode: a,b`` with ``cut-stream`` (end a stream halfway, without its end
-marker), ``stream-error`` (an ``error`` event halfway through a 200 stream), ``pause-turn``
-(Anthropic: stop with ``pause_turn`` halfway unless the last message is the assistant's, i.e. once
-per turn), ``plain-json`` (answer a streaming request with one JSON body), ``reasoning`` (add
-reasoning text / a thinking block). ``x-sim-times: N`` limits the forced status and modes to
-the first N requests that carry the header (per server), so a retry of the same call succeeds.
+``SimBehaviour`` decides what one simulated call does: its outcome (drawn from the error and
+rate-limit rates), its timing (latency, jitter, time to first token, token rate; ``pacing``
+spreads a stream's pieces over it) and its output text, deterministic for a given last user
+message. ``SimConfig`` is the server's behaviour: the model's settings plus what only a server
+does (a concurrency cap answering 429, cut or failing streams, keys it accepts).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import ipaddress
 import math
 import random
-import socket
-import threading
-import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
@@ -44,79 +21,17 @@ from typing import Any
 from rrcli.config.profile import SimSettings
 from rrcli.errors import UsageError
 
-__all__ = [
-    "RunningSim",
-    "SimBehaviour",
-    "SimConfig",
-    "check_host",
-    "config_from_options",
-    "key_fingerprint",
-    "pacing",
-    "serve",
-]
+__all__ = ["SimBehaviour", "SimConfig", "config_from_options", "key_fingerprint", "pacing"]
 
-_WORDS = [
-    "alpha",
-    "bravo",
-    "charlie",
-    "delta",
-    "echo",
-    "foxtrot",
-    "golf",
-    "hotel",
-    "india",
-    "juliet",
-    "kilo",
-    "lima",
-    "mike",
-    "november",
-    "oscar",
-    "papa",
-    "quebec",
-    "romeo",
-    "sierra",
-    "tango",
-    "uniform",
-    "victor",
-    "whiskey",
-    "xray",
-    "yankee",
-    "zulu",
-    "amber",
-    "basil",
-    "cedar",
-    "dune",
-    "ember",
-    "fern",
-    "grove",
-    "harbor",
-    "island",
-    "jade",
-    "kelp",
-    "lagoon",
-    "meadow",
-    "nectar",
-    "orchid",
-    "pebble",
-    "quartz",
-    "river",
-    "sage",
-    "tide",
-    "umber",
-    "valley",
-    "willow",
-    "yarrow",
-    "zephyr",
-    "acorn",
-    "birch",
-    "clover",
-    "drift",
-    "elm",
-    "frost",
-    "glade",
-    "heath",
-    "iris",
-]
+# the vocabulary of simulated output text
+_WORDS = (
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+    "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango",
+    "uniform", "victor", "whiskey", "xray", "yankee", "zulu", "amber", "basil", "cedar", "dune",
+    "ember", "fern", "grove", "harbor", "island", "jade", "kelp", "lagoon", "meadow", "nectar",
+    "orchid", "pebble", "quartz", "river", "sage", "tide", "umber", "valley", "willow", "yarrow",
+    "zephyr", "acorn", "birch", "clover", "drift", "elm", "frost", "glade", "heath", "iris",
+)  # fmt: skip
 _VARIANTS = 64
 OK, ERROR, RATE_LIMITED = 0, 1, 2
 
@@ -137,15 +52,6 @@ def last_user_text(messages: list[dict[str, Any]]) -> str:
                 return "".join(p.get("text", "") for p in content if isinstance(p, dict))
             return ""
     return ""
-
-
-def estimate_input_tokens(messages: list[dict[str, Any]]) -> int:
-    """About four characters a token, as rough tokenizers count: at least 1."""
-    chars = 0
-    for message in messages:
-        content = message.get("content")
-        chars += len(content) if isinstance(content, str) else 16
-    return chars // 4 + 1
 
 
 def pacing(count: int, ttft: float, total: float) -> Iterator[tuple[float, int, int]]:
@@ -285,108 +191,3 @@ def config_from_options(**options: Any) -> SimConfig:
         return SimConfig(settings=settings, **rest)
     except TypeError as exc:
         raise UsageError(f"unknown sim option: {exc}") from None
-
-
-def check_host(host: str, *, explicit: bool) -> None:
-    """Refuse a non-loopback address unless the user named it: a test server with no auth
-    should not face a network by accident."""
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    if not loopback and not explicit:
-        raise UsageError(
-            f"refusing to listen on {host}, which is not a loopback address — "
-            "pass --host explicitly to serve the network"
-        )
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP; without
-    # it every response waits ~40 ms for the client's delayed ACK (Nagle).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(4096)  # connections queue from now on, even before the server loop runs
-    return sock
-
-
-def _uvicorn_server(config: SimConfig) -> Any:
-    import uvicorn
-
-    from rrcli.sim.server import build_app
-
-    app = build_app(config)
-    return uvicorn.Server(
-        uvicorn.Config(
-            app,
-            log_level="warning",
-            access_log=False,
-            http="h11",
-            loop="asyncio",
-            lifespan="off",
-            timeout_keep_alive=60,
-            backlog=4096,
-        )
-    )
-
-
-class RunningSim:
-    """A sim server running in a background thread (tests and benchmarks).
-
-    ``url`` is ``http://host:port``: the base_url of an anthropic backend; add ``/v1`` for an
-    openai one (``openai_url``). ``stop()`` shuts it down.
-    """
-
-    def __init__(self, config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._sock = _bind(host, port)
-        bound_port = self._sock.getsockname()[1]
-        self.url = f"http://{host}:{bound_port}"
-        self.openai_url = self.url + "/v1"
-        self._server = _uvicorn_server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10.0
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the sim server at {self.url} did not start")
-            time.sleep(0.002)
-
-    def stats(self) -> dict[str, Any]:
-        """What the server saw (``GET /stats``): requests, peak_concurrency, rate_limited..."""
-        return self._get("/stats")
-
-    def reset(self) -> dict[str, Any]:
-        """Zero the counters (``/stats/reset``)."""
-        return self._get("/stats/reset")
-
-    def _get(self, path: str) -> dict[str, Any]:
-        import json
-        import urllib.request
-
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        with opener.open(self.url + path, timeout=10) as response:
-            return json.loads(response.read())
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(10.0)
-        self._sock.close()
-
-
-def serve(config: SimConfig, host: str, port: int, *, echo: Any = print) -> None:
-    """Run the server in the foreground until interrupted; ``echo`` the URL once listening."""
-    sock = _bind(host, port)
-    url = f"http://{host}:{sock.getsockname()[1]}"
-    server = _uvicorn_server(config)
-    echo(
-        f"rrcli sim listening on {url} — openai base_url {url}/v1, anthropic base_url {url}, "
-        f"stats {url}/stats"
-    )
-    try:
-        asyncio.run(server.serve(sockets=[sock]))
-    finally:
-        sock.close()

@@ -1,23 +1,43 @@
-"""The ``rrcli sim`` HTTP app (starlette): the wire formats over the behaviour
-model of ``rrcli.sim.behaviour``.
+"""The ``rrcli sim`` server: an HTTP app (starlette on uvicorn) over the behaviour model of
+``rrcli.sim.behaviour``, speaking the wire formats of ``rrcli.sim.wire``.
 
-Kept apart from ``sim.py`` so the in-process provider never imports starlette. Each API's wire
-format is a small dialect (error bodies, plain bodies, SSE events); one handler applies the
-behaviour (forced statuses, keys, the cap, drawn errors, timing, cut or failing streams). Counters
-live on one event loop, so they need no locks. Per request the work is one JSON parse, a few dict
-operations and one JSON encode: this is the server of the overhead benchmark.
+Trying a profile should not cost money, and the tests and benchmarks need a server whose latency,
+errors, rate limits and concurrency cap are known. It serves OpenAI ``/v1/chat/completions`` and
+Anthropic ``/v1/messages`` (plain and SSE streaming, usage in both), ``/v1/models``, and
+``/stats`` (``/stats/reset``) so tests can see what the server saw: requests, peak concurrency,
+429s sent, assistant messages received in histories (and how many carried
+``reasoning_content``), and requests per credential (by a short sha256 fingerprint of the key,
+with the header it came in).
+
+Tests force behaviour per backend with request headers (a profile's ``headers``):
+``x-sim-status: CODE`` answers that status (with ``x-sim-error-type``, ``x-sim-error-code``,
+``x-sim-error-message``); ``x-sim-response-headers: {JSON}`` adds headers to any answer, error or
+success (a null value removes one); ``x-sim-ratelimit: requests=MS,tokens=MS`` makes a success say
+those budgets are spent until MS from now, in the API's own headers (OpenAI
+``x-ratelimit-remaining-requests: 0`` with ``x-ratelimit-reset-requests: 500ms``; Anthropic
+``anthropic-ratelimit-requests-remaining: 0`` with an RFC 3339 ``...-reset``);
+``x-sim-mode: a,b`` with ``cut-stream`` (end a stream halfway, without its end
+marker), ``stream-error`` (an ``error`` event halfway through a 200 stream), ``pause-turn``
+(Anthropic: stop with ``pause_turn`` halfway unless the last message is the assistant's, i.e. once
+per turn), ``plain-json`` (answer a streaming request with one JSON body), ``reasoning`` (add
+reasoning text / a thinking block). ``x-sim-times: N`` limits the forced status and modes to
+the first N requests that carry the header (per server), so a retry of the same call succeeds.
+
+Counters live on one event loop, so they need no locks. Per request the work is one JSON parse, a
+few dict operations and one JSON encode: this is the server of the overhead benchmark.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import math
 import random
-import time
+import socket
 from collections import Counter
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
-from typing import Any, ClassVar
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import orjson
 from starlette.applications import Starlette
@@ -25,293 +45,47 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from rrcli.errors import UsageError
 from rrcli.sim.behaviour import (
     ERROR,
     RATE_LIMITED,
     SimBehaviour,
     SimConfig,
-    estimate_input_tokens,
     key_fingerprint,
     pacing,
 )
+from rrcli.sim.wire import AnthropicWire, OpenAIWire, Wire, override_headers
+from rrcli.tokens import estimate_input_tokens
 
-__all__ = ["build_app"]
+__all__ = ["build_app", "check_host", "listen", "serve", "uvicorn_server"]
 
 _JSON = "application/json"
 _SSE = "text/event-stream"
 
 
-def _sse(data: object, event: str | None = None) -> bytes:
-    head = b"event: " + event.encode() + b"\n" if event else b""
-    return head + b"data: " + orjson.dumps(data) + b"\n\n"
-
-
-def _override(extra: dict[str, str], headers: Any) -> None:
-    """Apply ``x-sim-response-headers: {JSON}`` to a response's headers (null removes one)."""
-    override = headers.get("x-sim-response-headers")
-    if override:
-        for name, value in orjson.loads(override).items():
-            if value is None:
-                extra.pop(name.lower(), None)
-            else:
-                extra[name.lower()] = str(value)
-
-
-def _exhausted(spec: str) -> dict[str, float]:
-    """``x-sim-ratelimit: requests=500,tokens=250`` → the budgets to report as spent, each with
-    its reset in seconds."""
-    out: dict[str, float] = {}
-    for item in spec.split(","):
-        kind, _, ms = item.partition("=")
-        if kind.strip() in ("requests", "tokens") and ms.strip():
-            out[kind.strip()] = float(ms) / 1000.0
-    return out
-
-
-class _OpenAI:
-    """The chat-completions wire format."""
-
-    request_id_header = "x-request-id"
-    _types: ClassVar[dict[int, str]] = {
-        400: "invalid_request_error",
-        401: "invalid_request_error",
-        429: "requests",
-    }
-
-    def key(self, headers: Any) -> str | None:
-        value = headers.get("authorization", "")
-        return value[7:] if value.startswith("Bearer ") else None
-
-    def limit_headers(self, spec: str) -> dict[str, str]:
-        """Rate-limit headers saying the budgets in ``spec`` are spent (resets as durations)."""
-        out = {}
-        for kind, seconds in _exhausted(spec).items():
-            out[f"x-ratelimit-remaining-{kind}"] = "0"
-            out[f"x-ratelimit-reset-{kind}"] = f"{round(seconds * 1000)}ms"
-        return out
-
-    def error_body(self, status: int, kind: str | None, message: str, code: str | None) -> bytes:
-        kind = kind or self._types.get(status, "server_error")
-        return orjson.dumps(
-            {"error": {"message": message, "type": kind, "param": None, "code": code}}
-        )
-
-    def plain(self, r: dict[str, Any]) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(r["pieces"])}
-        if r["reasoning"]:
-            message["reasoning_content"] = r["reasoning"]
-        return {
-            "id": r["id"],
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": r["model"],
-            "choices": [{"index": 0, "message": message, "finish_reason": r["finish"]}],
-            "usage": _openai_usage(r),
-        }
-
-    def head(self, r: dict[str, Any]) -> bytes:
-        return _sse(self._chunk(r, {"role": "assistant", "content": ""}, None))
-
-    def first(self, r: dict[str, Any]) -> bytes:
-        if not r["reasoning"]:
-            return b""
-        return _sse(self._chunk(r, {"reasoning_content": r["reasoning"]}, None))
-
-    def deltas(self, r: dict[str, Any], pieces: tuple[str, ...]) -> bytes:
-        prefix = b"data: " + orjson.dumps(self._chunk(r, {"content": ""}, None))
-        cut = prefix.index(b'"content":""') + len(b'"content":')
-        before, after = prefix[:cut], prefix[cut + 2 :] + b"\n\n"
-        return b"".join(before + orjson.dumps(p) + after for p in pieces)
-
-    def tail(self, r: dict[str, Any]) -> bytes:
-        out = _sse(self._chunk(r, {}, r["finish"]))
-        options = r["body"].get("stream_options")
-        if isinstance(options, dict) and options.get("include_usage"):
-            usage_chunk = self._chunk(r, {}, None)
-            usage_chunk["choices"] = []
-            usage_chunk["usage"] = _openai_usage(r)
-            out += _sse(usage_chunk)
-        return out + b"data: [DONE]\n\n"
-
-    def error_event(self) -> bytes:
-        return _sse({"error": {"message": "simulated failure mid-stream", "type": "server_error"}})
-
-    def _chunk(self, r: dict[str, Any], delta: dict[str, Any], finish: str | None) -> dict:
-        return {
-            "id": r["id"],
-            "object": "chat.completion.chunk",
-            "model": r["model"],
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
-
-
-def _openai_usage(r: dict[str, Any]) -> dict[str, int]:
-    n = len(r["pieces"])
-    return {"prompt_tokens": r["input"], "completion_tokens": n, "total_tokens": r["input"] + n}
-
-
-class _Anthropic:
-    """The Messages wire format."""
-
-    request_id_header = "request-id"
-    _types: ClassVar[dict[int, str]] = {
-        400: "invalid_request_error",
-        401: "authentication_error",
-        403: "permission_error",
-        404: "not_found_error",
-        413: "request_too_large",
-        429: "rate_limit_error",
-        529: "overloaded_error",
-    }
-    _stops: ClassVar[dict[str, str]] = {
-        "stop": "end_turn",
-        "length": "max_tokens",
-        "pause_turn": "pause_turn",
-    }
-
-    def key(self, headers: Any) -> str | None:
-        return headers.get("x-api-key")
-
-    def limit_headers(self, spec: str) -> dict[str, str]:
-        """Rate-limit headers saying the budgets in ``spec`` are spent (resets in RFC 3339)."""
-        out = {}
-        for kind, seconds in _exhausted(spec).items():
-            when = datetime.fromtimestamp(time.time() + seconds, UTC)
-            out[f"anthropic-ratelimit-{kind}-remaining"] = "0"
-            out[f"anthropic-ratelimit-{kind}-reset"] = when.isoformat(
-                timespec="milliseconds"
-            ).replace("+00:00", "Z")
-        return out
-
-    def error_body(self, status: int, kind: str | None, message: str, code: str | None) -> bytes:
-        kind = kind or self._types.get(status, "api_error")
-        return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
-
-    def _usage(self, r: dict[str, Any], output: int) -> dict[str, int]:
-        total = r["input"]
-        cached = total // 2 if r["cache"] else 0
-        return {
-            "input_tokens": total - cached,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": cached,
-            "output_tokens": output,
-        }
-
-    def _content(self, r: dict[str, Any]) -> list[dict[str, Any]]:
-        blocks: list[dict[str, Any]] = []
-        if r["reasoning"]:
-            blocks.append({"type": "thinking", "thinking": r["reasoning"], "signature": "sim"})
-        blocks.append({"type": "text", "text": "".join(r["pieces"])})
-        return blocks
-
-    def plain(self, r: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "id": r["id"],
-            "type": "message",
-            "role": "assistant",
-            "model": r["model"],
-            "content": self._content(r),
-            "stop_reason": self._stops[r["finish"]],
-            "stop_sequence": None,
-            "usage": self._usage(r, len(r["pieces"])),
-        }
-
-    def head(self, r: dict[str, Any]) -> bytes:
-        message = {**self.plain(r), "content": [], "stop_reason": None}
-        message["usage"] = self._usage(r, 1)
-        return _sse({"type": "message_start", "message": message}, "message_start") + _sse(
-            {"type": "ping"}, "ping"
-        )
-
-    def first(self, r: dict[str, Any]) -> bytes:
-        out = b""
-        if r["reasoning"]:
-            out += _sse(
-                {
-                    "type": "content_block_start",
-                    "index": 0,
-                    "content_block": {"type": "thinking", "thinking": ""},
-                },
-                "content_block_start",
-            )
-            delta = {"type": "thinking_delta", "thinking": r["reasoning"]}
-            out += _sse(
-                {"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta"
-            )
-            delta = {"type": "signature_delta", "signature": "sim"}
-            out += _sse(
-                {"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta"
-            )
-            out += _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
-        block = {
-            "type": "content_block_start",
-            "index": r["text_index"],
-            "content_block": {"type": "text", "text": ""},
-        }
-        return out + _sse(block, "content_block_start")
-
-    def deltas(self, r: dict[str, Any], pieces: tuple[str, ...]) -> bytes:
-        index = r["text_index"]
-        return b"".join(
-            _sse(
-                {
-                    "type": "content_block_delta",
-                    "index": index,
-                    "delta": {"type": "text_delta", "text": p},
-                },
-                "content_block_delta",
-            )
-            for p in pieces
-        )
-
-    def tail(self, r: dict[str, Any]) -> bytes:
-        delta = {
-            "type": "message_delta",
-            "delta": {"stop_reason": self._stops[r["finish"]], "stop_sequence": None},
-        }
-        delta["usage"] = {"output_tokens": len(r["pieces"])}
-        return (
-            _sse({"type": "content_block_stop", "index": r["text_index"]}, "content_block_stop")
-            + _sse(delta, "message_delta")
-            + _sse({"type": "message_stop"}, "message_stop")
-        )
-
-    def error_event(self) -> bytes:
-        error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-        return _sse(error, "error")
-
-
+@dataclass(slots=True)
 class _State:
-    """What /stats reports."""
+    """What /stats reports; ``reset`` zeroes it but for the calls still in flight."""
 
-    def __init__(self) -> None:
-        self.concurrency = 0
-        self.reset()
+    requests: int = 0
+    streams: int = 0
+    concurrency: int = 0
+    peak_concurrency: int = 0
+    rate_limited: int = 0
+    assistant_messages: int = 0  # assistant messages received in request histories
+    assistant_reasoning: int = 0  # ... of them carrying reasoning_content
+    statuses: Counter[str] = field(default_factory=Counter)
+    paths: Counter[str] = field(default_factory=Counter)
+    credentials: Counter[str] = field(default_factory=Counter)
 
     def reset(self) -> None:
-        self.requests = 0
-        self.streams = 0
-        self.peak = self.concurrency
-        self.rate_limited = 0
-        self.assistant_messages = 0  # assistant messages received in request histories
-        self.assistant_reasoning = 0  # ... of them carrying reasoning_content
-        self.statuses: Counter[str] = Counter()
-        self.paths: Counter[str] = Counter()
-        self.credentials: Counter[str] = Counter()
+        fresh = _State(concurrency=self.concurrency, peak_concurrency=self.concurrency)
+        for f in fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
 
     def snapshot(self) -> dict[str, Any]:
-        return {
-            "requests": self.requests,
-            "streams": self.streams,
-            "concurrency": self.concurrency,
-            "peak_concurrency": self.peak,
-            "rate_limited": self.rate_limited,
-            "assistant_messages": self.assistant_messages,
-            "assistant_reasoning": self.assistant_reasoning,
-            "statuses": dict(self.statuses),
-            "paths": dict(self.paths),
-            "credentials": dict(self.credentials),
-        }
+        values = ((f.name, getattr(self, f.name)) for f in fields(self))
+        return {name: dict(v) if isinstance(v, Counter) else v for name, v in values}
 
 
 class _SimAPI:
@@ -319,8 +93,8 @@ class _SimAPI:
         self.config = config
         self.state = _State()
         self.behaviour = SimBehaviour(config.settings, random.Random(config.seed))
-        self.openai_dialect = _OpenAI()
-        self.anthropic_dialect = _Anthropic()
+        self.openai_wire = OpenAIWire()
+        self.anthropic_wire = AnthropicWire()
         ms = config.settings.retry_after_ms
         self.retry_headers = {
             "retry-after-ms": str(round(ms)),
@@ -330,10 +104,10 @@ class _SimAPI:
         self.marked = 0  # requests seen with x-sim-times
 
     async def openai(self, request: Request) -> Response:
-        return await self.handle(request, self.openai_dialect)
+        return await self.handle(request, self.openai_wire)
 
     async def anthropic(self, request: Request) -> Response:
-        return await self.handle(request, self.anthropic_dialect)
+        return await self.handle(request, self.anthropic_wire)
 
     async def models(self, request: Request) -> Response:
         model = self.config.model or "sim-model"
@@ -352,7 +126,7 @@ class _SimAPI:
 
     def error(
         self,
-        dialect: Any,
+        wire: Wire,
         status: int,
         message: str,
         kind: str | None = None,
@@ -362,31 +136,31 @@ class _SimAPI:
         self.state.statuses[str(status)] += 1
         if status in (429, 529):
             self.state.rate_limited += 1
-        body = dialect.error_body(status, kind, message, code)
+        body = wire.error_body(status, kind, message, code)
         return Response(body, status_code=status, media_type=_JSON, headers=headers)
 
-    def forced(self, dialect: Any, status: int, headers: Any) -> Response:
+    def forced(self, wire: Wire, status: int, headers: Any) -> Response:
         extra = dict(self.retry_headers) if status in (429, 503, 529) else {}
         if 300 <= status < 400:
             extra["location"] = "http://127.0.0.1:9/moved"
-        _override(extra, headers)
+        override_headers(extra, headers)
         message = headers.get("x-sim-error-message") or f"simulated HTTP {status}"
         kind, code = headers.get("x-sim-error-type"), headers.get("x-sim-error-code")
-        return self.error(dialect, status, message, kind, code, extra)
+        return self.error(wire, status, message, kind, code, extra)
 
-    async def handle(self, request: Request, dialect: Any) -> Response:
-        state, config, behaviour = self.state, self.config, self.behaviour
+    async def handle(self, request: Request, wire: Wire) -> Response:
+        """One API request: count it, then answer what the headers force, a refusal (key,
+        version, cap, a drawn error), or a reply."""
         headers = request.headers
-        state.requests += 1
-        state.paths[request.url.path] += 1
-        key = dialect.key(headers)
+        self.state.requests += 1
+        self.state.paths[request.url.path] += 1
         self._count_credentials(headers)
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
             body = None
         if not isinstance(body, dict):
-            return self.error(dialect, 400, "the request body is not a JSON object")
+            return self.error(wire, 400, "the request body is not a JSON object")
         self._count_history(body.get("messages"))
         forced, modes = headers.get("x-sim-status"), headers.get("x-sim-mode", "")
         times = headers.get("x-sim-times")
@@ -395,43 +169,53 @@ class _SimAPI:
             if self.marked > int(times):  # the first N requests only; then behave normally
                 forced, modes = None, ""
         if forced:
-            return self.forced(dialect, int(forced), headers)
-        if config.api_keys and key not in config.api_keys:
+            return self.forced(wire, int(forced), headers)
+        return self._refusal(wire, headers) or await self._answer(wire, body, modes, headers)
+
+    def _refusal(self, wire: Wire, headers: Any) -> Response | None:
+        """The error this request draws before any work (None: it is served)."""
+        config = self.config
+        if config.api_keys and wire.key(headers) not in config.api_keys:
             return self.error(
-                dialect, 401, "invalid API key", "authentication_error", "invalid_api_key"
+                wire, 401, "invalid API key", "authentication_error", "invalid_api_key"
             )
-        if dialect is self.anthropic_dialect and "anthropic-version" not in headers:
-            return self.error(dialect, 400, "anthropic-version: header is required")
-        if config.cap is not None and state.concurrency >= config.cap:
+        if wire is self.anthropic_wire and "anthropic-version" not in headers:
+            return self.error(wire, 400, "anthropic-version: header is required")
+        if config.cap is not None and self.state.concurrency >= config.cap:
             message = f"concurrency cap {config.cap} reached"
-            return self.error(dialect, 429, message, headers=self.retry_headers)
-        outcome = behaviour.outcome()
+            return self.error(wire, 429, message, headers=self.retry_headers)
+        outcome = self.behaviour.outcome()
         if outcome == ERROR:
-            return self.error(dialect, 500, "simulated server error")
+            return self.error(wire, 500, "simulated server error")
         if outcome == RATE_LIMITED:
-            return self.error(dialect, 429, "simulated rate limit", headers=self.retry_headers)
-        reply = self._reply(body, modes, dialect)
+            return self.error(wire, 429, "simulated rate limit", headers=self.retry_headers)
+        return None
+
+    async def _answer(self, wire: Wire, body: dict, modes: str, headers: Any) -> Response:
+        """A 200: one JSON body after the whole generation time, or a paced SSE stream."""
+        state = self.state
+        reply = self._reply(body, modes, wire)
         self.ids += 1
         reply["id"] = f"sim-{self.ids}"
-        response_headers = {dialect.request_id_header: reply["id"]}
+        response_headers = {wire.request_id_header: reply["id"]}
         if "x-sim-ratelimit" in headers or "x-sim-response-headers" in headers:
-            response_headers.update(dialect.limit_headers(headers.get("x-sim-ratelimit", "")))
-            _override(response_headers, headers)
-        ttft, total = behaviour.timeline(len(reply["pieces"]))
+            response_headers.update(wire.limit_headers(headers.get("x-sim-ratelimit", "")))
+            override_headers(response_headers, headers)
+        ttft, total = self.behaviour.timeline(len(reply["pieces"]))
         state.statuses["200"] += 1
         state.concurrency += 1
-        state.peak = max(state.peak, state.concurrency)
-        if body.get("stream") is not True or "plain-json" in reply["modes"]:
+        state.peak_concurrency = max(state.peak_concurrency, state.concurrency)
+        if body.get("stream") is not True or "plain-json" in modes:
             try:
                 if total:
                     await asyncio.sleep(total)
             finally:
                 state.concurrency -= 1
             return Response(
-                orjson.dumps(dialect.plain(reply)), media_type=_JSON, headers=response_headers
+                orjson.dumps(wire.plain(reply)), media_type=_JSON, headers=response_headers
             )
         state.streams += 1
-        stream = self._stream(dialect, reply, ttft, total)
+        stream = self._stream(wire, reply, ttft, total)
         return StreamingResponse(stream, media_type=_SSE, headers=response_headers)
 
     def _count_history(self, messages: Any) -> None:
@@ -458,7 +242,7 @@ class _SimAPI:
         if not seen:
             self.state.credentials["none"] += 1
 
-    def _reply(self, body: dict[str, Any], modes: str, dialect: Any) -> dict[str, Any]:
+    def _reply(self, body: dict[str, Any], modes: str, wire: Wire) -> dict[str, Any]:
         behaviour = self.behaviour
         messages = body.get("messages")
         messages = messages if isinstance(messages, list) else []
@@ -469,9 +253,9 @@ class _SimAPI:
             and isinstance(messages[-1], dict)
             and messages[-1].get("role") == "assistant"
         )
-        if dialect is self.anthropic_dialect and continuing:
+        if wire is self.anthropic_wire and continuing:
             pieces = pieces[len(pieces) // 2 :]
-        elif dialect is self.anthropic_dialect and (
+        elif wire is self.anthropic_wire and (
             "pause-turn" in modes or behaviour.chance(self.config.pause_turn_rate)
         ):
             pieces, finish = pieces[: len(pieces) // 2], "pause_turn"
@@ -492,7 +276,7 @@ class _SimAPI:
         }
 
     async def _stream(
-        self, dialect: Any, r: dict[str, Any], ttft: float, total: float
+        self, wire: Wire, r: dict[str, Any], ttft: float, total: float
     ) -> AsyncIterator[bytes]:
         behaviour, config = self.behaviour, self.config
         failing = "stream-error" in r["modes"] or behaviour.chance(config.stream_error_rate)
@@ -500,21 +284,21 @@ class _SimAPI:
         pieces = r["pieces"]
         stop_at = len(pieces) // 2 if cutting else len(pieces) + 1
         try:
-            yield dialect.head(r)
+            yield wire.head(r)
             for delay, start, end in pacing(len(pieces), ttft, total):
                 if delay:
                     await asyncio.sleep(delay)
                 if start >= stop_at:
                     break
-                chunk = dialect.first(r) if start == 0 else b""
-                yield chunk + dialect.deltas(r, pieces[start : min(end, stop_at)])
+                chunk = wire.first(r) if start == 0 else b""
+                yield chunk + wire.deltas(r, pieces[start : min(end, stop_at)])
                 if end > stop_at:
                     break
             else:
-                yield dialect.tail(r)
+                yield wire.tail(r)
                 return
             if failing:
-                yield dialect.error_event()
+                yield wire.error_event()
         finally:
             self.state.concurrency -= 1
 
@@ -531,3 +315,63 @@ def build_app(config: SimConfig) -> Starlette:
         Route("/stats/reset", api.reset, methods=["POST", "GET"]),
     ]
     return Starlette(routes=routes)
+
+
+def check_host(host: str, *, explicit: bool) -> None:
+    """Refuse a non-loopback address unless the user named it: a test server with no auth
+    should not face a network by accident."""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback and not explicit:
+        raise UsageError(
+            f"refusing to listen on {host}, which is not a loopback address — "
+            "pass --host explicitly to serve the network"
+        )
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port (port 0: a free one) and already listening."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP; without
+    # it every response waits ~40 ms for the client's delayed ACK (Nagle).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(4096)  # connections queue from now on, even before the server loop runs
+    return sock
+
+
+def uvicorn_server(config: SimConfig) -> Any:
+    """The uvicorn server of ``build_app(config)``, to run on a socket from ``listen``."""
+    import uvicorn
+
+    app = build_app(config)
+    return uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            http="h11",
+            loop="asyncio",
+            lifespan="off",
+            timeout_keep_alive=60,
+            backlog=4096,
+        )
+    )
+
+
+def serve(config: SimConfig, host: str, port: int, *, echo: Any = print) -> None:
+    """Run the server in the foreground until interrupted; ``echo`` the URL once listening."""
+    sock = listen(host, port)
+    url = f"http://{host}:{sock.getsockname()[1]}"
+    server = uvicorn_server(config)
+    echo(
+        f"rrcli sim listening on {url} — openai base_url {url}/v1, anthropic base_url {url}, "
+        f"stats {url}/stats"
+    )
+    try:
+        asyncio.run(server.serve(sockets=[sock]))
+    finally:
+        sock.close()

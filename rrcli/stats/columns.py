@@ -17,15 +17,16 @@ unknown event (a newer rrcli) are skipped without counting.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from operator import attrgetter
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 import msgspec
 import numpy as np
 
+from rrcli.records.traceschema import CALL, OUTCOMES, parse_rfc3339
+
 _BLOCK_BYTES = 1 << 22
-_OUTCOMES = {"ok": 0, "retry": 1, "error": 2}
+_OUTCOMES = {name: code for code, name in enumerate(OUTCOMES)}  # ok 0, retry 1, error 2
 KEY_FIELDS = {
     "deployment": "deployment",
     "model": "model",
@@ -35,20 +36,25 @@ KEY_FIELDS = {
 }
 
 
-class _Call(msgspec.Struct, tag="call", tag_field="event", gc=False):
-    run_id: str
-    deployment: str
-    outcome: Literal["ok", "retry", "error"]
-    ts_start: str
-    ts_end: str
-    latency_ms: float | None = None
-    ttft_ms: float | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    stream: bool | None = None
-    model: str | None = None
-    http_status: int | None = None
-    error_type: str | None = None
+# The call fields stats reads, typed as the schema says; all but the first five may be absent
+# or null in a line (an older or a hand-written trace). Kept in the schema's order, which is the
+# writer's: msgspec matches each key fastest when it comes where the struct expects it.
+_REQUIRED = ("run_id", "deployment", "outcome", "ts_start", "ts_end")
+_READ = _REQUIRED + tuple(KEY_FIELDS.values()) + (
+    "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "stream",
+)  # fmt: skip
+_Call = msgspec.defstruct(
+    "_Call",
+    [
+        (name, kind) if name in _REQUIRED else (name, kind | None, None)
+        for name, kind in CALL
+        if name in _READ
+    ],
+    tag="call",
+    tag_field="event",
+    kw_only=True,
+    gc=False,
+)
 
 
 class _Price(msgspec.Struct, gc=False):
@@ -82,21 +88,6 @@ class _RunEnd(msgspec.Struct, tag="run_end", tag_field="event", gc=False):
 
 _DECODER = msgspec.json.Decoder(_Call | _Run | _RunEnd)
 _NUMBERS = attrgetter("latency_ms", "ttft_ms", "input_tokens", "output_tokens")
-
-
-def rfc3339(ms: float) -> str:
-    """Epoch milliseconds → ``2026-11-29T21:31:29.123Z``."""
-    dt = datetime.fromtimestamp(ms / 1000.0, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
-
-
-def parse_ts(value: str) -> float | None:
-    """An RFC 3339 timestamp → epoch ms (UTC when naive); None when it is not one."""
-    try:
-        dt = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp() * 1000.0
 
 
 @dataclass(slots=True)
@@ -259,11 +250,11 @@ class TraceReader:
         if type(record) is _RunEnd:
             info.jobs, info.interrupted = record.jobs, record.interrupted
             return
-        start = parse_ts(record.ts)
+        start = parse_rfc3339(record.ts)
         if start is None:
             self.malformed += 1
         elif info.start_ms is None:
-            info.start_ms = start
+            info.start_ms = start * 1000.0
             info.profile, info.strategy = record.profile.name, record.profile.strategy
             info.backends = {b.id: b for b in record.profile.backends}
 
@@ -315,4 +306,4 @@ def _timestamps(values: list[str]) -> np.ndarray:
                 return raw.astype("S23").astype("datetime64[ms]").astype(np.int64).astype(float)
             except ValueError:
                 pass
-    return np.array([parse_ts(v) for v in values], dtype=float)
+    return np.array([parse_rfc3339(v) for v in values], dtype=float) * 1000.0

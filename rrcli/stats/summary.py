@@ -36,12 +36,12 @@ from typing import IO, Any
 import numpy as np
 
 from rrcli.errors import UsageError
-from rrcli.stats.columns import Columns, TraceReader, parse_ts, rfc3339
+from rrcli.records.traceschema import JOB_COUNTS, parse_rfc3339, rfc3339
+from rrcli.stats.columns import KEY_FIELDS, Columns, TraceReader
 
 __all__ = ["BY_FIELDS", "parse_since", "summarize"]
 
-BY_FIELDS = ("deployment", "model", "status", "error_type", "run")
-_JOB_KEYS = ("ok", "error", "invalid", "skipped")
+BY_FIELDS = tuple(KEY_FIELDS)  # what --by groups on
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
 _PARALLEL_BYTES = 64 << 20
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -158,13 +158,13 @@ def parse_since(value: str | datetime | None, now: datetime) -> float | None:
     if age:
         delta = timedelta(**{_UNITS[age[2]]: float(age[1])})
         return (now - delta).timestamp() * 1000.0
-    ms = parse_ts(value.strip().replace(" ", "T", 1))
-    if ms is None:
+    seconds = parse_rfc3339(value.strip().replace(" ", "T", 1))
+    if seconds is None:
         raise UsageError(
             f"--since {value!r}: expected a time such as 2026-11-29T21:00:00Z or 2026-11-29, "
             "or an age such as 30m, 2h or 1d"
         )
-    return ms
+    return seconds * 1000.0
 
 
 def _check_path(path: Path) -> None:
@@ -290,7 +290,7 @@ def _sweep(t0: np.ndarray, t1: np.ndarray) -> tuple[int, float]:
 
 def _jobs(reader: TraceReader, runs: list[str]) -> dict[str, int]:
     """Job outcomes summed over the selected runs' run_end records."""
-    total = dict.fromkeys(_JOB_KEYS, 0)
+    total = dict.fromkeys(JOB_COUNTS, 0)
     for run_id in runs:
         for name, count in (reader.run_info(run_id).jobs or {}).items():
             total[name] = total.get(name, 0) + count
@@ -302,7 +302,7 @@ def _run_row(reader: TraceReader, cols: Columns, run_id: str, start: float) -> d
     code = reader.run_ids.get(run_id)
     return {
         "run_id": run_id,
-        "start": rfc3339(start),
+        "start": rfc3339(start / 1000.0),
         "profile": info.profile,
         "strategy": info.strategy,
         "calls": int((cols.run == code).sum()) if code is not None else 0,
@@ -334,7 +334,12 @@ def _timeline(reader, cols, runs, bins: int) -> dict[str, Any]:
                 "mean_in_flight": [float(v) for v in _mean_in_flight(t0, t1, edges)],
             }
         )
-    return {"start": rfc3339(lo), "end": rfc3339(hi), "bin_ms": (hi - lo) / bins, "series": series}
+    return {
+        "start": rfc3339(lo / 1000.0),
+        "end": rfc3339(hi / 1000.0),
+        "bin_ms": (hi - lo) / bins,
+        "series": series,
+    }
 
 
 def _mean_in_flight(t0: np.ndarray, t1: np.ndarray, edges: np.ndarray) -> np.ndarray:

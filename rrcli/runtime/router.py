@@ -3,12 +3,13 @@
 The router owns what changes while a run goes: each backend's calls in flight, EWMA latency,
 cooldown and display counters, the session bindings, and the queue of requests waiting for
 ``first_available``. A strategy (strategies.py) picks among the eligible backends; the router
-takes the slot on the chosen backend's gate and hands it back as a ``Lease``.
+takes the slot on the chosen backend's gate and hands it back as a ``Lease``. It is the gates'
+one driver: every attempt starts at ``admit`` (slot, rate budget) and is ``observe``d once.
 
-Counters cannot drift: a backend's ``in_flight`` goes up only in ``_grant`` (a lease now holds a
-slot) and down only in ``release`` (it no longer does), each guarded by ``lease.held``; a request
-cancelled while waiting never got a lease, and a slot handed to it as it was cancelled is passed
-on. All times are seconds unless a name ends in ``_ms``; clock, rng and sleep are passed in.
+Counters cannot drift: ``in_flight`` goes up only in ``_grant`` and down only in ``release``,
+each guarded by ``lease.held``; a request cancelled while waiting never got a lease, and a slot
+handed to it as it was cancelled is passed on. Times are seconds unless a name ends in ``_ms``;
+clock, rng and sleep are passed in.
 """
 
 from __future__ import annotations
@@ -16,63 +17,28 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
-from rrcli.config.profile import Backend, Profile
+from rrcli.config.profile import Profile
 from rrcli.errors import NoBackendError, ProviderError
-from rrcli.run.gate import Clock, Gate, Sleep
-from rrcli.run.strategies import Candidate, FirstAvailable, make_strategy
+from rrcli.runtime.gate import Clock, Gate, Sleep
+from rrcli.runtime.lease import BackendState, Lease
+from rrcli.runtime.strategies import Candidate, FirstAvailable, make_strategy
 
-__all__ = ["EWMA_ALPHA", "BackendState", "Lease", "Router"]
+if TYPE_CHECKING:
+    from rrcli.runtime.attempt import Attempt
+
+__all__ = ["EWMA_ALPHA", "Router"]
 
 log = structlog.get_logger()
 
 EWMA_ALPHA = 0.3  # weight of the newest latency sample
 POLL_INITIAL = 0.03  # first_available: the first wait before polling the gates again
 POLL_MAX = 1.0  # ... doubling up to this
-
-
-@dataclass(slots=True, eq=False)
-class BackendState:
-    """One backend's live state. ``in_flight`` counts this backend's own calls (its gate may be
-    shared with others of its scope); the counters feed the live display."""
-
-    backend: Backend
-    gate: Gate
-    position: int
-    clock: Clock = field(repr=False)
-    in_flight: int = 0
-    done: int = 0  # successful attempts
-    retries: int = 0  # attempts taken again after a failure (trace outcome "retry")
-    failed_attempts: int = 0
-    ewma_latency_ms: float | None = None
-    cooldown_until: float = 0.0
-    failures_in_a_row: int = 0
-
-    @property
-    def errors(self) -> int:
-        """Failed attempts that no retry followed (trace outcome "error")."""
-        return self.failed_attempts - self.retries
-
-    @property
-    def cap(self) -> int:
-        return self.gate.cap
-
-    @property
-    def cooling(self) -> bool:
-        return self.clock() < self.cooldown_until
-
-
-@dataclass(slots=True, eq=False)
-class Lease:
-    """A routed call. While ``held`` it holds one slot of ``state.gate``."""
-
-    state: BackendState
-    binding: str | None = None  # "new" | "kept" | "rebound" | None (binding = "request")
-    held: bool = True
 
 
 @dataclass(slots=True, eq=False)
@@ -101,6 +67,10 @@ class Router:
         )
         self._by_id = {s.backend.id: s for s in self.states}
         self._strategy = make_strategy(profile, rng)
+        self._admitted = tuple(s for s in self.states if self._strategy.admits(s.backend))
+        # a strategy blind to load sees only what never changes: its candidates, built once
+        fixed = tuple(Candidate(s.position, s.backend.weight) for s in self.states)
+        self._fixed = None if self._strategy.load_aware else fixed
         self._skip_cooling = self._strategy.load_aware or profile.cooldown.round_robin
         self._rng = rng
         self._clock = clock
@@ -166,51 +136,52 @@ class Router:
         lease.state.in_flight -= 1
         await self._free(lease.state.gate)
 
-    def observe(
-        self,
-        state: BackendState,
-        *,
-        latency_ms: float | None = None,
-        error: ProviderError | None = None,
-        pause: float | None = None,
-    ) -> None:
-        """One attempt's outcome: EWMA latency (successes only), display counters, cooldown, the
-        gate's AIMD and a server-given pause: ``pause`` seconds from a success's rate-limit
-        headers (a budget spent until its reset) hold the gate and cool the backend."""
-        now = self._clock()
-        if error is None:
-            state.done += 1
-            state.failures_in_a_row = 0
-            if latency_ms is not None:
-                old = state.ewma_latency_ms
-                state.ewma_latency_ms = (
-                    latency_ms if old is None else old + EWMA_ALPHA * (latency_ms - old)
-                )
-            state.gate.record(False)
-            if pause:
-                self._cool(state, now + pause, "rate_limit_headers")
-                state.gate.pause_until(now + pause)
+    def admit(self, lease: Lease, tokens: int) -> Awaitable[None]:
+        """Await it until the lease's next attempt may start: its slot again if a retry gave it
+        back (``reacquire``), then the rpm/tpm budget for ``tokens``. Every attempt starts here.
+        A lease holding its slot awaits the gate's reservation itself: no coroutine between."""
+        if lease.held:
+            return lease.state.gate.reserve(tokens)
+        return self._readmit(lease, tokens)
+
+    async def _readmit(self, lease: Lease, tokens: int) -> None:
+        await self.reacquire(lease)
+        await lease.state.gate.reserve(tokens)
+
+    async def observe(self, attempt: Attempt) -> None:
+        """One attempt, while it still holds its slot: display counters, EWMA latency, cooldowns,
+        AIMD, a server-given pause (a 429's Retry-After; a success's rate-limit headers saying a
+        budget is spent until its reset), and the tpm booking corrected by the reply's usage."""
+        state = self._by_id[attempt.backend.id]
+        reply, error = attempt.reply, attempt.error
+        if reply is None:
+            assert error is not None  # an attempt has its reply or its error
+            self._failed(state, error)
             return
-        state.failed_attempts += 1
-        if error.rate_limited:
-            state.gate.record(True)
-        if error.retry_after is not None and error.rate_limited:
-            self._cool(state, now + error.retry_after, "retry_after")
-            if self.profile.retry.respect_retry_after:
-                state.gate.pause_until(now + error.retry_after)
-        if error.transient:
-            state.failures_in_a_row += 1
-            limit = self.profile.cooldown.consecutive_failures
-            if limit and state.failures_in_a_row >= limit:
-                state.failures_in_a_row = 0
-                self._cool(state, now + self.profile.cooldown.duration, "consecutive_failures")
+        state.done += 1
+        state.failures_in_a_row = 0
+        old, latency_ms = state.ewma_latency_ms, attempt.latency_ms
+        state.ewma_latency_ms = latency_ms if old is None else old + EWMA_ALPHA * (latency_ms - old)
+        state.gate.record(False)
+        if reply.pause_s:
+            until = self._clock() + reply.pause_s
+            self._cool(state, until, "rate_limit_headers")
+            state.gate.pause_until(until)
+        if reply.input_tokens is not None or reply.output_tokens is not None:
+            actual = (reply.input_tokens or 0) + (reply.output_tokens or 0)
+            await state.gate.settle(attempt.estimate, actual)
+
+    @property
+    def bindings(self) -> dict[str, str]:
+        """The sessions bound now: ``{session: deployment id}``."""
+        return {session: state.backend.id for session, (state, _) in self._bindings.items()}
 
     def restore_bindings(self, mapping: Mapping[str, str]) -> None:
         """Saved ``{session: deployment id}`` bindings from an earlier run (``--resume``)."""
         self._saved.update(mapping)
 
     def forget(self, session: str) -> None:
-        """Drop a finished session's binding, so memory stays flat over long runs."""
+        """Drop the binding of a session no later call can use, so memory stays flat."""
         self._bindings.pop(session, None)
         self._saved.pop(session, None)
 
@@ -224,25 +195,37 @@ class Router:
         lease.held = True
         return lease
 
+    def _failed(self, state: BackendState, error: ProviderError) -> None:
+        state.failed_attempts += 1
+        now = self._clock()
+        if error.rate_limited:
+            state.gate.record(True)
+            if error.retry_after is not None:
+                self._cool(state, now + error.retry_after, "retry_after")
+                if self.profile.retry.respect_retry_after:
+                    state.gate.pause_until(now + error.retry_after)
+        if error.transient:
+            state.failures_in_a_row += 1
+            limit = self.profile.cooldown.consecutive_failures
+            if limit and state.failures_in_a_row >= limit:
+                state.failures_in_a_row = 0
+                self._cool(state, now + self.profile.cooldown.duration, "consecutive_failures")
+
     def _cool(self, state: BackendState, until: float, reason: str) -> None:
         """Extend the cooldown to ``until``; a cooldown is never shortened."""
         if until > state.cooldown_until:
             state.cooldown_until = until
+            seconds = round(until - self._clock(), 3)
             log.info(
-                "rrcli.backend_cooling",
-                backend=state.backend.id,
-                reason=reason,
-                seconds=round(until - self._clock(), 3),
+                "rrcli.backend_cooling", backend=state.backend.id, reason=reason, seconds=seconds
             )
 
-    def _candidates(self, exclude: frozenset[str]) -> tuple[list[BackendState], float | None]:
+    def _candidates(self, exclude: frozenset[str]) -> tuple[Sequence[BackendState], float | None]:
         """The backends this decision may use, and, when every one of them is cooling, the time
         the first recovers (then the list is empty)."""
-        allowed = [
-            s
-            for s in self.states
-            if s.backend.id not in exclude and self._strategy.admits(s.backend)
-        ]
+        allowed = self._admitted
+        if exclude:
+            allowed = tuple(s for s in allowed if s.backend.id not in exclude)
         if not allowed:
             tried = ", ".join(sorted(exclude))
             raise NoBackendError(
@@ -255,8 +238,9 @@ class Router:
         warm = [s for s in allowed if not s.cooling]
         return warm, (None if warm else min(s.cooldown_until for s in allowed))
 
-    @staticmethod
-    def _snapshot(states: list[BackendState]) -> list[Candidate]:
+    def _snapshot(self, states: Sequence[BackendState]) -> list[Candidate]:
+        if self._fixed is not None:
+            return [self._fixed[s.position] for s in states]
         return [
             Candidate(
                 s.position,

@@ -19,18 +19,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
+from rrcli.runtime.scopes import scope_limits
+
 if TYPE_CHECKING:
-    import random
+    from rrcli.config.profile import Profile
 
-    from rrcli.config.profile import Backend, Profile
-
-__all__ = ["Aimd", "Clock", "Gate", "LocalGate", "Sleep", "aimd_step", "make_gates"]
+__all__ = ["Aimd", "Clock", "Gate", "Gcra", "LocalGate", "Sleep", "aimd_step", "make_gates"]
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -64,7 +64,7 @@ class Gate(Protocol):
 
 
 @dataclass(slots=True)
-class _Gcra:
+class Gcra:
     """One GCRA budget. ``interval``: seconds of budget one unit costs; ``tolerance``: the burst,
     in seconds (max(interval, 1 s): at most one second's worth at once). ``tat``: the theoretical
     arrival time, when the budget booked so far has drained."""
@@ -74,9 +74,14 @@ class _Gcra:
     tat: float = float("-inf")
 
     @classmethod
-    def per_minute(cls, limit: int) -> _Gcra:
+    def per_minute(cls, limit: int) -> Gcra:
         interval = 60.0 / limit
         return cls(interval, max(interval, 1.0))
+
+    @property
+    def burst(self) -> float:
+        """The burst in units: one second's worth, at least one."""
+        return self.tolerance / self.interval
 
     def earliest(self, units: int, now: float) -> float:
         """The first time a request of ``units`` fits; a request larger than the whole burst fits
@@ -151,8 +156,8 @@ class LocalGate:
         self._listeners: list[Callable[[], None]] = []
         self._clock = clock
         self._sleep = sleep
-        self._rpm = _Gcra.per_minute(rpm) if rpm else None
-        self._tpm = _Gcra.per_minute(tpm) if tpm else None
+        self._rpm = Gcra.per_minute(rpm) if rpm else None
+        self._tpm = Gcra.per_minute(tpm) if tpm else None
         self._adaptive = adaptive
         self._aimd = Aimd(max_concurrency)
         self._hold = 0  # attempts still to report before another decrease counts
@@ -324,48 +329,18 @@ class LocalGate:
             self._dispatch()
 
 
-def make_gates(
-    profile: Profile,
-    *,
-    clock: Clock,
-    rng: random.Random | None = None,
-    sleep: Sleep = asyncio.sleep,
-) -> dict[str, Gate]:
-    """One in-process gate per gate scope of the profile.
-
-    Backends that share a scope share one gate: its cap is the smallest ``max_concurrency`` among
-    them and its rpm/tpm the smallest set (a warning names the scope when they differ). ``rng`` is
-    unused by local gates (kept for the shared gate's signature).
-    """
-    groups: dict[str, list[Backend]] = {}
-    for backend in profile.backends:
-        groups.setdefault(backend.scope, []).append(backend)
-    gates: dict[str, Gate] = {}
-    for scope, members in groups.items():
-        caps = {b.max_concurrency for b in members}
-        rpm = _smallest(b.rpm for b in members)
-        tpm = _smallest(b.tpm for b in members)
-        if len(caps) > 1 or len({(b.rpm, b.tpm) for b in members}) > 1:
-            log.warning(
-                "rrcli.gate_scope_mismatch",
-                scope=scope,
-                backends=[b.id for b in members],
-                max_concurrency=min(caps),
-                rpm=rpm,
-                tpm=tpm,
-            )
-        gates[scope] = LocalGate(
-            scope,
-            min(caps),
-            rpm=rpm,
-            tpm=tpm,
-            adaptive=profile.gate.adaptive,
+def make_gates(profile: Profile, *, clock: Clock, sleep: Sleep = asyncio.sleep) -> dict[str, Gate]:
+    """One in-process gate per gate scope of the profile, with ``scope_limits``' limits."""
+    adaptive = profile.gate.adaptive
+    return {
+        limits.scope: LocalGate(
+            limits.scope,
+            limits.max_cap,
+            rpm=limits.rpm,
+            tpm=limits.tpm,
+            adaptive=adaptive,
             clock=clock,
             sleep=sleep,
         )
-    return gates
-
-
-def _smallest(values: Iterable[int | None]) -> int | None:
-    given = [v for v in values if v]
-    return min(given) if given else None
+        for limits in scope_limits(profile.backends)
+    }

@@ -2,8 +2,9 @@
 
 The call loop produces these and nothing else; every observer (the trace writer, the log, the
 router's counters, cooldowns and AIMD, the rpm/tpm settlement) reads the same frozen record, the
-way stamina hands one ``RetryDetails`` to every hook. Times: ``*_s`` and unsuffixed are seconds
-(``ts_*`` epoch, the rest monotonic), ``*_ms`` milliseconds.
+way stamina hands one ``RetryDetails`` to every hook, and ``records.results`` builds a job's
+result line from its ``CallOutcome`` alone. Times: ``*_s`` and unsuffixed are seconds (``ts_*``
+epoch, the rest monotonic), ``*_ms`` milliseconds.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from rrcli.config.profile import Backend
     from rrcli.errors import ProviderError
     from rrcli.providers.base import Reply
+    from rrcli.records.jobs import InvalidJob, Job
 
 __all__ = ["Attempt", "CallOutcome", "Decision"]
 
@@ -58,21 +60,44 @@ class Attempt:
         error."""
         return "retry" if self.decision == "failover" else self.decision
 
+    @property
+    def http_status(self) -> int | None:
+        """The answer's status; None when no response came (connection error, timeout)."""
+        if self.reply is not None:
+            return self.reply.http_status
+        return None if self.error is None else self.error.status_code
+
+    @property
+    def error_type(self) -> str | None:
+        return None if self.error is None else self.error.type
+
 
 @dataclass(frozen=True, slots=True)
 class CallOutcome:
-    """How one job ended: the only input of its result line (``records.results``)."""
+    """How one job, or one turn of a session, ended: the only input of its result line.
 
-    job_id: str | int
+    ``attempt`` is the last attempt (the deployment, the attempt count, the latency), None for an
+    invalid line or a call that found no backend; ``reply`` the answer (``ok``: a paused turn's
+    parts joined; a session: its last turn's); ``error`` the result's ``error`` object. A session
+    carries its finished ``turns``, each a turn's own outcome.
+    """
+
+    job: Job | InvalidJob
     status: Literal["ok", "error", "invalid"]
-    attempts: int = 0
-    deployment: str | None = None
-    model: str | None = None
-    reply: Reply | None = None  # ok: the last call's reply (a paused turn's parts joined)
-    latency_ms: float | None = None
-    error: dict[str, Any] | None = None  # error/invalid: the result's ``error`` object
-    metadata: dict[str, Any] | None = None
+    attempt: Attempt | None = None
+    reply: Reply | None = None
+    error: dict[str, Any] | None = None
     session: str | None = None  # written when bindings must survive --resume
-    turns: tuple[dict[str, Any], ...] | None = None  # sessions: one entry per finished turn
-    usage: dict[str, int] | None = None  # sessions: the turns' usage summed
-    duplicate_of: str | int | None = None  # invalid: the id this line repeats
+    turns: tuple[CallOutcome, ...] = ()
+
+    @property
+    def attempts(self) -> int:
+        """The attempts of the call that ended here, across failover (0 when none was made; a
+        session's line sums its turns')."""
+        return 0 if self.attempt is None else self.attempt.number
+
+    @property
+    def body(self) -> dict[str, Any] | None:
+        """The provider's response body, for the batch formats: a single call's only (a session's
+        line is not one response)."""
+        return None if self.reply is None or self.turns else self.reply.body

@@ -24,7 +24,7 @@ from rrcli.errors import ProviderError, UsageError
 from rrcli.providers import make_provider
 from rrcli.providers.translate import dialect_of
 from rrcli.records.jobs import InvalidJob, iter_jobs
-from rrcli.run.eligibility import Eligibility
+from rrcli.runtime.eligibility import Eligibility
 
 __all__ = ["CheckReport", "JobsReport", "ProbeResult", "check_jobs", "probe", "validate"]
 

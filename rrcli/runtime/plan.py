@@ -3,6 +3,8 @@
 The plan is what a user checks before spending money: calls per deployment, estimated input
 tokens and, where backends have a ``price``, the estimated input cost; and the jobs a run would
 find invalid because no backend's API can express their params (``refused``, one message each).
+It writes and repairs no file, so it does not read a results file either: with ``--resume`` it
+still plans every selected job (the run skips those already ``ok``).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from dataclasses import dataclass, field
 from rrcli.config.profile import Profile
 from rrcli.providers.translate import dialect_of
 from rrcli.records.jobs import InvalidJob, iter_jobs
-from rrcli.run.eligibility import Eligibility
-from rrcli.run.engine import RunSummary, estimate_tokens
-from rrcli.run.runner import RunOptions, make_router, open_jobs, select_jobs
+from rrcli.runtime.control import RunSummary
+from rrcli.runtime.eligibility import Eligibility
+from rrcli.runtime.runner import RunOptions, make_router, open_jobs, select_jobs
+from rrcli.tokens import estimate_input_tokens
 
 __all__ = ["Plan", "plan"]
 
@@ -27,7 +30,6 @@ class Plan:
 
     jobs: int = 0
     invalid: int = 0
-    skipped: int = 0
     calls: dict[str, int] = field(default_factory=dict)
     input_tokens: dict[str, int] = field(default_factory=dict)
     input_cost: dict[str, float] | None = None
@@ -66,7 +68,7 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
                 await router.release(lease)
                 backend_id = lease.state.backend.id
                 result.calls[backend_id] += 1
-                result.input_tokens[backend_id] += estimate_tokens(history, {})
+                result.input_tokens[backend_id] += estimate_input_tokens(history)
     prices = {b.id: b.price for b in profile.backends if b.price is not None}
     if prices:
         result.input_cost = {

@@ -33,9 +33,10 @@ from rrcli.providers import make_provider
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs, shard_of
 from rrcli.records.results import ResultWriter, prepare_output
 from rrcli.records.trace import TraceWriter, new_run_id
-from rrcli.run.engine import Engine, RunControl, RunSummary
-from rrcli.run.options import RunOptions
-from rrcli.run.router import Router
+from rrcli.runtime.control import RunControl, RunSummary
+from rrcli.runtime.engine import Engine
+from rrcli.runtime.options import RunOptions
+from rrcli.runtime.router import Router
 
 __all__ = ["RunControl", "RunOptions", "RunSummary", "run", "run_sync"]
 
@@ -177,13 +178,13 @@ def make_router(
 ) -> tuple[Router, Mapping[str, Any]]:
     """The router and the gates under it; ``local`` forces in-process gates (--dry-run)."""
     if profile.gate.kind == "redis" and not local:
-        from rrcli.run.redis_gate import make_redis_gates
+        from rrcli.runtime.redis_gate import make_redis_gates
 
         gates = make_redis_gates(profile, rng=rng)  # GateUnavailableError: exit 2, nothing sent
     else:
-        from rrcli.run.gate import make_gates
+        from rrcli.runtime.gate import make_gates
 
-        gates = make_gates(profile, clock=time.monotonic, rng=rng)
+        gates = make_gates(profile, clock=time.monotonic)
     return Router(profile, gates, rng=rng, clock=time.monotonic, sleep=asyncio.sleep), gates
 
 

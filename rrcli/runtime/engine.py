@@ -1,0 +1,363 @@
+"""What happens to one job: route, attempt, retry on the same backend, write the result once
+(SPEC §6-§7).
+
+``Engine.worker`` is one of the run's ``concurrency`` coroutines; every worker pulls from one
+shared job iterator. Each HTTP attempt becomes one frozen ``Attempt`` that every observer reads:
+the trace, the log, the router (which alone drives the gates). On a transient failure the slot is
+released, the policy's delay slept, and a slot on the SAME backend taken again; with ``failover``
+a spent budget routes the call among the backends not yet tried. A job ends as one
+``CallOutcome``, its result line's only input: one failing job never cancels its siblings.
+``runner.py`` sets the run up around the workers (outputs, signals, flushing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import structlog
+
+from rrcli.config.profile import Backend, Profile
+from rrcli.errors import NoBackendError, ProviderError
+from rrcli.providers.base import Call, Provider, Reply
+from rrcli.providers.translate import dialect_of
+from rrcli.records.jobs import InvalidJob, Job
+from rrcli.records.result_line import result_line
+from rrcli.records.trace import TraceWriter
+from rrcli.runtime.attempt import Attempt, CallOutcome, Decision
+from rrcli.runtime.control import RunControl, RunSummary
+from rrcli.runtime.eligibility import Eligibility
+from rrcli.runtime.lease import Lease
+from rrcli.runtime.retry import RetryPolicy
+from rrcli.runtime.router import Router
+from rrcli.tokens import estimate_call_tokens
+
+__all__ = ["Engine", "ResultSink"]
+
+log = structlog.get_logger("rrcli")
+
+
+class ResultSink(Protocol):
+    """Where results go: a ResultWriter, or a callback for ``--prompt``."""
+
+    def write(self, result: dict[str, Any], *, body: dict[str, Any] | None = None) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+@dataclass(slots=True, eq=False)
+class Engine:
+    """One run's live state: the router, the providers, the writers and the counters.
+    ``stream`` is --stream; ``on_text`` takes text as it arrives (--prompt --stream)."""
+
+    profile: Profile
+    stream: bool
+    on_text: Callable[[str], None] | None
+    router: Router
+    providers: Mapping[str, Provider]
+    results: ResultSink
+    traces: TraceWriter
+    summary: RunSummary
+    control: RunControl
+    rng: random.Random
+    policy: RetryPolicy = field(init=False)
+    session_binding: bool = field(init=False)
+    eligibility: Eligibility = field(init=False)
+    _log_calls: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.policy = RetryPolicy(self.profile.retry, self.rng)
+        self.session_binding = self.profile.binding == "session"
+        self.eligibility = Eligibility(self.profile.backends)
+        self._log_calls = _debug_logged()
+
+    async def worker(self, jobs: Iterator[Job | InvalidJob]) -> None:
+        for n, job in enumerate(jobs, 1):
+            if self.control.stopping:
+                return
+            # calls that never suspend (sim at zero latency) must not starve the loop
+            if n % 64 == 0:
+                await asyncio.sleep(0)
+            if isinstance(job, InvalidJob):
+                outcome = CallOutcome(job, "invalid")
+            elif (refusal := self._refusal(job)) is not None:
+                outcome = CallOutcome(refusal, "invalid")
+            elif job.kind == "session":
+                outcome = await self._run_session(job)
+            else:
+                outcome = await self._call(job, list(job.messages), 0)
+            self._finish(outcome)
+
+    def _finish(self, outcome: CallOutcome) -> None:
+        """A job ended: its one result line, the counters, a failure logged, and a binding no
+        later job can use forgotten."""
+        self.results.write(result_line(outcome), body=outcome.body)
+        job = outcome.job
+        if outcome.status == "ok":
+            self.summary.ok += 1
+        elif outcome.status == "error":
+            self.summary.error += 1
+            _log_failure(outcome)
+        else:
+            self.summary.invalid += 1
+            return
+        # a line that names no session has its own key as session (the same str object):
+        # no other line can share it; a session named by the line may have more jobs to come
+        if self.session_binding and isinstance(job, Job) and job.session is job.key:
+            self.router.forget(job.session)
+
+    async def _run_session(self, job: Job) -> CallOutcome:
+        """A session's turns in order, each a call with the whole history so far."""
+        history = list(job.messages)
+        turns: list[CallOutcome] = []
+        for turn, text in enumerate(job.turns):
+            history.append({"role": "user", "content": text})
+            outcome = await self._call(job, history, turn)
+            if outcome.status == "error":
+                return replace(outcome, turns=tuple(turns))
+            assert outcome.reply is not None
+            history.append(_assistant_message(outcome.reply))
+            turns.append(outcome)
+        return replace(turns[-1], turns=tuple(turns))
+
+    async def _call(self, job: Job, messages: list[dict[str, Any]], turn: int) -> CallOutcome:
+        """One call of a job: its attempts on the routed backend; with ``failover``, when that
+        backend's budget is spent on a transient error, on a backend not yet tried."""
+        # backends whose API cannot express the job's params count as tried from the start
+        tried, _ = self.eligibility.check(job.params, dialect_of(job.kind))
+        outcome: CallOutcome | None = None
+        while True:
+            queued = time.monotonic()  # queue_ms counts the wait for a slot from here
+            try:
+                lease = await self.router.acquire(
+                    session=job.session if self.session_binding else None, exclude=tried
+                )
+            except NoBackendError as exc:
+                # failover found no backend left to try: the last real error is the job's
+                if outcome is not None:
+                    return outcome
+                error = {"type": "no_backend", "message": str(exc)}
+                return CallOutcome(job, "error", error=error, session=self._session_of(job))
+            failover = self.profile.retry.failover and len(tried) + 1 < len(self.router.states)
+            before = 0 if outcome is None else outcome.attempts
+            try:
+                outcome = await self._attempts(job, messages, turn, lease, before, queued, failover)
+            finally:
+                if lease.held:  # cancelled while holding the slot
+                    await asyncio.shield(self.router.release(lease))
+            if outcome.attempt is None or outcome.attempt.decision != "failover":
+                return outcome
+            tried |= {lease.state.backend.id}
+
+    async def _attempts(
+        self,
+        job: Job,
+        messages: list[dict[str, Any]],
+        turn: int,
+        lease: Lease,
+        before: int,
+        queued: float,
+        failover: bool,
+    ) -> CallOutcome:
+        """The attempts of one call on the leased backend, numbered on from ``before``: a retry
+        after its backoff, an Anthropic pause_turn continued on the same slot; ``failover``: the
+        call may move on when the budget here is spent. Returns with the slot released."""
+        backend = lease.state.backend
+        provider = self.providers[backend.id]
+        call = self._request(job, messages, backend)
+        estimate = estimate_call_tokens(messages, call.params)
+        echo = _Echo(self.on_text) if (call.stream and self.on_text is not None) else None
+        number, first_try, paused = before, time.monotonic(), None
+        while True:
+            number += 1
+            await self.router.admit(lease, estimate)
+            started, ts_start = time.monotonic(), time.time()
+            try:
+                reply, error = await provider.send(call, echo), None
+            except ProviderError as exc:
+                reply, error = None, exc
+            ended = time.monotonic()
+            printed = echo is not None and echo.printed
+            backoff = self._backoff(error, number - before, ended - first_try, printed)
+            decision = _decide(error, backoff, failover and not printed)
+            attempt = Attempt(  # positional: keywords would cost 2 % of a zero-latency run
+                job.id, job.session, turn, number, backend, lease.binding, call.stream, ts_start,
+                started, ended, started - queued, estimate, reply, error, decision, backoff,
+            )  # fmt: skip
+            await self._observe(attempt, provider.server_address)
+            if backoff is not None:
+                await self._back_off(lease, attempt, backoff)
+                queued = time.monotonic()
+                continue
+            if reply is not None and paused is not None:  # the end of a paused turn
+                reply = _join(paused, reply)
+            if reply is None or reply.continuation is None:
+                await self.router.release(lease)
+                return self._outcome(job, attempt, reply)
+            # Anthropic pause_turn: the same turn goes on, on the same backend and slot
+            paused = reply
+            call = replace(call, messages=[*call.messages, reply.continuation])
+            queued = time.monotonic()
+
+    def _request(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
+        """The call as sent to ``backend``: its params under the job's (the job wins), merged
+        here once; streamed with --stream, the job's own ``stream`` or ``stream = true`` in the
+        backend's params; in the job's dialect (the adapter translates for the other API)."""
+        params = {**backend.params, **job.params}
+        stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
+        return Call(messages, params, stream, dialect_of(job.kind))
+
+    def _refusal(self, job: Job) -> InvalidJob | None:
+        """The job as an invalid line when no backend's API can express its params."""
+        _, refusal = self.eligibility.check(job.params, dialect_of(job.kind))
+        if refusal is None:
+            return None
+        return InvalidJob(job.id, job.line, f"line {job.line}: {refusal}")  # type: ignore[arg-type]
+
+    def _backoff(
+        self, error: ProviderError | None, retry: int, elapsed: float, printed: bool
+    ) -> float | None:
+        """The sleep before retry number ``retry`` on the same backend, None for no retry (a
+        success, a final error, or text already printed: never shown twice)."""
+        if error is None or printed:
+            return None
+        return self.policy.delay(retry, error, elapsed)
+
+    def _observe(self, attempt: Attempt, server_address: str | None) -> Awaitable[None]:
+        """Hand the attempt to each observer: the trace, with -v the log, and the router
+        (counters, cooldowns, AIMD, pauses, the tpm settlement), whose coroutine is returned
+        for the loop to await (one coroutine an attempt fewer on the hot path)."""
+        self.traces.call(attempt, server_address)
+        if self._log_calls:
+            log.debug(
+                "rrcli.call",
+                job_id=attempt.job_id,
+                deployment=attempt.backend.id,
+                attempt=attempt.number,
+                outcome=attempt.outcome,
+                http_status=attempt.http_status,
+                error_type=attempt.error_type,
+                latency_ms=attempt.latency_ms,
+            )
+        return self.router.observe(attempt)
+
+    async def _back_off(self, lease: Lease, attempt: Attempt, delay: float) -> None:
+        """Give the slot back and sleep before the retry (a waiting job holds no slot)."""
+        await self.router.release(lease)
+        log.info(
+            "rrcli.retry_scheduled",
+            job_id=attempt.job_id,
+            backend=attempt.backend.id,
+            attempt=attempt.number,
+            delay_s=round(delay, 3),
+            error_type=attempt.error_type,
+        )
+        await asyncio.sleep(delay)
+
+    def _outcome(self, job: Job, attempt: Attempt, reply: Reply | None) -> CallOutcome:
+        session = self._session_of(job)
+        if reply is None:
+            assert attempt.error is not None
+            error = attempt.error.as_dict()
+            return CallOutcome(job, "error", attempt, error=error, session=session)
+        return CallOutcome(job, "ok", attempt, reply, None, session)
+
+    def _session_of(self, job: Job) -> str | None:
+        """The session a result line names: when bindings must survive --resume, and always
+        for a session."""
+        return job.session if (self.session_binding or job.kind == "session") else None
+
+
+class _Echo:
+    """--prompt --stream: text printed as it arrives; once any was, the call is never retried."""
+
+    __slots__ = ("_out", "printed")
+
+    def __init__(self, out: Callable[[str], None]) -> None:
+        self._out = out
+        self.printed = False
+
+    def __call__(self, text: str) -> None:
+        self.printed = True
+        self._out(text)
+
+
+def _decide(error: ProviderError | None, backoff: float | None, failover: bool) -> Decision:
+    """What follows an attempt: ``failover`` when this backend's budget is spent on a transient
+    error and another backend may take the call."""
+    if error is None:
+        return "ok"
+    if backoff is not None:
+        return "retry"
+    return "failover" if failover and error.transient else "error"
+
+
+def _assistant_message(reply: Reply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.output}
+    if reply.reasoning_content:
+        message["reasoning_content"] = reply.reasoning_content
+    return message
+
+
+def _join(first: Reply, rest: Reply) -> Reply:
+    """A turn continued after Anthropic's pause_turn: one output, the usage of both calls."""
+
+    def add(a: int | None, b: int | None) -> int | None:
+        return None if a is None and b is None else (a or 0) + (b or 0)
+
+    body = rest.body
+    if first.body is not None and rest.body is not None:  # batch formats write the body
+        body = _join_bodies(first.body, rest.body)
+    reasoning = rest.reasoning_content
+    if first.reasoning_content:
+        reasoning = first.reasoning_content + (rest.reasoning_content or "")
+    return replace(
+        rest,
+        output=first.output + rest.output,
+        input_tokens=add(first.input_tokens, rest.input_tokens),
+        output_tokens=add(first.output_tokens, rest.output_tokens),
+        reasoning_content=reasoning,
+        ttft_ms=first.ttft_ms if rest.ttft_ms is None else rest.ttft_ms,
+        body=body,
+    )
+
+
+def _join_bodies(first: dict[str, Any], rest: dict[str, Any]) -> dict[str, Any]:
+    """One Anthropic message of a paused turn's two: both parts' content blocks, usage summed."""
+    joined = dict(rest)
+    if isinstance(first.get("content"), list) and isinstance(rest.get("content"), list):
+        joined["content"] = first["content"] + rest["content"]
+    a, b = first.get("usage"), rest.get("usage")
+    if isinstance(a, dict) and isinstance(b, dict):
+        joined["usage"] = {
+            k: a.get(k, 0) + v if isinstance(v, int) and isinstance(a.get(k, 0), int) else v
+            for k, v in b.items()
+        }
+    return joined
+
+
+def _log_failure(outcome: CallOutcome) -> None:
+    attempt, error = outcome.attempt, outcome.error or {}
+    log.warning(
+        "rrcli.job_failed",
+        job_id=outcome.job.id,
+        deployment=None if attempt is None else attempt.backend.id,
+        attempts=outcome.attempts,
+        error_type=error.get("type"),
+        message=error.get("message"),
+    )
+
+
+def _debug_logged() -> bool:
+    """Whether a debug event per attempt would be shown. Checked once per run: at info level
+    the attempts pay nothing for it. Unconfigured, structlog shows every level, and a library
+    run would print a line per attempt: rrcli.call is for a configured debug level (-v)."""
+    if not structlog.is_configured():
+        return False
+    enabled = getattr(log.bind(), "is_enabled_for", None)
+    return True if enabled is None else bool(enabled(logging.DEBUG))

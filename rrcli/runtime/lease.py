@@ -1,0 +1,55 @@
+"""A backend's live state and a routed call's hold on it: what the router hands out.
+
+``BackendState`` is one backend's counters as the run goes (calls in flight, EWMA latency,
+cooldown, the display's done/retries/errors); ``Lease`` is one routed call, holding one slot of
+its backend's gate while ``held``. The router (router.py) is the only one that changes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rrcli.config.profile import Backend
+from rrcli.runtime.gate import Clock, Gate
+
+__all__ = ["BackendState", "Lease"]
+
+
+@dataclass(slots=True, eq=False)
+class BackendState:
+    """One backend's live state. ``in_flight`` counts this backend's own calls (its gate may be
+    shared with others of its scope); the counters feed the live display."""
+
+    backend: Backend
+    gate: Gate
+    position: int
+    clock: Clock = field(repr=False)
+    in_flight: int = 0
+    done: int = 0  # successful attempts
+    retries: int = 0  # attempts taken again after a failure (trace outcome "retry")
+    failed_attempts: int = 0
+    ewma_latency_ms: float | None = None
+    cooldown_until: float = 0.0
+    failures_in_a_row: int = 0
+
+    @property
+    def errors(self) -> int:
+        """Failed attempts that no retry followed (trace outcome "error")."""
+        return self.failed_attempts - self.retries
+
+    @property
+    def cap(self) -> int:
+        return self.gate.cap
+
+    @property
+    def cooling(self) -> bool:
+        return self.clock() < self.cooldown_until
+
+
+@dataclass(slots=True, eq=False)
+class Lease:
+    """A routed call. While ``held`` it holds one slot of ``state.gate``."""
+
+    state: BackendState
+    binding: str | None = None  # "new" | "kept" | "rebound" | None (binding = "request")
+    held: bool = True
