@@ -41,7 +41,9 @@ UNSTREAMED = frozenset({"embeddings", "moderations"})
 class ProviderInfo:
     """One provider. ``auth_header``: the header its key travels in (None: no key at all);
     ``endpoints``: the endpoints it can serve; ``default_endpoints``: what a backend serves when
-    its profile says nothing."""
+    its profile says nothing; ``dialect``: the request shape its API speaks (``"openai"`` chat
+    completions, ``"anthropic"`` Messages), None for one that takes a job as written (sim), so a
+    job of another shape is translated (``providers.translate``)."""
 
     name: str
     adapter: str  # "module:Class", imported lazily by make_provider
@@ -52,6 +54,7 @@ class ProviderInfo:
     endpoints: tuple[str, ...] = ("chat",)
     default_endpoints: tuple[str, ...] = ("chat",)
     needs_network: bool = True
+    dialect: str | None = "openai"
 
 
 REGISTRY: dict[str, ProviderInfo] = {
@@ -71,6 +74,7 @@ REGISTRY: dict[str, ProviderInfo] = {
         default_model="claude-3-5-haiku-latest",
         auth_header="x-api-key",
         request_id_header="request-id",
+        dialect="anthropic",
     ),
     "sim": ProviderInfo(
         name="sim",
@@ -81,6 +85,7 @@ REGISTRY: dict[str, ProviderInfo] = {
         request_id_header=None,
         endpoints=ENDPOINTS,
         needs_network=False,
+        dialect=None,
     ),
 }
 

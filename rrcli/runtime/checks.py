@@ -2,10 +2,11 @@
 what a run would meet beyond it.
 
 ``validate`` builds the whole report: the profile's diagnostics, a jobs file read the way ``run``
-would (``check_jobs``: its shapes, its endpoints, its invalid lines and the jobs no backend of the
-profile serves, which a run would find invalid), and one tiny request to each backend (``probe``:
-its own key, its own client, an endpoint it serves; reachability and latency). Every part is a
-plain record and ``CheckReport.as_dict`` is the ``--json`` document; the CLI only renders them.
+would (``check_jobs``: its shapes, its endpoints, its invalid lines, and the jobs no backend
+of the profile can take — none serves their endpoint, or none whose API can express their
+params — which a run would find invalid), and one tiny request to each backend (``probe``: its
+own key, its own client, an endpoint it serves; reachability and latency). Every part is a plain
+record and ``CheckReport.as_dict`` is the ``--json`` document; the CLI only renders them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from rrcli.config.profile import Backend, Profile, RetrySettings
 from rrcli.errors import ProviderError, UsageError
 from rrcli.providers import make_provider
 from rrcli.records.jobs import InvalidJob, iter_jobs
-from rrcli.runtime.serving import Serving
+from rrcli.runtime.serving import RouteRules
 
 __all__ = ["CheckReport", "JobsReport", "ProbeResult", "check_jobs", "probe", "validate"]
 
@@ -152,9 +153,10 @@ async def probe(
 
 def check_jobs(path: Path, backends: Sequence[Backend] = ()) -> JobsReport:
     """Read a jobs file as ``run`` would; UsageError if it cannot be opened. With the profile's
-    ``backends``, a job for an endpoint none of them serves is invalid too, as at run."""
+    ``backends``, a job none of them can take (its endpoint unserved, its params unexpressible)
+    is invalid too, as at run."""
     report = JobsReport(str(path))
-    serving = Serving(backends) if backends else None
+    rules = RouteRules(backends) if backends else None
     try:
         stream = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
@@ -164,8 +166,8 @@ def check_jobs(path: Path, backends: Sequence[Backend] = ()) -> JobsReport:
             if isinstance(job, InvalidJob):
                 report.invalid.append(job.message)
                 continue
-            if serving is not None:
-                _, refusal = serving.check(job.endpoint)
+            if rules is not None:
+                _, refusal = rules.check(job)
                 if refusal is not None:
                     report.invalid.append(f"line {job.line}: {refusal}")
                     continue

@@ -26,6 +26,7 @@ from rrcli.config.profile import Backend, Profile
 from rrcli.errors import NoBackendError, ProviderError
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.providers.registry import UNSTREAMED
+from rrcli.providers.translate import dialect_of
 from rrcli.records.jobs import InvalidJob, Job
 from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
@@ -35,7 +36,7 @@ from rrcli.runtime.control import RunControl, RunSummary
 from rrcli.runtime.lease import Lease
 from rrcli.runtime.retry import RetryPolicy
 from rrcli.runtime.router import Router
-from rrcli.runtime.serving import Serving
+from rrcli.runtime.serving import RouteRules
 from rrcli.tokens import estimate_call_tokens
 
 __all__ = ["Engine", "ResultSink"]
@@ -68,14 +69,14 @@ class Engine:
     rng: random.Random
     policy: RetryPolicy = field(init=False)
     session_binding: bool = field(init=False)
-    serving: Serving = field(init=False)
+    rules: RouteRules = field(init=False)
     origins: ResponseOrigins = field(init=False)
     _log_calls: bool = field(init=False)
 
     def __post_init__(self) -> None:
         self.policy = RetryPolicy(self.profile.retry, self.rng)
         self.session_binding = self.profile.binding == "session"
-        self.serving = Serving(self.profile.backends)
+        self.rules = RouteRules(self.profile.backends)
         self.origins = ResponseOrigins()
         self._log_calls = _debug_logged()
 
@@ -89,11 +90,10 @@ class Engine:
             if isinstance(job, InvalidJob):
                 self._finish(CallOutcome(job, "invalid"))
                 continue
-            excluded, refusal = self.serving.check(job.endpoint)
-            if refusal is not None:  # no backend serves the job's endpoint
-                outcome = CallOutcome(
-                    InvalidJob(job.id, job.line, f"line {job.line}: {refusal}"), "invalid"
-                )
+            excluded, refusal = self.rules.check(job)
+            if refusal is not None:  # no backend serves its endpoint or can express its params
+                invalid = InvalidJob(job.id, job.line, f"line {job.line}: {refusal}")
+                outcome = CallOutcome(invalid, "invalid")
             elif job.kind == "session":
                 outcome = await self._run_session(job, excluded)
             elif job.endpoint == "responses" and "previous_response_id" in job.params:
@@ -140,7 +140,7 @@ class Engine:
         response_id = job.params["previous_response_id"]
         origin = self.origins.origin(response_id)
         if origin is not None:
-            excluded, gone = self.serving.pinned(response_id, origin)
+            excluded, gone = self.rules.serving.pinned(response_id, origin)
             if gone is not None:
                 error = {"type": "response_origin_gone", "message": gone}
                 return CallOutcome(job, "error", error=error, session=self._session_of(job))
@@ -231,12 +231,13 @@ class Engine:
     def _request(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
         """The call as sent to ``backend``: its params under the job's (the job wins), merged
         here once; streamed with --stream, the job's own ``stream`` or ``stream = true`` in the
-        backend's params, unless its endpoint has no streamed form."""
+        backend's params, unless its endpoint has no streamed form; in the job's dialect (the
+        adapter translates for the other API)."""
         params = {**backend.params, **job.params}
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
         if stream and job.endpoint in UNSTREAMED:
             stream = False
-        return Call(messages, params, stream, job.endpoint, job.input)
+        return Call(messages, params, stream, dialect_of(job.kind), job.endpoint, job.input)
 
     def _backoff(
         self, error: ProviderError | None, retry: int, elapsed: float, printed: bool

@@ -2,10 +2,10 @@
 
 The plan is what a user checks before spending money: calls per deployment, estimated input
 tokens and, where backends have a ``price``, the estimated input cost; and the jobs a run would
-find invalid because no backend serves their endpoint (``refused``, one message each, each job
-routed only among the backends that serve its endpoint). It writes and repairs no
-file, so it does not read a results file either: with ``--resume`` it still plans every selected
-job (the run skips those already ``ok``).
+find invalid because no backend can take them: none serves their endpoint, or none whose API
+can express their params (``refused``, one message each; each job is routed only among the
+backends that can take it). It writes and repairs no file, so it does not read a results file
+either: with ``--resume`` it still plans every selected job (the run skips those already ``ok``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.runtime.control import RunSummary
 from rrcli.runtime.router import Router
 from rrcli.runtime.runner import RunOptions, make_router, open_jobs, select_jobs
-from rrcli.runtime.serving import Serving
+from rrcli.runtime.serving import RouteRules
 from rrcli.tokens import estimate_input_tokens, estimate_value_tokens
 
 __all__ = ["Plan", "plan"]
@@ -45,7 +45,7 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
     result.input_tokens = dict.fromkeys(result.calls, 0)
     summary = RunSummary("dry-run")
     session_binding = profile.binding == "session"
-    serving = Serving(profile.backends)
+    rules = RouteRules(profile.backends)
     with ExitStack() as stack:
         source, stream = open_jobs(options, stack)
         jobs = select_jobs(iter_jobs(stream, source), done=None, summary=summary,
@@ -54,7 +54,7 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
             if isinstance(job, InvalidJob):
                 result.invalid += 1
                 continue
-            excluded, refusal = serving.check(job.endpoint)
+            excluded, refusal = rules.check(job)
             if refusal is not None:
                 result.invalid += 1
                 result.refused.append(f"line {job.line}: {refusal}")

@@ -12,7 +12,9 @@ account only, as an Anthropic ``pause_turn`` continuation stays on its backend: 
 excludes every backend but the one ``ResponseOrigins`` says created it, and names why when that
 backend is no longer in the pool (or no longer serves responses).
 
-Pure: the engine, ``validate --jobs`` and ``--dry-run`` ask the same ``Serving``.
+``RouteRules`` composes it with the other rule that narrows a chat job's backends: those whose
+API cannot express its params (``runtime.eligibility``), judged among the backends that serve
+chat. Pure: the engine, ``validate --jobs`` and ``--dry-run`` ask the same ``RouteRules``.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ from collections.abc import Sequence
 
 from rrcli.config.profile import Backend
 from rrcli.providers.registry import ENDPOINTS
+from rrcli.providers.translate import dialect_of
+from rrcli.records.jobs import Job
+from rrcli.runtime.eligibility import Eligibility
 
-__all__ = ["Serving", "refusal", "serving_backends"]
+__all__ = ["RouteRules", "Serving", "refusal", "serving_backends"]
 
 _NOWHERE: frozenset[str] = frozenset()
 
@@ -80,3 +85,22 @@ class Serving:
             f"{where}; a response exists on its creator's account only — serve responses from "
             "that backend again, or send the conversation without previous_response_id"
         )
+
+
+class RouteRules:
+    """Every rule that narrows where a job may go, asked once per job: the backends serving its
+    endpoint and, for chat, those among them whose API can express its params."""
+
+    __slots__ = ("eligibility", "serving")
+
+    def __init__(self, backends: Sequence[Backend]) -> None:
+        self.serving = Serving(backends)
+        self.eligibility = Eligibility([b for b in backends if "chat" in b.endpoints])
+
+    def check(self, job: Job) -> tuple[frozenset[str], str | None]:
+        """(the backends ``job`` may not be routed to, why it may go nowhere or None)."""
+        excluded, refusal = self.serving.check(job.endpoint)
+        if refusal is not None or job.endpoint != "chat":
+            return excluded, refusal
+        unexpressive, refusal = self.eligibility.check(job.params, dialect_of(job.kind))
+        return (excluded | unexpressive if unexpressive else excluded), refusal
