@@ -83,9 +83,10 @@ class ResponsesWire(OpenAIFamily):
                 "previous_response_not_found",
             )
         r = chat_reply(sim, _as_chat(body), modes, anthropic=False)
-        r["id"] = sim.next_id("resp_sim")
+        prefix = f"resp_sim{sim.tag}"  # unique across servers, as OpenAI's across accounts
+        r["id"] = sim.next_id(prefix)
         sim.responses.add(r["id"])
-        number = r["id"].removeprefix("resp_sim")
+        number = r["id"].removeprefix(prefix)
         r.update(request=body, created=int(time.time()), seq=0)
         r["item"] = ("fc_sim" if r["tool"] is not None else "msg_sim") + number
         r["reasoning_item"] = "rs_sim" + number

@@ -92,7 +92,7 @@ class _SimAPI:
             "retry-after": str(max(1, math.ceil(ms / 1000.0))),
         }
         self.ids = 0
-        # ids are unique across servers, as a real API's are across accounts: a response id
+        # a Responses id names its server too, as a real one is unique across accounts: an id
         # created here is unknown to every other server (previous_response_id is refused there)
         self.tag = os.urandom(4).hex()
         self.marked = 0  # requests seen with x-sim-times
@@ -100,7 +100,7 @@ class _SimAPI:
     def next_id(self, prefix: str) -> str:
         """A new id for a reply (``prefix`` names its kind: ``chatcmpl-sim``, ``msg_sim``...)."""
         self.ids += 1
-        return f"{prefix}{self.tag}{self.ids:08d}"
+        return f"{prefix}{self.ids:08d}"
 
     def endpoint(self, wire: Wire) -> Any:
         """The route handler answering with ``wire``."""
