@@ -79,3 +79,28 @@ def test_the_sim_provider_answers_every_endpoint():
     assert response.output and (response.response_id or "").startswith("resp_")
     assert send("completions", "hi").output
     assert [False, False] == [m["flagged"] for m in send("moderations", ["a", "b"]).moderations]
+
+
+def test_route_rules_compose_the_endpoint_and_the_expressible_params():
+    """A chat job is judged only among the backends that serve chat: ``n = 2`` excludes the
+    Anthropic one and the embeddings one, and where only Anthropic serves chat it is refused
+    naming it; an embeddings job is not judged by chat's params rule."""
+    import io
+
+    from rrcli.records.jobs import iter_jobs
+    from rrcli.runtime.serving import RouteRules
+
+    claude = Backend(id="claude", provider="anthropic", base_url="https://api.anthropic.com")
+    lines = (
+        b'{"id": "n2", "prompt": "hi", "params": {"n": 2}}\n'
+        b'{"id": "e", "endpoint": "embeddings", "input": "x", "params": {"n": 2}}\n'
+    )
+    chat_job, embed_job = iter_jobs(io.BytesIO(lines), "jobs.jsonl")
+    mixed = RouteRules([claude, CHAT, EMBED])
+    assert (frozenset({"claude", "embed"}), None) == mixed.check(chat_job)
+    assert (frozenset({"claude", "chat"}), None) == mixed.check(embed_job)
+    excluded, reason = RouteRules([claude, EMBED]).check(chat_job)
+    assert frozenset({"claude", "embed"}) == excluded
+    assert reason is not None and reason.startswith(
+        "n = 2 cannot be sent to anthropic backend claude"
+    )
