@@ -88,10 +88,19 @@ def test_openai_batch_ok_builds_a_chat_completion(tmp_path):
 
 
 def test_openai_batch_uses_the_provider_body(tmp_path):
-    """openai-batch: the provider's own chat.completion body is written unchanged."""
-    body = {"id": "chatcmpl-1", "object": "chat.completion", "choices": [], "usage": {}}
-    (line,) = write(tmp_path / "r.jsonl", [OK], fmt="openai-batch", body=body)
-    assert body == line["response"]["body"]
+    """openai-batch: the provider's own chat.completion body is written unchanged when whole;
+    one lacking fields the SDK requires keeps its own and gains the missing ones (created from
+    the clock, the result's model, the usage total)."""
+    whole = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+             "choices": [], "usage": None}  # fmt: skip
+    partial = {"id": "chatcmpl-2", "object": "chat.completion", "choices": [],
+               "usage": {"prompt_tokens": 3, "completion_tokens": 4}}  # fmt: skip
+    (line,) = write(tmp_path / "a.jsonl", [OK], fmt="openai-batch", body=whole)
+    assert whole == line["response"]["body"]
+    (line,) = write(tmp_path / "b.jsonl", [OK], fmt="openai-batch", body=partial)
+    usage = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    expected = {**partial, "created": 1_800_000_000, "model": "gpt-4o-mini", "usage": usage}
+    assert expected == line["response"]["body"]
 
 
 def test_openai_batch_errors(tmp_path):

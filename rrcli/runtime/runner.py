@@ -143,6 +143,7 @@ async def run(
             summary,
             control,
             rng,
+            options.keep_response,
         )
         jobs = select_jobs(
             iter_jobs(stream, source),
