@@ -3,9 +3,9 @@ everything (tool calls, several choices, logprobs, a refusal, reasoning, cache a
 token counts, a system fingerprint), and the SSE streams that fold into exactly those bodies.
 
 The streams are cut from the bodies: text in 4-character pieces, tool arguments in 5-character
-fragments after a first fragment naming the call, one logprobs token a chunk, the choices of an
-``n`` > 1 answer interleaved, pings between Anthropic events. So a streamed run must give the
-same result as a plain one, and ``--keep-response`` the same body.
+fragments after a first fragment naming the call (other sizes on request), one logprobs token a
+chunk, the choices of an ``n`` > 1 answer interleaved, pings between Anthropic events. So a
+streamed run must give the same result as a plain one, and ``--keep-response`` the same body.
 """
 
 from __future__ import annotations
@@ -107,18 +107,18 @@ def pieces(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def _choice_deltas(choice: dict[str, Any]) -> list[dict[str, Any]]:
+def _choice_deltas(choice: dict[str, Any], size: int) -> list[dict[str, Any]]:
     """One choice's chunk entries (without ``index``), in the order a server sends them."""
     message = choice["message"]
     out: list[dict[str, Any]] = [{"delta": {"role": "assistant", "content": ""}}]
     for name in ("reasoning_content", "content", "refusal"):
-        out += [{"delta": {name: p}} for p in pieces(message.get(name) or "", 4)]
+        out += [{"delta": {name: p}} for p in pieces(message.get(name) or "", size)]
     for number, call in enumerate(message.get("tool_calls") or ()):
         function = call["function"]
         head = {"index": number, "id": call["id"], "type": "function",
                 "function": {"name": function["name"], "arguments": ""}}  # fmt: skip
         out.append({"delta": {"tool_calls": [head]}})
-        for part in pieces(function["arguments"], 5):
+        for part in pieces(function["arguments"], size + 1):
             fragment = {"index": number, "function": {"arguments": part}}
             out.append({"delta": {"tool_calls": [fragment]}})
     logprobs = choice["logprobs"] or {}
@@ -130,11 +130,12 @@ def _choice_deltas(choice: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def openai_events(body: dict[str, Any]) -> list[tuple[str | None, object]]:
-    """The ``chat.completion.chunk`` stream that folds into ``body``."""
+def openai_events(body: dict[str, Any], size: int = 4) -> list[tuple[str | None, object]]:
+    """The ``chat.completion.chunk`` stream that folds into ``body`` (text in ``size``-character
+    pieces, tool arguments in ``size + 1``)."""
     head = {k: body[k] for k in ("id", "created", "model", "service_tier", "system_fingerprint")}
     head["object"] = "chat.completion.chunk"
-    lanes = [_choice_deltas(choice) for choice in body["choices"]]
+    lanes = [_choice_deltas(choice, size) for choice in body["choices"]]
     chunks = []
     for step in range(max(map(len, lanes))):
         for index, lane in enumerate(lanes):
@@ -145,7 +146,7 @@ def openai_events(body: dict[str, Any]) -> list[tuple[str | None, object]]:
     return [(None, chunk) for chunk in chunks] + [(None, "[DONE]")]
 
 
-def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def _block_events(index: int, block: dict[str, Any], size: int) -> list[tuple[str, dict[str, Any]]]:
     kind = block["type"]
     if kind == "text":
         start, deltas = (
@@ -154,12 +155,14 @@ def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, dict[str
         )
     elif kind == "thinking":
         start = {"type": "thinking", "thinking": "", "signature": ""}
-        deltas = [{"type": "thinking_delta", "thinking": p} for p in pieces(block["thinking"], 4)]
+        deltas = [
+            {"type": "thinking_delta", "thinking": p} for p in pieces(block["thinking"], size)
+        ]
         deltas += [{"type": "signature_delta", "signature": block["signature"]}]
     else:
         start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
         text = orjson.dumps(block["input"]).decode()
-        deltas = [{"type": "input_json_delta", "partial_json": p} for p in pieces(text, 5)]
+        deltas = [{"type": "input_json_delta", "partial_json": p} for p in pieces(text, size + 1)]
     events = [("content_block_start", {"type": "content_block_start", "index": index,
                                        "content_block": start})]  # fmt: skip
     for delta in deltas:
@@ -170,8 +173,8 @@ def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, dict[str
     return events
 
 
-def anthropic_events(body: dict[str, Any]) -> list[tuple[str | None, object]]:
-    """The Messages stream that folds into ``body``."""
+def anthropic_events(body: dict[str, Any], size: int = 4) -> list[tuple[str | None, object]]:
+    """The Messages stream that folds into ``body`` (pieces as ``openai_events``')."""
     usage = body["usage"]
     start = {**body, "content": [], "stop_reason": None, "stop_sequence": None,
              "usage": {**usage, "output_tokens": 1}}  # fmt: skip
@@ -179,7 +182,7 @@ def anthropic_events(body: dict[str, Any]) -> list[tuple[str | None, object]]:
         ("message_start", {"type": "message_start", "message": start})
     ]
     for index, block in enumerate(body["content"]):
-        events += _block_events(index, block)
+        events += _block_events(index, block, size)
     delta = {"stop_reason": body["stop_reason"], "stop_sequence": body["stop_sequence"]}
     end = {"output_tokens": usage["output_tokens"]}
     events.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": end}))
