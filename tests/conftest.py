@@ -2,8 +2,9 @@
 
 ``sim_server(**options)`` starts one (in this process, in a background thread, on the real
 uvicorn/starlette stack) and returns a ``RunningSim``: ``.url`` is an anthropic backend's
-base_url, ``.openai_url`` an openai one's, ``.stats()`` reads its ``/stats``, ``.reset()`` zeroes
-them. Options are those of ``rrcli sim`` in snake case (``latency_ms``, ``cap``, ``error_rate``,
+base_url, ``.openai_url`` an openai one's, ``.stats()`` reads its ``/stats``, ``.received()`` the
+requests it was sent (``/requests``: path, headers, parsed body), ``.reset()`` zeroes both.
+Options are those of ``rrcli sim`` in snake case (``latency_ms``, ``cap``, ``error_rate``,
 ``rate_limit_rate``, ``retry_after_ms``, ``output_tokens``, ``ttft_ms``, ``tokens_per_s``,
 ``cut_stream_rate``, ``stream_error_rate``, ``pause_turn_rate``, ``seed``, ``model``,
 ``api_keys``). Every server started is stopped when the test ends.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -55,8 +57,15 @@ class RunningSim:
         return self._get("/stats")
 
     def reset(self) -> dict[str, Any]:
-        """Zero the counters (``/stats/reset``)."""
+        """Zero the counters and forget the requests received (``/stats/reset``)."""
         return self._get("/stats/reset")
+
+    def received(self, path: str | None = None) -> list[dict[str, Any]]:
+        """The last requests the server was sent, oldest first (``GET /requests``): each
+        ``{"seq", "method", "path", "headers", "body"}``; ``path`` keeps one path's
+        (``"/v1/embeddings"``)."""
+        query = "?" + urllib.parse.urlencode({"path": path}) if path else ""
+        return self._get("/requests" + query)["requests"]
 
     def _get(self, path: str) -> dict[str, Any]:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -20,10 +20,10 @@ from rrcli.providers.anthropic import AnthropicProvider
 from rrcli.providers.base import (
     Call,
     error_from_status,
-    retry_after_seconds,
     translate_transport_error,
 )
 from rrcli.providers.openai import OpenAIProvider
+from rrcli.providers.ratelimit import retry_after_seconds
 
 RETRY = RetrySettings()
 KEY = "sk-secret-key-123456"

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rrcli.providers.base import parse_duration, rate_limit_pause
+from rrcli.providers.ratelimit import parse_duration, rate_limit_pause
 
 NOW = 1_800_000_000.0
 

@@ -24,10 +24,10 @@ from rrcli.providers.base import (
     Reply,
     error_from_status,
     invalid_response,
-    rate_limit_pause,
     stream_error,
     translate_transport_error,
 )
+from rrcli.providers.ratelimit import rate_limit_pause
 from rrcli.providers.registry import info, server_address
 
 __all__ = ["HTTPProvider", "StreamFold"]

@@ -24,12 +24,8 @@ server answered keeps its body as text (``error_body``: the key masked, at most 
 
 from __future__ import annotations
 
-import email.utils
-import re
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol
 
 import httpx2
@@ -44,6 +40,7 @@ from rrcli.errors import (
     TimeoutError_,
     TransportError,
 )
+from rrcli.providers.ratelimit import server_delay
 
 __all__ = [
     "Call",
@@ -53,10 +50,7 @@ __all__ = [
     "error_from_status",
     "invalid_response",
     "is_context_length_message",
-    "parse_duration",
-    "rate_limit_pause",
     "redact",
-    "retry_after_seconds",
     "translate_transport_error",
 ]
 
@@ -65,17 +59,20 @@ __all__ = [
 class Call:
     """One request, provider-neutral.
 
-    ``messages`` are OpenAI-style chat messages (``{"role", "content"}``, a leading ``system``
-    message when there is one; an assistant message may carry ``reasoning_content``, sent only
-    when the backend has ``reasoning_feedback``). ``params`` are the request parameters, the
-    backend's ``params`` under the job's own (the job wins), merged once by the caller and
-    without ``stream`` (``stream`` says that): adapters send them as they are, with the model
-    always the backend's.
+    ``messages`` are chat messages in the job's dialect (``{"role", "content"}``, a leading
+    ``system`` message when there is one; an assistant message may carry ``reasoning_content``,
+    sent only when the backend has ``reasoning_feedback``). ``params`` are the request
+    parameters, the backend's ``params`` under the job's own (the job wins), merged once by the
+    caller and without ``stream`` (``stream`` says that): adapters send them as they are (or as
+    translated), with the model always the backend's. ``dialect`` is the API whose shape the
+    job's messages and params are written in (``"openai"``, or ``"anthropic"`` for a Message
+    Batches line): an adapter whose API is the other one translates (``providers.translate``).
     """
 
     messages: list[dict[str, Any]]
     params: Mapping[str, Any] = field(default_factory=dict)
     stream: bool = False
+    dialect: str = "openai"
 
 
 @dataclass(slots=True)
@@ -216,92 +213,6 @@ def is_context_length_message(text: str) -> bool:
     return any(wording in lowered for wording in _CONTEXT_WORDINGS)
 
 
-def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """The delay the server asked for: ``retry-after-ms``, else ``Retry-After`` (seconds or an
-    HTTP date), never negative; None when absent or unreadable. ``headers`` lookups must be
-    case-insensitive (httpx2.Headers) or use lower-case keys."""
-    value = headers.get("retry-after-ms")
-    if value is not None:
-        try:
-            return max(0.0, float(value) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-#: (remaining, reset) header pairs: OpenAI's resets are durations ("1s", "6m0s", "250ms"),
-#: Anthropic's RFC 3339 times.
-_OPENAI_LIMITS = tuple(
-    (f"x-ratelimit-remaining-{k}", f"x-ratelimit-reset-{k}") for k in ("requests", "tokens")
-)
-_ANTHROPIC_LIMITS = tuple(
-    (f"anthropic-ratelimit-{k}-remaining", f"anthropic-ratelimit-{k}-reset")
-    for k in ("requests", "tokens", "input-tokens", "output-tokens")
-)
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|h|m|s)")
-_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-MAX_PAUSE = 3600.0  # seconds: a reset further away than this is not believed
-
-
-def parse_duration(text: str) -> float | None:
-    """Seconds in an OpenAI reset duration ("1s", "6m0s", "1h2m3.5s", "250ms"); None when the
-    text is not one."""
-    text = text.strip()
-    parts = _DURATION_PART.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        return None
-    return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
-
-
-def _reset_seconds(value: str, now: float) -> float | None:
-    """A reset header's seconds from now: a duration, an RFC 3339 time, or plain seconds."""
-    seconds = parse_duration(value)
-    if seconds is not None:
-        return seconds
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        when = datetime.fromisoformat(value.strip())
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        return None
-    return when.timestamp() - now
-
-
-def rate_limit_pause(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """Seconds to hold a backend's new calls, from a response's rate-limit headers: the latest
-    reset among the budgets (requests, tokens) whose remaining count is 0; None when every budget
-    has some left, or the headers are absent or unreadable. ``now``: wall-clock seconds (for
-    Anthropic's absolute reset times)."""
-    now = time.time() if now is None else now
-    pause: float | None = None
-    for remaining, reset in (*_OPENAI_LIMITS, *_ANTHROPIC_LIMITS):
-        left = headers.get(remaining)
-        if left is None or left.strip() not in ("0", "0.0"):
-            continue
-        value = headers.get(reset)
-        seconds = None if value is None else _reset_seconds(value, now)
-        if seconds is not None and 0.0 < seconds <= MAX_PAUSE:
-            pause = seconds if pause is None else max(pause, seconds)
-    return pause
-
-
 def error_details(body: bytes | Any) -> tuple[str, str, str]:
     """(message, type, code) from an error body in the OpenAI, Anthropic or a plain shape."""
     data = body
@@ -343,15 +254,7 @@ def error_from_status(
     its headers say is spent (``rate_limit_pause``), as a success's headers pause the gate.
     """
     if 300 <= status < 400:
-        target = redact(headers.get("location") or "(no Location header)", secret)
-        return RedirectError(
-            f"HTTP {status} redirect to {target} not followed (credentials would travel with "
-            "it) — set base_url to the final address",
-            type="redirect",
-            transient=False,
-            status_code=status,
-            body=error_body(body, secret),
-        )
+        return _redirect(status, headers, body, secret)
     message, kind, code = error_details(body)
     message = redact(message, secret)
     if len(message) > MESSAGE_LIMIT:
@@ -371,9 +274,7 @@ def error_from_status(
         type_, transient = "context_length_exceeded", False
     retry_after = None
     if transient or rate_limited:
-        retry_after = retry_after_seconds(headers, now)
-        if retry_after is None:
-            retry_after = rate_limit_pause(headers, now)
+        retry_after = server_delay(headers, now)
     return StatusError(
         text,
         type=type_,
@@ -381,6 +282,21 @@ def error_from_status(
         status_code=status,
         retry_after=retry_after,
         rate_limited=rate_limited,
+        body=error_body(body, secret),
+    )
+
+
+def _redirect(
+    status: int, headers: Mapping[str, str], body: bytes | Any, secret: str | None
+) -> RedirectError:
+    """A 3xx is never followed: the key would travel with it to wherever it points."""
+    target = redact(headers.get("location") or "(no Location header)", secret)
+    return RedirectError(
+        f"HTTP {status} redirect to {target} not followed (credentials would travel with "
+        "it) — set base_url to the final address",
+        type="redirect",
+        transient=False,
+        status_code=status,
         body=error_body(body, secret),
     )
 

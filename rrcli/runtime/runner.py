@@ -122,32 +122,16 @@ async def run(
     with ExitStack() as stack:
         source, stream = open_jobs(options, stack)
         summary.total = len(options.prompts) if options.prompts else count_lines(options.jobs)
-        append = options.resume and options.out is not None and options.out.exists()
-        results: ResultWriter | CallbackWriter
-        if options.on_result is not None:
-            results = CallbackWriter(options.on_result)
-        else:
-            results = ResultWriter(options.out, fmt=options.fmt, append=append)
-            stack.callback(results.close)
-        traces = TraceWriter(options.traces, summary.run_id)
-        stack.callback(traces.close)
+        results, traces = open_outputs(options, summary.run_id, stack)
         traces.run(profile)
         engine = Engine(
-            profile,
-            options.stream,
-            options.on_text,
-            router,
-            providers,
-            results,
-            traces,
-            summary,
-            control,
-            rng,
-            options.keep_response,
-        )
+            profile, options.stream, options.on_text, router, providers, results, traces,
+            summary, control, rng, options.keep_response,
+        )  # fmt: skip
+        done = resume.ok if (resume is not None and options.resume) else None
         jobs = select_jobs(
             iter_jobs(stream, source),
-            done=resume.ok if (resume is not None and options.resume) else None,
+            done=done,
             summary=summary,
             shard=options.shard,
             limit=options.limit,
@@ -156,22 +140,50 @@ async def run(
             on_start(summary, router)
         log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.name or None)
         try:
-            concurrency = options.concurrency or profile.effective_concurrency
-            if options.on_text is not None:  # text printed as it arrives: one answer at a time
-                concurrency = 1
-            await _drive(engine, jobs, concurrency)
+            await _drive(engine, jobs, run_concurrency(options, profile))
         finally:
             summary.interrupted = control.stopping
-            traces.run_end(summary.jobs, summary.interrupted)
-            results.flush()
-            traces.flush()
-            for provider in providers.values():
-                await provider.aclose()
-            await _close_gates(gates)
+            await _close(engine, gates)
     log.info(
         "rrcli.run_finished", run_id=summary.run_id, interrupted=summary.interrupted, **summary.jobs
     )
     return summary
+
+
+def open_outputs(
+    options: RunOptions, run_id: str, stack: ExitStack
+) -> tuple[ResultWriter | CallbackWriter, TraceWriter]:
+    """The result sink (a file appended on --resume, or the --prompt callback) and the trace
+    writer, both closed by ``stack``."""
+    results: ResultWriter | CallbackWriter
+    if options.on_result is not None:
+        results = CallbackWriter(options.on_result)
+    else:
+        append = options.resume and options.out is not None and options.out.exists()
+        results = ResultWriter(options.out, fmt=options.fmt, append=append)
+        stack.callback(results.close)
+    traces = TraceWriter(options.traces, run_id)
+    stack.callback(traces.close)
+    return results, traces
+
+
+def run_concurrency(options: RunOptions, profile: Profile) -> int:
+    """Workers of the run: --concurrency, else the profile's; one while text streams to the
+    terminal, so answers never interleave."""
+    if options.on_text is not None:
+        return 1
+    return options.concurrency or profile.effective_concurrency
+
+
+async def _close(engine: Engine, gates: Mapping[str, Any]) -> None:
+    """The run's end, however it ended: the run_end record, outputs flushed, connections and
+    shared leases given back."""
+    engine.traces.run_end(engine.summary.jobs, engine.summary.interrupted)
+    engine.results.flush()
+    engine.traces.flush()
+    for provider in engine.providers.values():
+        await provider.aclose()
+    await _close_gates(gates)
 
 
 def make_router(

@@ -21,10 +21,18 @@ from typing import Any
 from rrcli.config.profile import SimSettings
 from rrcli.errors import UsageError
 
-__all__ = ["SimBehaviour", "SimConfig", "config_from_options", "key_fingerprint", "pacing"]
+__all__ = [
+    "VARIANTS",
+    "WORDS",
+    "SimBehaviour",
+    "SimConfig",
+    "config_from_options",
+    "key_fingerprint",
+    "pacing",
+]
 
 # the vocabulary of simulated output text
-_WORDS = (
+WORDS = (
     "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
     "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango",
     "uniform", "victor", "whiskey", "xray", "yankee", "zulu", "amber", "basil", "cedar", "dune",
@@ -32,7 +40,7 @@ _WORDS = (
     "orchid", "pebble", "quartz", "river", "sage", "tide", "umber", "valley", "willow", "yarrow",
     "zephyr", "acorn", "birch", "clover", "drift", "elm", "frost", "glade", "heath", "iris",
 )  # fmt: skip
-_VARIANTS = 64
+VARIANTS = 64  # distinct replies: a checksum of the prompt modulo this
 OK, ERROR, RATE_LIMITED = 0, 1, 2
 
 
@@ -112,7 +120,7 @@ class SimBehaviour:
         return rate > 0 and self._rng.random() < rate
 
     def variant(self, messages: list[dict[str, Any]]) -> int:
-        return zlib.crc32(last_user_text(messages).encode()) % _VARIANTS
+        return zlib.crc32(last_user_text(messages).encode()) % VARIANTS
 
     def pieces(self, variant: int) -> tuple[str, ...]:
         """The output's tokens, as stream pieces (the first without a leading space)."""
@@ -120,7 +128,7 @@ class SimBehaviour:
         if pieces is None:
             count = max(0, self.settings.output_tokens)
             words = [
-                _WORDS[(variant * 7 + i * (variant % 5 + 1)) % len(_WORDS)] for i in range(count)
+                WORDS[(variant * 7 + i * (variant % 5 + 1)) % len(WORDS)] for i in range(count)
             ]
             pieces = tuple(w if i == 0 else " " + w for i, w in enumerate(words))
             self._pieces[variant] = pieces

@@ -1,27 +1,33 @@
 """The ``rrcli sim`` server: an HTTP app (starlette on uvicorn) over the behaviour model of
-``rrcli.sim.behaviour``, speaking the wire formats of ``rrcli.sim.wire``.
+``rrcli.sim.behaviour``, answering each endpoint in its wire format (``rrcli.sim.wire`` and the
+modules it names).
 
 Trying a profile should not cost money, and the tests and benchmarks need a server whose latency,
-errors, rate limits and concurrency cap are known. It serves OpenAI ``/v1/chat/completions`` and
-Anthropic ``/v1/messages`` (plain and SSE streaming, usage in both), ``/v1/models``, and
+errors, rate limits and concurrency cap are known. It serves OpenAI ``/v1/chat/completions``,
+``/v1/embeddings``, ``/v1/responses``, ``/v1/completions`` and ``/v1/moderations`` (each also
+without ``/v1``) and Anthropic ``/v1/messages``, plain and SSE streaming where the API streams;
+any other path answers 404 in the error shape of the API the request speaks. ``/v1/models``;
 ``/stats`` (``/stats/reset``) so tests can see what the server saw: requests, peak concurrency,
 429s sent, assistant messages received in histories (and how many carried
 ``reasoning_content``), and requests per credential (by a short sha256 fingerprint of the key,
-with the header it came in).
+with the header it came in); ``/requests``, the last requests themselves (``rrcli.sim.received``).
 
-Tests force behaviour per backend with request headers (a profile's ``headers``):
-``x-sim-status: CODE`` answers that status (with ``x-sim-error-type``, ``x-sim-error-code``,
-``x-sim-error-message``); ``x-sim-response-headers: {JSON}`` adds headers to any answer, error or
-success (a null value removes one); ``x-sim-ratelimit: requests=MS,tokens=MS`` makes a success say
-those budgets are spent until MS from now, in the API's own headers (OpenAI
-``x-ratelimit-remaining-requests: 0`` with ``x-ratelimit-reset-requests: 500ms``; Anthropic
-``anthropic-ratelimit-requests-remaining: 0`` with an RFC 3339 ``...-reset``);
-``x-sim-mode: a,b`` with ``cut-stream`` (end a stream halfway, without its end
-marker), ``stream-error`` (an ``error`` event halfway through a 200 stream), ``pause-turn``
-(Anthropic: stop with ``pause_turn`` halfway unless the last message is the assistant's, i.e. once
-per turn), ``plain-json`` (answer a streaming request with one JSON body), ``reasoning`` (add
-reasoning text / a thinking block). ``x-sim-times: N`` limits the forced status and modes to
-the first N requests that carry the header (per server), so a retry of the same call succeeds.
+Tests force behaviour per backend with request headers (a profile's ``headers``), on every
+endpoint: ``x-sim-status: CODE`` answers that status (with ``x-sim-error-type``,
+``x-sim-error-code``, ``x-sim-error-message``); ``x-sim-response-headers: {JSON}`` adds headers
+to any answer, error or success (a null value removes one); ``x-sim-ratelimit:
+requests=MS,tokens=MS`` makes a success say those budgets are spent until MS from now, in the
+API's own headers (OpenAI ``x-ratelimit-remaining-requests: 0`` with
+``x-ratelimit-reset-requests: 500ms``; Anthropic ``anthropic-ratelimit-requests-remaining: 0``
+with an RFC 3339 ``...-reset``); ``x-sim-mode: a,b`` with ``cut-stream`` (end a stream halfway,
+without its end marker), ``stream-error`` (an ``error`` event halfway through a 200 stream),
+``pause-turn`` (Anthropic: stop with ``pause_turn`` halfway unless the last message is the
+assistant's, i.e. once per turn), ``plain-json`` (answer a streaming request with one JSON body),
+``reasoning`` (add reasoning text / a thinking block), ``cache`` (half the input counted as cached
+tokens), and replies a client must refuse: ``bad-arguments`` (a tool call's arguments are not
+JSON), ``missing-vector`` (embeddings: one vector fewer than inputs), ``empty-output``
+(Responses: no output item). ``x-sim-times: N`` limits the forced status and modes to the first
+N requests that carry the header (per server), so a retry of the same call succeeds.
 
 Counters live on one event loop, so they need no locks. Per request the work is one JSON parse, a
 few dict operations and one JSON encode: this is the server of the overhead benchmark.
@@ -34,9 +40,7 @@ import ipaddress
 import math
 import random
 import socket
-from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, fields
 from typing import Any
 
 import orjson
@@ -46,55 +50,41 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from rrcli.errors import UsageError
-from rrcli.sim.behaviour import (
-    ERROR,
-    RATE_LIMITED,
-    SimBehaviour,
-    SimConfig,
-    key_fingerprint,
-    pacing,
-)
-from rrcli.sim.wire import AnthropicWire, OpenAIWire, Wire, override_headers
-from rrcli.tokens import estimate_input_tokens
+from rrcli.sim.anthropic_messages import AnthropicWire
+from rrcli.sim.behaviour import ERROR, RATE_LIMITED, SimBehaviour, SimConfig, pacing
+from rrcli.sim.endpoints import CompletionsWire, EmbeddingsWire, ModerationsWire
+from rrcli.sim.openai_chat import OpenAIChatWire
+from rrcli.sim.responses import ResponseIds, ResponsesWire
+from rrcli.sim.seen import Counters, Received
+from rrcli.sim.wire import AnthropicFamily, Invalid, OpenAIFamily, Wire, override_headers
 
 __all__ = ["build_app", "check_host", "listen", "serve", "uvicorn_server"]
 
 _JSON = "application/json"
 _SSE = "text/event-stream"
-
-
-@dataclass(slots=True)
-class _State:
-    """What /stats reports; ``reset`` zeroes it but for the calls still in flight."""
-
-    requests: int = 0
-    streams: int = 0
-    concurrency: int = 0
-    peak_concurrency: int = 0
-    rate_limited: int = 0
-    assistant_messages: int = 0  # assistant messages received in request histories
-    assistant_reasoning: int = 0  # ... of them carrying reasoning_content
-    statuses: Counter[str] = field(default_factory=Counter)
-    paths: Counter[str] = field(default_factory=Counter)
-    credentials: Counter[str] = field(default_factory=Counter)
-
-    def reset(self) -> None:
-        fresh = _State(concurrency=self.concurrency, peak_concurrency=self.concurrency)
-        for f in fields(self):
-            setattr(self, f.name, getattr(fresh, f.name))
-
-    def snapshot(self) -> dict[str, Any]:
-        values = ((f.name, getattr(self, f.name)) for f in fields(self))
-        return {name: dict(v) if isinstance(v, Counter) else v for name, v in values}
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+OPENAI_FAMILY, ANTHROPIC_FAMILY = OpenAIFamily(), AnthropicFamily()
+_OPENAI = {
+    "chat/completions": OpenAIChatWire(),
+    "embeddings": EmbeddingsWire(),
+    "responses": ResponsesWire(),
+    "completions": CompletionsWire(),
+    "moderations": ModerationsWire(),
+}
+#: every API path and the wire that answers it
+ENDPOINTS = [
+    *((f"{prefix}/{name}", wire) for name, wire in _OPENAI.items() for prefix in ("/v1", "")),
+    ("/v1/messages", AnthropicWire()),
+]
 
 
 class _SimAPI:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
-        self.state = _State()
+        self.state = Counters()
+        self.received = Received()
         self.behaviour = SimBehaviour(config.settings, random.Random(config.seed))
-        self.openai_wire = OpenAIWire()
-        self.anthropic_wire = AnthropicWire()
+        self.responses = ResponseIds()
         ms = config.settings.retry_after_ms
         self.retry_headers = {
             "retry-after-ms": str(round(ms)),
@@ -103,11 +93,18 @@ class _SimAPI:
         self.ids = 0
         self.marked = 0  # requests seen with x-sim-times
 
-    async def openai(self, request: Request) -> Response:
-        return await self.handle(request, self.openai_wire)
+    def next_id(self, prefix: str) -> str:
+        """A new id for a reply (``prefix`` names its kind: ``chatcmpl-sim``, ``msg_sim``...)."""
+        self.ids += 1
+        return f"{prefix}{self.ids:08d}"
 
-    async def anthropic(self, request: Request) -> Response:
-        return await self.handle(request, self.anthropic_wire)
+    def endpoint(self, wire: Wire) -> Any:
+        """The route handler answering with ``wire``."""
+
+        async def answer(request: Request) -> Response:
+            return await self.handle(request, wire)
+
+        return answer
 
     async def models(self, request: Request) -> Response:
         model = self.config.model or "sim-model"
@@ -122,7 +119,30 @@ class _SimAPI:
 
     async def reset(self, request: Request) -> Response:
         self.state.reset()
+        self.received.clear()
         return Response(orjson.dumps(self.state.snapshot()), media_type=_JSON)
+
+    async def requests(self, request: Request) -> Response:
+        query = request.query_params
+        since = query.get("since", "0")
+        seen = self.received.read(query.get("path"), int(since) if since.isdigit() else 0)
+        return Response(orjson.dumps(seen), media_type=_JSON)
+
+    async def not_found(self, request: Request) -> Response:
+        """Any other path: a 404 in Anthropic's shape for a request that says it speaks
+        Anthropic (an ``anthropic-version`` header, a ``/v1/messages/...`` path), else OpenAI's."""
+        path = request.url.path
+        self._receive(request, await request.body())
+        anthropic = "anthropic-version" in request.headers or path.startswith("/v1/messages/")
+        wire = ANTHROPIC_FAMILY if anthropic else OPENAI_FAMILY
+        message = "Not found" if anthropic else f"Invalid URL ({request.method} {path})"
+        return self.error(wire, 404, message)
+
+    def _receive(self, request: Request, raw: bytes) -> None:
+        scope = request.scope  # its path: request.url would build a URL object a request
+        self.state.requests += 1
+        self.state.paths[scope["path"]] += 1
+        self.received.add(scope["method"], scope["path"], scope["headers"], raw)
 
     def error(
         self,
@@ -132,11 +152,12 @@ class _SimAPI:
         kind: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
+        param: str | None = None,
     ) -> Response:
         self.state.statuses[str(status)] += 1
         if status in (429, 529):
             self.state.rate_limited += 1
-        body = wire.error_body(status, kind, message, code)
+        body = wire.error_body(status, kind, message, code, param)
         return Response(body, status_code=status, media_type=_JSON, headers=headers)
 
     def forced(self, wire: Wire, status: int, headers: Any) -> Response:
@@ -152,16 +173,16 @@ class _SimAPI:
         """One API request: count it, then answer what the headers force, a refusal (key,
         version, cap, a drawn error), or a reply."""
         headers = request.headers
-        self.state.requests += 1
-        self.state.paths[request.url.path] += 1
-        self._count_credentials(headers)
+        raw = await request.body()
+        self._receive(request, raw)
+        self.state.count_credentials(headers)
         try:
-            body = orjson.loads(await request.body())
+            body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             body = None
         if not isinstance(body, dict):
             return self.error(wire, 400, "the request body is not a JSON object")
-        self._count_history(body.get("messages"))
+        self.state.count_history(body.get("messages"))
         forced, modes = headers.get("x-sim-status"), headers.get("x-sim-mode", "")
         times = headers.get("x-sim-times")
         if times is not None:
@@ -179,7 +200,7 @@ class _SimAPI:
             return self.error(
                 wire, 401, "invalid API key", "authentication_error", "invalid_api_key"
             )
-        if wire is self.anthropic_wire and "anthropic-version" not in headers:
+        if wire.request_id_header == "request-id" and "anthropic-version" not in headers:
             return self.error(wire, 400, "anthropic-version: header is required")
         if config.cap is not None and self.state.concurrency >= config.cap:
             message = f"concurrency cap {config.cap} reached"
@@ -192,20 +213,22 @@ class _SimAPI:
         return None
 
     async def _answer(self, wire: Wire, body: dict, modes: str, headers: Any) -> Response:
-        """A 200: one JSON body after the whole generation time, or a paced SSE stream."""
+        """A 200: one JSON body after the whole generation time, or a paced SSE stream (a 400
+        for a request the endpoint refuses)."""
         state = self.state
-        reply = self._reply(body, modes, wire)
-        self.ids += 1
-        reply["id"] = f"sim-{self.ids}"
+        try:
+            reply = wire.reply(self, body, modes)
+        except Invalid as exc:
+            return self.error(wire, 400, exc.message, code=exc.code, param=exc.param)
         response_headers = {wire.request_id_header: reply["id"]}
         if "x-sim-ratelimit" in headers or "x-sim-response-headers" in headers:
             response_headers.update(wire.limit_headers(headers.get("x-sim-ratelimit", "")))
             override_headers(response_headers, headers)
-        ttft, total = self.behaviour.timeline(len(reply["pieces"]))
+        ttft, total = self.behaviour.timeline(reply["length"])
         state.statuses["200"] += 1
         state.concurrency += 1
         state.peak_concurrency = max(state.peak_concurrency, state.concurrency)
-        if body.get("stream") is not True or "plain-json" in modes:
+        if body.get("stream") is not True or "plain-json" in modes or not wire.streams:
             try:
                 if total:
                     await asyncio.sleep(total)
@@ -215,90 +238,33 @@ class _SimAPI:
                 orjson.dumps(wire.plain(reply)), media_type=_JSON, headers=response_headers
             )
         state.streams += 1
-        stream = self._stream(wire, reply, ttft, total)
+        stream = self._stream(wire, reply, modes, ttft, total)
         return StreamingResponse(stream, media_type=_SSE, headers=response_headers)
 
-    def _count_history(self, messages: Any) -> None:
-        """What came back in the history: assistant turns, and those carrying reasoning."""
-        if not isinstance(messages, list):
-            return
-        for message in messages:
-            if isinstance(message, dict) and message.get("role") == "assistant":
-                self.state.assistant_messages += 1
-                self.state.assistant_reasoning += "reasoning_content" in message
-
-    def _count_credentials(self, headers: Any) -> None:
-        seen = False
-        bearer = headers.get("authorization")
-        if bearer:
-            self.state.credentials[
-                "authorization:" + key_fingerprint(bearer.removeprefix("Bearer "))
-            ] += 1
-            seen = True
-        api_key = headers.get("x-api-key")
-        if api_key:
-            self.state.credentials["x-api-key:" + key_fingerprint(api_key)] += 1
-            seen = True
-        if not seen:
-            self.state.credentials["none"] += 1
-
-    def _reply(self, body: dict[str, Any], modes: str, wire: Wire) -> dict[str, Any]:
-        behaviour = self.behaviour
-        messages = body.get("messages")
-        messages = messages if isinstance(messages, list) else []
-        pieces = behaviour.pieces(behaviour.variant(messages))
-        finish = "stop"
-        continuing = (
-            bool(messages)
-            and isinstance(messages[-1], dict)
-            and messages[-1].get("role") == "assistant"
-        )
-        if wire is self.anthropic_wire and continuing:
-            pieces = pieces[len(pieces) // 2 :]
-        elif wire is self.anthropic_wire and (
-            "pause-turn" in modes or behaviour.chance(self.config.pause_turn_rate)
-        ):
-            pieces, finish = pieces[: len(pieces) // 2], "pause_turn"
-        limit = body.get("max_tokens") or body.get("max_completion_tokens")
-        if isinstance(limit, int) and 0 < limit < len(pieces):
-            pieces, finish = pieces[:limit], "length"
-        reasoning = "sim reasoning: " + pieces[0] if "reasoning" in modes and pieces else None
-        return {
-            "body": body,
-            "modes": modes,
-            "model": self.config.model or body.get("model") or "sim-model",
-            "pieces": pieces,
-            "finish": finish,
-            "input": estimate_input_tokens(messages),
-            "reasoning": reasoning,
-            "text_index": 1 if reasoning else 0,
-            "cache": "cache" in modes,
-        }
-
     async def _stream(
-        self, wire: Wire, r: dict[str, Any], ttft: float, total: float
+        self, wire: Wire, r: dict[str, Any], modes: str, ttft: float, total: float
     ) -> AsyncIterator[bytes]:
         behaviour, config = self.behaviour, self.config
-        failing = "stream-error" in r["modes"] or behaviour.chance(config.stream_error_rate)
-        cutting = failing or "cut-stream" in r["modes"] or behaviour.chance(config.cut_stream_rate)
-        pieces = r["pieces"]
-        stop_at = len(pieces) // 2 if cutting else len(pieces) + 1
+        failing = "stream-error" in modes or behaviour.chance(config.stream_error_rate)
+        cutting = failing or "cut-stream" in modes or behaviour.chance(config.cut_stream_rate)
+        length = r["length"]
+        stop_at = length // 2 if cutting else length + 1
         try:
             yield wire.head(r)
-            for delay, start, end in pacing(len(pieces), ttft, total):
+            for delay, start, end in pacing(length, ttft, total):
                 if delay:
                     await asyncio.sleep(delay)
                 if start >= stop_at:
                     break
                 chunk = wire.first(r) if start == 0 else b""
-                yield chunk + wire.deltas(r, pieces[start : min(end, stop_at)])
+                yield chunk + wire.deltas(r, start, min(end, stop_at))
                 if end > stop_at:
                     break
             else:
                 yield wire.tail(r)
                 return
             if failing:
-                yield wire.error_event()
+                yield wire.error_event(r)
         finally:
             self.state.concurrency -= 1
 
@@ -306,13 +272,13 @@ class _SimAPI:
 def build_app(config: SimConfig) -> Starlette:
     """The ASGI app of ``rrcli sim`` for ``config``."""
     api = _SimAPI(config)
-    routes = [
-        Route("/v1/chat/completions", api.openai, methods=["POST"]),
-        Route("/chat/completions", api.openai, methods=["POST"]),
-        Route("/v1/messages", api.anthropic, methods=["POST"]),
+    routes = [Route(path, api.endpoint(wire), methods=["POST"]) for path, wire in ENDPOINTS]
+    routes += [
         Route("/v1/models", api.models, methods=["GET"]),
         Route("/stats", api.stats, methods=["GET"]),
         Route("/stats/reset", api.reset, methods=["POST", "GET"]),
+        Route("/requests", api.requests, methods=["GET"]),
+        Route("/{path:path}", api.not_found, methods=_METHODS),
     ]
     return Starlette(routes=routes)
 

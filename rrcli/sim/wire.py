@@ -1,10 +1,12 @@
-"""The wire formats ``rrcli sim`` speaks: OpenAI chat completions and Anthropic Messages.
+"""How ``rrcli sim`` spells a reply on the wire: the base of every endpoint's dialect, and the
+OpenAI family's credentials, errors and rate-limit headers.
 
-Each API is a small dialect over one reply (a dict the server builds: id, model, pieces, finish,
-input tokens, reasoning...): its credential header, its error bodies and rate-limit headers, the
-plain JSON body, and the SSE events of a stream (``head``, the ``first`` events before the text,
-``deltas``, ``tail``, a mid-stream ``error_event``). Pure bytes and dicts: the server applies the
-behaviour, this only spells it.
+Each endpoint is a ``Wire``: ``reply`` builds the reply (a dict: id, model, pieces, usage
+counts...) from the request body, ``plain`` its JSON body, and a stream is ``head``, the ``first``
+events before the text, ``deltas`` for the pieces ``start:end``, ``tail``, or a mid-stream
+``error_event``. A request the endpoint refuses raises ``Invalid`` (a 400 in the API's error
+shape). The family decides the credential header, the error body and the rate-limit headers.
+Pure bytes and dicts: the server applies the behaviour (timing, errors, caps), this only spells it.
 """
 
 from __future__ import annotations
@@ -15,16 +17,20 @@ from typing import Any, ClassVar
 
 import orjson
 
-from rrcli.providers.vocabulary import (
-    anthropic_error_type,
-    anthropic_stop_reason,
-    openai_error_type,
-)
+from rrcli.providers.vocabulary import anthropic_error_type, openai_error_type
 
-__all__ = ["AnthropicWire", "OpenAIWire", "Wire", "override_headers"]
+__all__ = [
+    "AnthropicFamily",
+    "Invalid",
+    "OpenAIFamily",
+    "Wire",
+    "override_headers",
+    "sse",
+]
 
 
 def sse(data: object, event: str | None = None) -> bytes:
+    """One server-sent event (with its ``event:`` line when named)."""
     head = b"event: " + event.encode() + b"\n" if event else b""
     return head + b"data: " + orjson.dumps(data) + b"\n\n"
 
@@ -51,24 +57,64 @@ def _exhausted(spec: str) -> dict[str, float]:
     return out
 
 
+class Invalid(Exception):
+    """A request the endpoint refuses with a 400: the message, the parameter at fault and the
+    error code, as the API's error body carries them."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.param, self.code = message, param, code
+
+
 class Wire:
-    """One API's dialect; see the module docstring."""
+    """One endpoint's dialect; see the module docstring."""
 
     request_id_header: ClassVar[str]
+    streams: ClassVar[bool] = True  # False: a ``stream`` request gets the plain body
 
-    def error_body(self, status: int, kind: str | None, message: str, code: str | None) -> bytes:
+    def error_body(
+        self, status: int, kind: str | None, message: str, code: str | None, param: str | None
+    ) -> bytes:
         """The API's error document for ``status`` (``kind`` None: the API's type for it)."""
-        return orjson.dumps(self.error(kind or self.error_type(status), message, code))
+        return orjson.dumps(self.error(kind or self.error_type(status), message, code, param))
 
     def error_type(self, status: int) -> str:
         raise NotImplementedError
 
-    def error(self, kind: str, message: str, code: str | None) -> dict[str, Any]:
+    def error(self, kind: str, message: str, code: str | None, param: str | None) -> dict:
         raise NotImplementedError
 
+    def key(self, headers: Any) -> str | None:
+        raise NotImplementedError
 
-class OpenAIWire(Wire):
-    """The chat-completions wire format."""
+    def limit_headers(self, spec: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    def reply(self, sim: Any, body: dict[str, Any], modes: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def plain(self, r: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def head(self, r: dict[str, Any]) -> bytes:
+        return b""
+
+    def first(self, r: dict[str, Any]) -> bytes:
+        return b""
+
+    def deltas(self, r: dict[str, Any], start: int, end: int) -> bytes:
+        return b""
+
+    def tail(self, r: dict[str, Any]) -> bytes:
+        return b""
+
+    def error_event(self, r: dict[str, Any]) -> bytes:
+        return b""
+
+
+class OpenAIFamily(Wire):
+    """What every OpenAI endpoint shares: a Bearer key, ``{"error": {...}}`` bodies, and rate
+    limits as ``x-ratelimit-*`` headers with durations."""
 
     request_id_header = "x-request-id"
 
@@ -88,65 +134,16 @@ class OpenAIWire(Wire):
         # a 429 names the budget that ran out ("requests", "tokens") as its type
         return "requests" if status == 429 else openai_error_type(status)
 
-    def error(self, kind: str, message: str, code: str | None) -> dict[str, Any]:
-        return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    def error(self, kind: str, message: str, code: str | None, param: str | None) -> dict:
+        return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
-    def plain(self, r: dict[str, Any]) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(r["pieces"])}
-        if r["reasoning"]:
-            message["reasoning_content"] = r["reasoning"]
-        return {
-            "id": r["id"],
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": r["model"],
-            "choices": [{"index": 0, "message": message, "finish_reason": r["finish"]}],
-            "usage": _openai_usage(r),
-        }
-
-    def head(self, r: dict[str, Any]) -> bytes:
-        return sse(self._chunk(r, {"role": "assistant", "content": ""}, None))
-
-    def first(self, r: dict[str, Any]) -> bytes:
-        if not r["reasoning"]:
-            return b""
-        return sse(self._chunk(r, {"reasoning_content": r["reasoning"]}, None))
-
-    def deltas(self, r: dict[str, Any], pieces: tuple[str, ...]) -> bytes:
-        prefix = b"data: " + orjson.dumps(self._chunk(r, {"content": ""}, None))
-        cut = prefix.index(b'"content":""') + len(b'"content":')
-        before, after = prefix[:cut], prefix[cut + 2 :] + b"\n\n"
-        return b"".join(before + orjson.dumps(p) + after for p in pieces)
-
-    def tail(self, r: dict[str, Any]) -> bytes:
-        out = sse(self._chunk(r, {}, r["finish"]))
-        options = r["body"].get("stream_options")
-        if isinstance(options, dict) and options.get("include_usage"):
-            usage_chunk = self._chunk(r, {}, None)
-            usage_chunk["choices"] = []
-            usage_chunk["usage"] = _openai_usage(r)
-            out += sse(usage_chunk)
-        return out + b"data: [DONE]\n\n"
-
-    def error_event(self) -> bytes:
+    def error_event(self, r: dict[str, Any]) -> bytes:
         return sse({"error": {"message": "simulated failure mid-stream", "type": "server_error"}})
 
-    def _chunk(self, r: dict[str, Any], delta: dict[str, Any], finish: str | None) -> dict:
-        return {
-            "id": r["id"],
-            "object": "chat.completion.chunk",
-            "model": r["model"],
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
 
-
-def _openai_usage(r: dict[str, Any]) -> dict[str, int]:
-    n = len(r["pieces"])
-    return {"prompt_tokens": r["input"], "completion_tokens": n, "total_tokens": r["input"] + n}
-
-
-class AnthropicWire(Wire):
-    """The Messages wire format."""
+class AnthropicFamily(Wire):
+    """What Anthropic's API shares: ``x-api-key``, ``{"type": "error", ...}`` bodies, and rate
+    limits as ``anthropic-ratelimit-*`` headers with RFC 3339 resets."""
 
     request_id_header = "request-id"
 
@@ -167,98 +164,9 @@ class AnthropicWire(Wire):
     def error_type(self, status: int) -> str:
         return anthropic_error_type(None, status)
 
-    def error(self, kind: str, message: str, code: str | None) -> dict[str, Any]:
+    def error(self, kind: str, message: str, code: str | None, param: str | None) -> dict:
         return {"type": "error", "error": {"type": kind, "message": message}}
 
-    def _usage(self, r: dict[str, Any], output: int) -> dict[str, int]:
-        total = r["input"]
-        cached = total // 2 if r["cache"] else 0
-        return {
-            "input_tokens": total - cached,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": cached,
-            "output_tokens": output,
-        }
-
-    def _content(self, r: dict[str, Any]) -> list[dict[str, Any]]:
-        blocks: list[dict[str, Any]] = []
-        if r["reasoning"]:
-            blocks.append({"type": "thinking", "thinking": r["reasoning"], "signature": "sim"})
-        blocks.append({"type": "text", "text": "".join(r["pieces"])})
-        return blocks
-
-    def plain(self, r: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "id": r["id"],
-            "type": "message",
-            "role": "assistant",
-            "model": r["model"],
-            "content": self._content(r),
-            "stop_reason": anthropic_stop_reason(r["finish"]),
-            "stop_sequence": None,
-            "usage": self._usage(r, len(r["pieces"])),
-        }
-
-    def head(self, r: dict[str, Any]) -> bytes:
-        message = {**self.plain(r), "content": [], "stop_reason": None}
-        message["usage"] = self._usage(r, 1)
-        return sse({"type": "message_start", "message": message}, "message_start") + sse(
-            {"type": "ping"}, "ping"
-        )
-
-    def first(self, r: dict[str, Any]) -> bytes:
-        out = b""
-        if r["reasoning"]:
-            out += sse(
-                {
-                    "type": "content_block_start",
-                    "index": 0,
-                    "content_block": {"type": "thinking", "thinking": ""},
-                },
-                "content_block_start",
-            )
-            delta = {"type": "thinking_delta", "thinking": r["reasoning"]}
-            out += sse(
-                {"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta"
-            )
-            delta = {"type": "signature_delta", "signature": "sim"}
-            out += sse(
-                {"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta"
-            )
-            out += sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
-        block = {
-            "type": "content_block_start",
-            "index": r["text_index"],
-            "content_block": {"type": "text", "text": ""},
-        }
-        return out + sse(block, "content_block_start")
-
-    def deltas(self, r: dict[str, Any], pieces: tuple[str, ...]) -> bytes:
-        index = r["text_index"]
-        return b"".join(
-            sse(
-                {
-                    "type": "content_block_delta",
-                    "index": index,
-                    "delta": {"type": "text_delta", "text": p},
-                },
-                "content_block_delta",
-            )
-            for p in pieces
-        )
-
-    def tail(self, r: dict[str, Any]) -> bytes:
-        delta = {
-            "type": "message_delta",
-            "delta": {"stop_reason": anthropic_stop_reason(r["finish"]), "stop_sequence": None},
-        }
-        delta["usage"] = {"output_tokens": len(r["pieces"])}
-        return (
-            sse({"type": "content_block_stop", "index": r["text_index"]}, "content_block_stop")
-            + sse(delta, "message_delta")
-            + sse({"type": "message_stop"}, "message_stop")
-        )
-
-    def error_event(self) -> bytes:
+    def error_event(self, r: dict[str, Any]) -> bytes:
         error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
         return sse(error, "error")
