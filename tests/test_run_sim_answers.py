@@ -147,3 +147,20 @@ def test_bad_tool_arguments_from_the_sim_are_retried_then_an_error(tmp_path, sim
     )
     assert "tool_calls[0].function.arguments is not a JSON object" in line["error"]["message"]
     assert "get_weather" in line["error"]["body"]
+
+
+def test_the_sim_provider_calls_the_same_tool_as_the_sim_server(tmp_path, sim_server):
+    """The in-process ``sim`` provider answers a tools job with the call the ``rrcli sim``
+    server makes for it (same id, function and arguments), finish reason tool_calls; a job
+    without tools still gets text."""
+    server_code, [served] = run(tmp_path, backend(sim_server(), "openai", {}))
+    local = {"id": "b", "provider": "sim", "base_url": "sim://local"}
+    plain = {"id": "t", "prompt": "Weather in Paris?"}
+    code, lines = run(tmp_path, local, jobs=[JOB, plain])
+    assert (0, 0) == (server_code, code)
+    assert (served["tool_calls"], "tool_calls", "") == (
+        lines[0]["tool_calls"],
+        lines[0]["finish_reason"],
+        lines[0]["output"],
+    )
+    assert ("tool_calls" not in lines[1], "stop") == (True, lines[1]["finish_reason"])
