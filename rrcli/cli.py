@@ -115,7 +115,7 @@ def run(
     from rrcli import _render
     from rrcli._logging import configure_logging, log_level
     from rrcli.config.load import load_profile, resolve_profile_path
-    from rrcli.runtime.runner import RunOptions, run_sync
+    from rrcli.runtime.runner import RunControl, RunOptions, run_sync
 
     if bool(jobs) == bool(prompts):
         raise click.UsageError("give a JOBS file or --prompt TEXT (one of the two)")
@@ -138,8 +138,12 @@ def run(
 
         _render.print_plan(profile, asyncio.run(plan(profile, options)))
         return
-    with _render.RunDisplay(enabled=tty and not quiet and answers is None) as display:
-        summary = run_sync(profile, options, environ=os.environ, on_start=display.start)
+    control = RunControl()
+    live = tty and not quiet and answers is None
+    with _render.RunDisplay(enabled=live, control=control) as display:
+        summary = run_sync(
+            profile, options, environ=os.environ, on_start=display.start, control=control
+        )
     if not quiet and answers is None:
         _render.print_summary(summary, options.out, options.traces)
     sys.exit(summary.exit_code)

@@ -228,33 +228,41 @@ def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO]:
 
 
 async def _drive(engine: Engine, jobs: Iterator[Job | InvalidJob], concurrency: int) -> None:
-    """Run ``concurrency`` workers over one job iterator; flush outputs as they go."""
+    """Run ``concurrency`` workers over one job iterator; flush outputs as they go.
+
+    Returns normally however the run is stopped: a call cancelled in flight leaves no result
+    line, so ``--resume`` runs its job again. A worker's own failure (a bug) is raised.
+    """
     control = engine.control
     workers = [asyncio.create_task(engine.worker(jobs)) for _ in range(concurrency)]
     everything = asyncio.gather(*workers)
-
-    def cancel() -> None:
-        everything.cancel()
-
-    control._cancel = cancel
+    control._cancel = everything.cancel
     flusher = asyncio.create_task(_flush_periodically(engine))
     try:
-        while not everything.done():
-            done, _ = await asyncio.wait([everything], timeout=0.25)
-            if control.stopping and not done:
-                # First Ctrl-C: dispatch stopped; give calls in flight DRAIN_TIMEOUT to finish.
-                try:
-                    await asyncio.wait_for(asyncio.shield(everything), DRAIN_TIMEOUT)
-                except TimeoutError:
-                    everything.cancel()
-        try:
-            await everything
-        except asyncio.CancelledError:
-            if not control.stopping:
-                raise
+        await _until_done(everything, control, engine.router)
     finally:
         flusher.cancel()
         control._cancel = None
+    try:
+        everything.result()
+    except asyncio.CancelledError:  # the workers', cancelled by a stop: not this task's
+        if not control.stopping:
+            raise
+
+
+async def _until_done(everything: asyncio.Future[Any], control: RunControl, router: Router) -> None:
+    """Wait for the workers. Once stopped (first Ctrl-C) they take no new job and the calls in
+    flight get DRAIN_TIMEOUT to finish before they are cancelled; ``cancel`` (second Ctrl-C)
+    cancels them at once (``control._cancel``)."""
+    deadline: float | None = None
+    while not everything.done():
+        await asyncio.wait([everything], timeout=0.25)
+        if control.stopping and deadline is None:
+            deadline = time.monotonic() + DRAIN_TIMEOUT
+            in_flight = sum(state.in_flight for state in router.states)
+            log.info("rrcli.stopping", calls_in_flight=in_flight, drain_s=DRAIN_TIMEOUT)
+        elif deadline is not None and time.monotonic() >= deadline:
+            everything.cancel()
 
 
 async def _flush_periodically(engine: Engine) -> None:
@@ -271,9 +279,11 @@ def run_sync(
     environ: Mapping[str, str] | None = None,
     on_start: Callable[[RunSummary, Router], None] | None = None,
     handle_signals: bool = True,
+    control: RunControl | None = None,
 ) -> RunSummary:
-    """``run`` in a fresh event loop; Ctrl-C drains, a second Ctrl-C cancels (SPEC §1)."""
-    control = RunControl()
+    """``run`` in a fresh event loop; Ctrl-C drains, a second Ctrl-C cancels (SPEC §1).
+    ``control``: the run's switch, for a caller that shows or drives it (the live display)."""
+    control = control or RunControl()
 
     async def main() -> RunSummary:
         if handle_signals:
