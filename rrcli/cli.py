@@ -58,8 +58,8 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 )
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Results file [default: <JOBS stem>.results.jsonl].",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="Results file, or - for standard output [default: <JOBS stem>.results.jsonl].",
 )
 @click.option(
     "--traces",
@@ -145,12 +145,12 @@ def run(
             profile, options, environ=os.environ, on_start=display.start, control=control
         )
     if not quiet and answers is None:
-        _render.print_summary(summary, options.out, options.traces)
+        _render.print_summary(summary, options.out_file, options.traces)
     sys.exit(summary.exit_code)
 
 
 @main.command()
-@click.argument("profile", metavar="PROFILE")
+@click.argument("profile", metavar="[PROFILE]", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
 @click.option(
     "--strict", is_flag=True, help="Treat warnings as errors (e.g. an unset api_key_env)."
