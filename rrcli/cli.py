@@ -16,6 +16,7 @@ from rrcli import __version__
 from rrcli.config.profile import DEFAULT_PROVIDER
 from rrcli.errors import RRCLIError, UsageError
 from rrcli.providers.registry import NAMES
+from rrcli.records.traceschema import RESULT_STATUSES
 
 
 class _Group(click.Group):
@@ -268,6 +269,44 @@ def stats(
     if summary["malformed_lines"]:
         count = summary["malformed_lines"]
         click.echo(f"rrcli: {count} malformed trace line(s) skipped", err=True)
+
+
+@main.command("results")
+@click.argument(
+    "sources",
+    nargs=-1,
+    required=True,
+    metavar="RESULTS...",
+    type=click.Path(dir_okay=False, path_type=Path),
+)
+@click.option(
+    "--jobs",
+    "jobs_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Put the lines in this jobs file's order; name its jobs that have no line.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="Write the lines here [default: standard output].",
+)
+@click.option(
+    "--status",
+    type=click.Choice(RESULT_STATUSES),
+    help="Only the jobs whose final line has this status.",
+)
+def results_command(
+    sources: tuple[Path, ...], jobs_path: Path | None, out: Path | None, status: str | None
+) -> None:
+    """The final line of each job in RESULTS (its last line there): one line a job, in the
+    format the files hold, ready to hand on. Exit status 1 when a job of --jobs has no line."""
+    from rrcli.records.collect import collect_files
+
+    target = None if out in (None, Path("-")) else out
+    report = collect_files(sources, target, jobs=jobs_path, status=status)
+    for line in report.lines(target, jobs_path):
+        click.echo(line, err=True)
+    sys.exit(report.exit_code)
 
 
 @main.command("sim")
