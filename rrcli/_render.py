@@ -26,8 +26,21 @@ if TYPE_CHECKING:
     from rrcli.runtime.plan import Plan
     from rrcli.runtime.router import Router
 
-stderr = Console(stderr=True)
-stdout = Console()
+_PIPE_WIDTH = 160  # columns for tables written to a pipe (no terminal to measure)
+
+
+def _console(*, stderr: bool = False) -> Console:
+    """A console that never wraps a line of text (``soft_wrap``: a piped log stays one line a
+    message, whatever its length); tables written to a pipe get _PIPE_WIDTH columns unless
+    COLUMNS says otherwise."""
+    console = Console(stderr=stderr, soft_wrap=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=stderr, soft_wrap=True, width=_PIPE_WIDTH)
+    return console
+
+
+stderr = _console(stderr=True)
+stdout = _console()
 
 
 class PromptPrinter:
@@ -187,11 +200,14 @@ def _extra_check_lines(report: CheckReport) -> list[str]:
 
 
 def probe_lines(results: Sequence[ProbeResult]) -> list[str]:
-    """``validate --probe``: one line per backend."""
+    """``validate --probe``: one line per backend, with the URL it posted to."""
     return [
-        f"probe: {r.backend}: ok in {r.latency_ms:.0f} ms ({r.detail})"
-        if r.ok
-        else f"probe: {r.backend}: FAILED — {r.detail}"
+        (
+            f"probe: {r.backend}: ok in {r.latency_ms:.0f} ms ({r.detail})"
+            if r.ok
+            else f"probe: {r.backend}: FAILED — {r.detail}"
+        )
+        + (f" [POST {r.url}]" if r.url else "")
         for r in results
     ]
 
@@ -232,7 +248,7 @@ _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow"}
 
 def print_validation(report: ValidationReport, console: Console | None = None) -> None:
     """``rrcli validate`` on a terminal: one table row per diagnostic, then the verdict."""
-    console = console or Console()
+    console = console or _console()
     if report.diagnostics:
         table = Table(title=report.source, title_justify="left", show_lines=False, expand=False)
         table.add_column("", no_wrap=True)
@@ -254,16 +270,6 @@ def print_validation(report: ValidationReport, console: Console | None = None) -
 
 
 # --- rrcli stats ----------------------------------------------------------------------------
-
-_PIPE_WIDTH = 160  # columns for tables written to a pipe (no terminal to measure)
-
-
-def _console() -> Console:
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=_PIPE_WIDTH)
-    return console
-
 
 _BARS = " ▁▂▃▄▅▆▇█"
 _STATS_LABEL = 16

@@ -165,10 +165,13 @@ def run(
     type=click.Path(dir_okay=False),
     help="Also check a jobs file: its shapes and every invalid line.",
 )
-def validate(profile: str, as_json: bool, strict: bool, probe: bool, jobs_path: str | None) -> None:
+def validate(
+    profile: str | None, as_json: bool, strict: bool, probe: bool, jobs_path: str | None
+) -> None:
     """Check PROFILE before any money is spent: every problem at once, with its line and fix.
 
-    PROFILE is a TOML file, or `demo` for the built-in simulated pool. Exit status: 0 ok,
+    PROFILE is a TOML file, or `demo` for the built-in simulated pool; without it, the profile
+    `run` would use ($RRCLI_PROFILE, ./rrcli.toml, the XDG profile). Exit status: 0 ok,
     1 the profile has errors, 2 it is not a readable profile at all.
     """
     import json
