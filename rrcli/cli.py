@@ -91,6 +91,11 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 @click.option("--seed", type=int, help="Seed for random choices and jitter.")
 @click.option("--dry-run", is_flag=True, help="Parse, validate and route on paper; send nothing.")
 @click.option("--stream", is_flag=True, help="Stream responses (records time to first token).")
+@click.option(
+    "--keep-response",
+    is_flag=True,
+    help="Add the provider's response body to each result line (a stream: the body it folds into).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every call.")
 @click.option(

@@ -43,6 +43,7 @@ class RunOptions:
     shard: tuple[int, int] | None = None
     seed: int | None = None
     stream: bool = False
+    keep_response: bool = False  # result lines carry the provider's response body
     prompts: tuple[str, ...] = ()  # --prompt: jobs given on the command line
     on_text: Callable[[str], None] | None = None  # --prompt --stream: text as it arrives
     on_result: Callable[[dict[str, Any]], None] | None = None  # results to a callback, not a file

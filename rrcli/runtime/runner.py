@@ -127,7 +127,7 @@ async def run(
         traces.run(profile)
         engine = Engine(
             profile, options.stream, options.on_text, router, providers, results, traces,
-            summary, control, rng,
+            summary, control, rng, options.keep_response,
         )  # fmt: skip
         jobs = _selected(lines, options, resume, summary)
         if on_start is not None:
