@@ -73,7 +73,8 @@ class RunningSim:
             return json.loads(response.read())
 
     def stop(self) -> None:
-        self._server.should_exit = True
+        """Stop at once: requests still in flight (a 60 s latency) are dropped, not awaited."""
+        self._server.should_exit = self._server.force_exit = True
         self._thread.join(10.0)
         self._sock.close()
 

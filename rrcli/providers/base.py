@@ -184,9 +184,17 @@ def error_body(body: bytes | str | object, secret: str | None) -> str | None:
     return text
 
 
-def translate_transport_error(exc: Exception, secret: str | None = None) -> ProviderError:
-    """The rrcli error for an exception raised by the HTTP client (no usable response)."""
+def translate_transport_error(
+    exc: Exception, secret: str | None = None, timeout: float | None = None
+) -> ProviderError:
+    """The rrcli error for an exception raised by the HTTP client (no usable response).
+    ``timeout``: the backend's limit in seconds, named in a timeout's message with its key."""
     detail = redact(str(exc) or type(exc).__name__, secret)
+    if timeout is not None and isinstance(exc, httpx2.TimeoutException):
+        detail = (
+            f"no answer within {timeout:g} s (the backend's timeout) — raise `timeout` in the "
+            "profile if the server is slow"
+        )
     for klass, ours, type_, transient in _TRANSPORT_ERRORS:
         if isinstance(exc, klass):
             return ours(f"{type_.replace('_', ' ')}: {detail}", type=type_, transient=transient)

@@ -32,7 +32,14 @@ from rrcli.records._batchbodies import anthropic_body, openai_body
 from rrcli.records._jsonl import LineFile, dumps_line, open_error
 from rrcli.records.jobs import KeySet, job_key
 
-__all__ = ["FORMATS", "ResultWriter", "ResumeState", "prepare_output"]
+__all__ = [
+    "FORMATS",
+    "ResultWriter",
+    "ResumeState",
+    "line_format",
+    "line_outcome",
+    "prepare_output",
+]
 
 FORMATS = ("rrcli", "openai-batch", "anthropic-batch")
 
@@ -95,8 +102,8 @@ def prepare_output(
         ) from exc
 
 
-def _kind(rec: object) -> str | None:
-    """The format of one parsed result line, or None if it is none of them."""
+def line_format(rec: object) -> str | None:
+    """The format (one of FORMATS) of one parsed result line, or None if it is none of them."""
     if type(rec) is not dict:
         return None
     if "status" in rec and "id" in rec:
@@ -109,8 +116,9 @@ def _kind(rec: object) -> str | None:
     return None
 
 
-def _outcome(rec: dict[str, Any], kind: str) -> tuple[str, str]:
-    """(job key, outcome) of a result line of a known format."""
+def line_outcome(rec: dict[str, Any], kind: str) -> tuple[str, str]:
+    """(job key, outcome) of a result line of format ``kind``: outcome ``ok``, ``error`` or
+    ``invalid`` (an anthropic-batch line is ``ok`` or ``error``: that format has no other)."""
     if kind == "rrcli":
         return job_key(rec["id"]), str(rec["status"])
     key = job_key(rec["custom_id"])
@@ -147,7 +155,7 @@ def _scan(path: Path, fmt: str | None) -> ResumeState:
                     bad_start = start
                     continue
                 rec = None
-            kind = _kind(rec)
+            kind = line_format(rec)
             if kind is None:
                 counts["malformed"] += rec is not None
                 continue
@@ -158,7 +166,7 @@ def _scan(path: Path, fmt: str | None) -> ResumeState:
                         f"{path}:{number}: the file holds {kind} results, not {fmt} — resume with "
                         f"--format {kind}, or write to another --out"
                     )
-            key, outcome = _outcome(rec, kind)
+            key, outcome = line_outcome(rec, kind)
             counts[outcome] = counts.get(outcome, 0) + 1
             if outcome == "ok":
                 ok.add(key)
