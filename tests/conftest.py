@@ -8,6 +8,9 @@ Options are those of ``rrcli sim`` in snake case (``latency_ms``, ``cap``, ``err
 ``rate_limit_rate``, ``retry_after_ms``, ``output_tokens``, ``ttft_ms``, ``tokens_per_s``,
 ``cut_stream_rate``, ``stream_error_rate``, ``pause_turn_rate``, ``seed``, ``model``,
 ``api_keys``). Every server started is stopped when the test ends.
+
+``canned(answer)`` and ``canned_server(answer)`` (tests/canned.py) start a server answering with
+exactly what a test says.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from canned import canned, canned_server  # noqa: F401  (fixtures: a canned HTTP server)
 
 from rrcli.sim.behaviour import SimConfig, config_from_options
 from rrcli.sim.server import listen, uvicorn_server
@@ -69,7 +73,8 @@ class RunningSim:
             return json.loads(response.read())
 
     def stop(self) -> None:
-        self._server.should_exit = True
+        """Stop at once: requests still in flight (a 60 s latency) are dropped, not awaited."""
+        self._server.should_exit = self._server.force_exit = True
         self._thread.join(10.0)
         self._sock.close()
 

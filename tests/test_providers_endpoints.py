@@ -94,6 +94,11 @@ def test_base64_vectors_are_little_endian_float32():
             "no output text (status incomplete: max_output_tokens)",
         ),
         (Call([], endpoint="responses", input="hi"), {"id": "r"}, "no output list"),
+        (
+            Call([], endpoint="responses", input="hi"),
+            {"output": [{"type": "function_call", "name": "f", "arguments": "{not json"}]},
+            "function_call 'f' has arguments that are not a JSON object: '{not json'",
+        ),
         (Call([], endpoint="completions", input="x"), {"choices": []}, "no choices"),
         (Call([], endpoint="completions", input="x"), {"choices": [{"index": 0}]}, "no text"),
         (Call([], endpoint="moderations", input=["a", "b"]), {"results": [{}]}, "1 moderation"),

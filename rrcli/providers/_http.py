@@ -30,7 +30,15 @@ from rrcli.providers.base import (
 from rrcli.providers.ratelimit import rate_limit_pause
 from rrcli.providers.registry import info, server_address
 
-__all__ = ["HTTPProvider", "NewStream", "Parse", "StreamFold"]
+__all__ = [
+    "HTTPProvider",
+    "NewStream",
+    "Parse",
+    "StreamFold",
+    "parse_event_json",
+    "token_sum",
+    "usage_detail",
+]
 
 
 class StreamFold(Protocol):
@@ -131,13 +139,18 @@ class HTTPProvider:
                 return await self._send_streamed(url, content, on_text, parse, new_stream)
             response = await self._client.post(url, content=content)
         except httpx2.HTTPError as exc:
-            raise translate_transport_error(exc, self._key) from exc
+            raise translate_transport_error(exc, self._key, self.backend.timeout) from exc
         if not 200 <= response.status_code < 300:
             raise self._status_error(response)
         return self._read_plain(response, parse)
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+    @property
+    def url(self) -> str:
+        """The address a chat call is posted to: base_url and the API's path."""
+        return self._url
 
     def _status_error(self, response: httpx2.Response) -> ProviderError:
         return error_from_status(
@@ -215,6 +228,13 @@ def token_sum(usage: Mapping[str, Any], *names: str) -> int | None:
     """The sum of the usage counters present among ``names``; None when none is present."""
     values = [usage[name] for name in names if isinstance(usage.get(name), int)]
     return sum(values) if values else None
+
+
+def usage_detail(usage: Mapping[str, Any], group: str, name: str) -> int | None:
+    """A count from a usage details object (``prompt_tokens_details.cached_tokens``...)."""
+    details = usage.get(group)
+    value = details.get(name) if isinstance(details, dict) else None
+    return value if isinstance(value, int) else None
 
 
 def parse_event_json(event: SSEEvent) -> dict[str, Any]:

@@ -18,14 +18,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from rrcli.errors import ProviderError
-from rrcli.providers._http import StreamFold, parse_event_json, token_sum
+from rrcli.providers._http import StreamFold, parse_event_json, token_sum, usage_detail
 from rrcli.providers._sse import SSEEvent
-from rrcli.providers.base import Call, Reply, invalid_response, stream_error
+from rrcli.providers.base import Call, Reply, error_body, invalid_response, stream_error
+from rrcli.providers.vocabulary import tool_arguments, tool_call
 
 __all__ = ["ENDPOINT_APIS", "EndpointAPI", "count_inputs", "endpoint_request"]
 
-Parse = Callable[[dict[str, Any], Call], Reply]
+#: an answer body, the call it answers and the key (masked in an error body) → Reply
+Parse = Callable[[dict[str, Any], Call, str | None], Reply]
 #: (url, body, parse a plain body, start a stream fold): how one call is sent
 Request = tuple[str, dict[str, Any], Callable[[dict[str, Any]], Reply], Callable[[], StreamFold]]
 
@@ -68,7 +72,7 @@ def endpoint_request(call: Call, base_url: str, model: str, key: str | None) -> 
     return (
         base_url + api.path,
         api.build(call, model),
-        lambda data: api.parse(data, call),
+        lambda data: api.parse(data, call, key),
         (lambda: fold(call, key)) if fold is not None else _no_stream,
     )
 
@@ -91,7 +95,7 @@ def count_inputs(value: object) -> int:
 # --- embeddings ------------------------------------------------------------------------------
 
 
-def _embeddings(data: dict[str, Any], call: Call) -> Reply:
+def _embeddings(data: dict[str, Any], call: Call, key: str | None) -> Reply:
     items = data.get("data")
     if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
         raise invalid_response("no data list of embeddings in the body")
@@ -133,11 +137,12 @@ def _vector(value: object, index: int) -> list[float]:
 # --- responses -------------------------------------------------------------------------------
 
 
-def _responses(data: dict[str, Any], call: Call) -> Reply:
+def _responses(data: dict[str, Any], call: Call, key: str | None) -> Reply:
     output = data.get("output")
     if not isinstance(output, list):
         raise invalid_response("no output list in the response body")
     texts: list[str] = []
+    refusals: list[str] = []
     calls: list[dict[str, Any]] = []
     reasoning: list[str] = []
     for item in output:
@@ -146,13 +151,14 @@ def _responses(data: dict[str, Any], call: Call) -> Reply:
         kind = item.get("type")
         if kind == "message":
             texts += _parts(item.get("content"), "output_text")
+            refusals += _parts(item.get("content"), "refusal", "refusal")
         elif kind == "function_call":
-            calls.append(_tool_call(item))
+            calls.append(_tool_call(item, data, key))
         elif kind == "reasoning":
             reasoning += _parts(item.get("summary"), "summary_text")
     status = data.get("status")
     reason = (data.get("incomplete_details") or {}).get("reason")
-    if not texts and not calls:
+    if not texts and not calls and not refusals:
         why = f" (status {status}{f': {reason}' if reason else ''})" if status else ""
         raise invalid_response(f"the response has no output text{why}")
     finish = "tool_calls" if calls else "stop"
@@ -168,32 +174,35 @@ def _responses(data: dict[str, Any], call: Call) -> Reply:
         reasoning_content="".join(reasoning) or None,
         body=data,
         tool_calls=calls or None,
+        refusal="".join(refusals) or None,
+        cached_input_tokens=usage_detail(usage, "input_tokens_details", "cached_tokens"),
+        reasoning_tokens=usage_detail(usage, "output_tokens_details", "reasoning_tokens"),
         response_id=data.get("id"),
     )
 
 
-def _parts(parts: object, kind: str) -> list[str]:
-    """The text of the ``kind`` parts of a content list."""
+def _parts(parts: object, kind: str, field: str = "text") -> list[str]:
+    """The ``field`` text of the ``kind`` parts of a content list."""
     if not isinstance(parts, list):
         return []
     return [
-        p["text"]
+        p[field]
         for p in parts
-        if isinstance(p, dict) and p.get("type") == kind and isinstance(p.get("text"), str)
+        if isinstance(p, dict) and p.get("type") == kind and isinstance(p.get(field), str)
     ]
 
 
-def _tool_call(item: dict[str, Any]) -> dict[str, Any]:
-    """A Responses ``function_call`` item in chat's ``tool_calls`` shape."""
-    arguments = item.get("arguments")
-    return {
-        "id": item.get("call_id") or item.get("id"),
-        "type": "function",
-        "function": {
-            "name": item.get("name"),
-            "arguments": arguments if isinstance(arguments, str) else "",
-        },
-    }
+def _tool_call(item: dict[str, Any], data: dict[str, Any], key: str | None) -> dict[str, Any]:
+    """A Responses ``function_call`` item in chat's ``tool_calls`` shape; arguments that are not
+    a JSON object make the answer invalid."""
+    arguments = tool_arguments(item.get("arguments"))
+    if arguments is None:
+        text = repr(item.get("arguments"))[:80]
+        raise invalid_response(
+            f"function_call {item.get('name')!r} has arguments that are not a JSON object: {text}",
+            body=error_body(orjson.dumps(data), key),
+        )
+    return tool_call(item.get("call_id") or item.get("id"), item.get("name"), arguments)
 
 
 class _ResponsesStream:
@@ -231,13 +240,13 @@ class _ResponsesStream:
 
     def reply(self) -> Reply:
         assert self.body is not None  # done
-        return _responses(self.body, self._call)
+        return _responses(self.body, self._call, self._key)
 
 
 # --- completions -----------------------------------------------------------------------------
 
 
-def _completions(data: dict[str, Any], call: Call) -> Reply:
+def _completions(data: dict[str, Any], call: Call, key: str | None) -> Reply:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise invalid_response("no choices in the body")
@@ -310,13 +319,13 @@ class _CompletionsStream:
             for i in indexes
         ]
         body = {**self.head, "object": "text_completion", "choices": choices, "usage": self.usage}
-        return _completions(body, self._call)
+        return _completions(body, self._call, self._key)
 
 
 # --- moderations -----------------------------------------------------------------------------
 
 
-def _moderations(data: dict[str, Any], call: Call) -> Reply:
+def _moderations(data: dict[str, Any], call: Call, key: str | None) -> Reply:
     results = data.get("results")
     if not isinstance(results, list):
         raise invalid_response("no results list in the moderations body")

@@ -15,15 +15,22 @@ if TYPE_CHECKING:
 __all__ = ["result_line"]
 
 
-def result_line(outcome: CallOutcome) -> dict[str, Any]:
+def result_line(outcome: CallOutcome, keep_response: bool = False) -> dict[str, Any]:
     """The SPEC §4 line of one job, from how it ended. The key order is part of the format:
-    ``id, status, deployment, model, output, finish_reason, usage, attempts, latency_ms,
-    request_id?, metadata, reasoning_content?, session?, turns?`` for ``ok``; ``id, status,
-    deployment, attempts, error, metadata, session?, turns?`` for ``error``; ``id, status, error,
-    duplicate_of?`` for ``invalid``. A session's line sums its turns' attempts, latency and usage;
-    its output, finish reason and deployment are its last turn's. A job for another endpoint
-    than chat names it after ``model`` (``deployment`` for an error) and carries that endpoint's
-    answer in place of output and finish reason (``_endpoint_answer``)."""
+    ``id, status, deployment, model, output, refusal?, tool_calls?, finish_reason, usage,
+    attempts, latency_ms, request_id?, system_fingerprint?, metadata, reasoning_content?,
+    logprobs?, choices?, session?, turns?, response?`` for ``ok``; ``id, status, deployment,
+    attempts, error, metadata, session?, turns?`` for ``error``; ``id, status, error,
+    duplicate_of?`` for ``invalid``. ``usage`` is ``input_tokens, output_tokens,
+    cached_input_tokens?, reasoning_tokens?``. A key marked ``?`` is written only when the
+    provider said it (so a plain text answer's line has none of them): the answer's own fields
+    first, next to ``output``; the bulky ones (logprobs, every choice, the whole response body)
+    last, after ``metadata``. ``response`` (``keep_response``) is the body as received, or the
+    body a stream folded into. A session's line sums its turns' attempts, latency and usage; its
+    output, finish reason and deployment are its last turn's; each turn's own fields (tool calls,
+    reasoning...) are in its ``turns`` entry. A job for another endpoint than chat names it after
+    ``model`` (``deployment`` for an error) and carries that endpoint's answer
+    (``_endpoint_line``)."""
     job = outcome.job
     if type(job) is InvalidJob:
         line: dict[str, Any] = {
@@ -39,7 +46,7 @@ def result_line(outcome: CallOutcome) -> dict[str, Any]:
         line = _error_line(outcome, job)
     elif job.endpoint != "chat":
         assert attempt is not None and reply is not None
-        line = _endpoint_line(outcome, attempt, reply)
+        return _endpoint_line(job, outcome, attempt, reply, keep_response)
     else:
         assert attempt is not None and reply is not None
         line = {
@@ -48,20 +55,24 @@ def result_line(outcome: CallOutcome) -> dict[str, Any]:
             "deployment": attempt.backend.id,
             "model": attempt.backend.model,
             "output": reply.output,
-            "finish_reason": reply.finish_reason,
-            "usage": _usage(turns) if turns else _tokens(reply),
-            "attempts": _attempts(turns) if turns else outcome.attempts,
-            "latency_ms": _latency_ms(turns) if turns else attempt.latency_ms,
         }
+        if not turns:
+            _answer(line, reply)
+        line["finish_reason"] = reply.finish_reason
+        line["usage"] = _usage(turns) if turns else _tokens(reply)
+        line["attempts"] = _attempts(turns) if turns else outcome.attempts
+        line["latency_ms"] = _latency_ms(turns) if turns else attempt.latency_ms
         if reply.request_id is not None:
             line["request_id"] = reply.request_id
+        if reply.system_fingerprint is not None and not turns:
+            line["system_fingerprint"] = reply.system_fingerprint
         line["metadata"] = job.metadata or {}
-        if reply.reasoning_content and not turns:
-            line["reasoning_content"] = reply.reasoning_content
+        if not turns:
+            _details(line, reply, keep_response)
     if outcome.session is not None:
         line["session"] = outcome.session
     if turns:
-        line["turns"] = [_turn(t) for t in turns]
+        line["turns"] = [_turn(t, keep_response) for t in turns]
     return line
 
 
@@ -81,59 +92,80 @@ def _error_line(outcome: CallOutcome, job: Job) -> dict[str, Any]:
     return line
 
 
-def _endpoint_line(outcome: CallOutcome, attempt: Attempt, reply: Reply) -> dict[str, Any]:
-    """The ``ok`` line of a job for another endpoint than chat."""
-    job = outcome.job
-    assert type(job) is not InvalidJob
+def _endpoint_line(
+    job: Job, outcome: CallOutcome, attempt: Attempt, reply: Reply, keep_response: bool
+) -> dict[str, Any]:
+    """The ``ok`` line of a job for another endpoint: ``id, status, deployment, model,
+    endpoint``, then its answer: ``embeddings`` (one vector per input, in input order) or
+    ``moderations`` (one result per input), else ``output, refusal?, tool_calls?,
+    finish_reason, response_id?`` (a Responses answer's id); then ``usage`` (embeddings and
+    moderations: input tokens only), ``attempts, latency_ms, request_id?, metadata``, the
+    details as a chat line's (a completion's several ``choices`` among them) and ``session?``."""
     line: dict[str, Any] = {
         "id": job.id,
         "status": "ok",
         "deployment": attempt.backend.id,
         "model": attempt.backend.model,
         "endpoint": job.endpoint,
-        **_endpoint_answer(job.endpoint, reply),
-        "attempts": outcome.attempts,
-        "latency_ms": attempt.latency_ms,
     }
+    if job.endpoint in ("embeddings", "moderations"):
+        line[job.endpoint] = reply.embeddings if job.endpoint == "embeddings" else reply.moderations
+        line["usage"] = {"input_tokens": reply.input_tokens}
+    else:
+        line["output"] = reply.output
+        _answer(line, reply)
+        line["finish_reason"] = reply.finish_reason
+        if job.endpoint == "responses":
+            line["response_id"] = reply.response_id
+        line["usage"] = _tokens(reply)
+    line["attempts"] = outcome.attempts
+    line["latency_ms"] = attempt.latency_ms
     if reply.request_id is not None:
         line["request_id"] = reply.request_id
     line["metadata"] = job.metadata or {}
-    if reply.reasoning_content:
-        line["reasoning_content"] = reply.reasoning_content
+    _details(line, reply, keep_response)
+    if outcome.session is not None:
+        line["session"] = outcome.session
     return line
 
 
-def _endpoint_answer(endpoint: str, reply: Reply) -> dict[str, Any]:
-    """What an endpoint's answer adds to its line: ``embeddings`` (one vector per input, in
-    input order) or ``moderations`` (one result per input) and the input tokens; a completion's
-    or a Responses answer's ``output`` and ``finish_reason``, its ``choices`` (more than one
-    completion), ``tool_calls`` and ``response_id`` (Responses), and its usage."""
-    if endpoint == "embeddings":
-        return {"embeddings": reply.embeddings, "usage": {"input_tokens": reply.input_tokens}}
-    if endpoint == "moderations":
-        return {"moderations": reply.moderations, "usage": {"input_tokens": reply.input_tokens}}
-    answer: dict[str, Any] = {"output": reply.output, "finish_reason": reply.finish_reason}
-    if reply.choices is not None:
-        answer["choices"] = reply.choices
+def _answer(entry: dict[str, Any], reply: Reply) -> None:
+    """The answer's fields that sit next to its output: a refusal, the tool calls."""
+    if reply.refusal is not None:
+        entry["refusal"] = reply.refusal
     if reply.tool_calls is not None:
-        answer["tool_calls"] = reply.tool_calls
-    if endpoint == "responses":
-        answer["response_id"] = reply.response_id
-    answer["usage"] = _tokens(reply)
-    return answer
+        entry["tool_calls"] = reply.tool_calls
+
+
+def _details(entry: dict[str, Any], reply: Reply, keep_response: bool) -> None:
+    """The answer's fields that follow the line's metadata: reasoning, logprobs, every choice,
+    with ``keep_response`` the body."""
+    if reply.reasoning_content:
+        entry["reasoning_content"] = reply.reasoning_content
+    if reply.logprobs is not None:
+        entry["logprobs"] = reply.logprobs
+    if reply.choices is not None:
+        entry["choices"] = reply.choices
+    if keep_response and reply.body is not None:
+        entry["response"] = reply.body
 
 
 def _tokens(reply: Reply) -> dict[str, int | None]:
-    return {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens}
+    usage = {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens}
+    if reply.cached_input_tokens is not None:
+        usage["cached_input_tokens"] = reply.cached_input_tokens
+    if reply.reasoning_tokens is not None:
+        usage["reasoning_tokens"] = reply.reasoning_tokens
+    return usage
 
 
 def _usage(turns: tuple[CallOutcome, ...]) -> dict[str, int]:
-    """A session's usage: its turns' summed (a count the server did not give counts 0)."""
+    """A session's usage: its turns' summed (a count the server did not give counts 0; the
+    cached and reasoning counts only when some turn reported them)."""
     usage = {"input_tokens": 0, "output_tokens": 0}
     for turn in turns:
-        assert turn.reply is not None
-        usage["input_tokens"] += turn.reply.input_tokens or 0
-        usage["output_tokens"] += turn.reply.output_tokens or 0
+        for name, value in _tokens(turn.reply).items():  # type: ignore[arg-type]
+            usage[name] = usage.get(name, 0) + (value or 0)
     return usage
 
 
@@ -151,15 +183,17 @@ def _latency_ms(turns: tuple[CallOutcome, ...]) -> float:
     return round(total, 3)
 
 
-def _turn(turn: CallOutcome) -> dict[str, Any]:
-    """A session turn's entry in its line's ``turns``."""
+def _turn(turn: CallOutcome, keep_response: bool) -> dict[str, Any]:
+    """A session turn's entry in its line's ``turns``: ``output, refusal?, tool_calls?,
+    deployment, usage, system_fingerprint?, reasoning_content?, logprobs?, choices?,
+    response?``."""
     reply, attempt = turn.reply, turn.attempt
     assert reply is not None and attempt is not None
-    entry: dict[str, Any] = {
-        "output": reply.output,
-        "deployment": attempt.backend.id,
-        "usage": _tokens(reply),
-    }
-    if reply.reasoning_content:
-        entry["reasoning_content"] = reply.reasoning_content
+    entry: dict[str, Any] = {"output": reply.output}
+    _answer(entry, reply)
+    entry["deployment"] = attempt.backend.id
+    entry["usage"] = _tokens(reply)
+    if reply.system_fingerprint is not None:
+        entry["system_fingerprint"] = reply.system_fingerprint
+    _details(entry, reply, keep_response)
     return entry

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rrcli.config.load import ValidationReport, resolve_profile_path, validate_profile
 from rrcli.config.profile import Backend, Profile, RetrySettings
@@ -25,6 +25,9 @@ from rrcli.errors import ProviderError, UsageError
 from rrcli.providers import make_provider
 from rrcli.records.jobs import InvalidJob, iter_jobs
 from rrcli.runtime.serving import RouteRules
+
+if TYPE_CHECKING:
+    from rrcli.providers.base import Call
 
 __all__ = ["CheckReport", "JobsReport", "ProbeResult", "check_jobs", "probe", "validate"]
 
@@ -36,6 +39,7 @@ PROBE_INPUTS = {
     "completions": ("ok", {"max_tokens": 5}),
     "moderations": ("ok", {}),
 }
+PROBE_TIMEOUT = 20.0  # seconds a probe waits at most, whatever the backend's timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,7 @@ class ProbeResult:
     ok: bool
     latency_ms: float | None
     detail: str  # the response model, or the error's type and message
+    url: str | None = None  # where the probe was posted (None: no network, or no key)
 
 
 @dataclass(slots=True)
@@ -97,7 +102,7 @@ class CheckReport:
 
 
 def validate(
-    profile: str,
+    profile: str | None,
     *,
     environ: Mapping[str, str],
     strict: bool = False,
@@ -105,7 +110,8 @@ def validate(
     probe_backends: bool = False,
 ) -> CheckReport:
     """The report of ``rrcli validate PROFILE``: ``profile`` is found as SPEC §1 says (``demo``
-    is the built-in pool). The backends are probed only when the profile has no errors."""
+    is the built-in pool; None: $RRCLI_PROFILE, ./rrcli.toml, the XDG profile, as ``run``).
+    The backends are probed only when the profile has no errors."""
     report = validate_profile(
         resolve_profile_path(profile, environ), environ=environ, strict=strict
     )
@@ -117,35 +123,43 @@ def validate(
     return CheckReport(report, jobs_report, probes)
 
 
-async def _probe_one(backend: Backend, environ: Mapping[str, str], timeout: float) -> ProbeResult:
+def _probe_call(backend: Backend) -> Call:
+    """A tiny request to an endpoint ``backend`` serves: chat when it does, else its first."""
     from rrcli.providers.base import Call  # the HTTP client loads only when a probe is sent
 
+    if "chat" in backend.endpoints:
+        return Call(PROBE_MESSAGES, {**backend.params, "max_tokens": 5})
+    endpoint = backend.endpoints[0]
+    value, params = PROBE_INPUTS[endpoint]
+    return Call([], {**backend.params, **params}, endpoint=endpoint, input=value)
+
+
+async def _probe_one(backend: Backend, environ: Mapping[str, str], timeout: float) -> ProbeResult:
     try:
         key = backend.credentials.resolve(environ)
     except UsageError as exc:
         return ProbeResult(backend.id, False, None, str(exc))
     provider = make_provider(backend, key, retry=RetrySettings(), seed=0)
-    if "chat" in backend.endpoints:
-        call = Call(PROBE_MESSAGES, {**backend.params, "max_tokens": 5})
-    else:
-        endpoint = backend.endpoints[0]
-        value, params = PROBE_INPUTS[endpoint]
-        call = Call([], {**backend.params, **params}, endpoint=endpoint, input=value)
+    url = getattr(provider, "url", None)
     t0 = time.monotonic()
     try:
-        reply = await asyncio.wait_for(provider.send(call), timeout)
+        reply = await asyncio.wait_for(provider.send(_probe_call(backend)), timeout)
     except ProviderError as exc:
-        return ProbeResult(backend.id, False, None, f"{exc.type}: {exc.message}")
+        return ProbeResult(backend.id, False, None, f"{exc.type}: {exc.message}", url)
     except TimeoutError:
-        return ProbeResult(backend.id, False, None, f"timeout: no answer in {timeout:g} s")
+        detail = (
+            f"timeout: no answer within the probe's {timeout:g} s limit (a run waits up to the "
+            f"backend's `timeout`, {backend.timeout:g} s)"
+        )
+        return ProbeResult(backend.id, False, None, detail, url)
     finally:
         await provider.aclose()
     latency = round((time.monotonic() - t0) * 1000.0, 1)
-    return ProbeResult(backend.id, True, latency, reply.response_model or backend.model)
+    return ProbeResult(backend.id, True, latency, reply.response_model or backend.model, url)
 
 
 async def probe(
-    profile: Profile, environ: Mapping[str, str], *, timeout: float = 20.0
+    profile: Profile, environ: Mapping[str, str], *, timeout: float = PROBE_TIMEOUT
 ) -> list[ProbeResult]:
     """One tiny request to every backend at once; never raises for a failing backend."""
     return list(await asyncio.gather(*(_probe_one(b, environ, timeout) for b in profile.backends)))

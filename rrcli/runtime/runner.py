@@ -31,7 +31,7 @@ from rrcli.config.profile import Profile
 from rrcli.errors import UsageError
 from rrcli.providers import make_provider
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs, shard_of
-from rrcli.records.results import ResultWriter, prepare_output
+from rrcli.records.results import ResultWriter, ResumeState, prepare_output
 from rrcli.records.trace import TraceWriter, new_run_id
 from rrcli.runtime.control import RunControl, RunSummary
 from rrcli.runtime.engine import Engine
@@ -64,14 +64,15 @@ def select_jobs(
     shard: tuple[int, int] | None,
     limit: int | None,
 ) -> Iterator[Job | InvalidJob]:
-    """--limit, --shard and --resume applied to the stream of jobs, lazily."""
+    """--shard, --limit and --resume applied to the stream of jobs, lazily, in that order: the
+    first N jobs of the shard (skipped or not, so a resumed run selects the same jobs)."""
     taken = 0
     for job in jobs:
+        if shard is not None and shard_of(job.key, shard[1]) != shard[0]:
+            continue
         if limit is not None and taken >= limit:
             return
         taken += 1
-        if shard is not None and shard_of(job.key, shard[1]) != shard[0]:
-            continue
         if done is not None and job.key in done:
             summary.skipped += 1
             continue
@@ -100,7 +101,8 @@ async def run(
     """Run every selected job of ``options.jobs`` across ``profile``'s pool, writing results and
     traces where ``options`` says, SPEC §1's defaults filled in (``RunOptions.with_defaults``).
 
-    Raises UsageError (nothing sent) when the outputs cannot be prepared or a key is missing.
+    Raises UsageError (nothing sent) when the outputs cannot be prepared, a key is missing or
+    the jobs are not JSON Lines.
     ``on_start`` is called once the router exists (the CLI starts its live display there).
     """
     options = options.with_defaults()
@@ -109,46 +111,56 @@ async def run(
     seed = options.seed if options.seed is not None else profile.seed
     rng = random.Random(seed)
     keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}  # UsageError if unset
-    resume = None
-    if options.on_result is None:
-        resume = prepare_output(options.out, resume=options.resume, overwrite=options.overwrite)
-    summary = RunSummary(new_run_id())
-    router, gates = make_router(profile, rng)
-    if resume is not None and resume.sessions:
-        router.restore_bindings(resume.sessions)
-    providers = {
-        b.id: make_provider(b, keys[b.id], retry=profile.retry, seed=seed) for b in profile.backends
-    }
     with ExitStack() as stack:
         source, stream = open_jobs(options, stack)
-        summary.total = len(options.prompts) if options.prompts else count_lines(options.jobs)
+        lines = iter_jobs(stream, source)  # UsageError when the input is not JSON Lines
+        resume = _prepare_results(options)
+        summary = RunSummary(new_run_id(), total=len(options.prompts) or count_lines(options.jobs))
+        router, gates = make_router(profile, rng)
+        if resume is not None and resume.sessions:
+            router.restore_bindings(resume.sessions)
+        providers = {
+            b.id: make_provider(b, keys[b.id], retry=profile.retry, seed=seed)
+            for b in profile.backends
+        }
         results, traces = open_outputs(options, summary.run_id, stack)
         traces.run(profile)
         engine = Engine(
             profile, options.stream, options.on_text, router, providers, results, traces,
-            summary, control, rng,
+            summary, control, rng, options.keep_response,
         )  # fmt: skip
         engine.origins.update(resume.responses.items() if resume is not None else ())
-        done = resume.ok if (resume is not None and options.resume) else None
-        jobs = select_jobs(
-            iter_jobs(stream, source),
-            done=done,
-            summary=summary,
-            shard=options.shard,
-            limit=options.limit,
-        )
+        jobs = _selected(lines, options, resume, summary)
         if on_start is not None:
             on_start(summary, router)
-        log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.name or None)
+        log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.label)
         try:
             await _drive(engine, jobs, run_concurrency(options, profile))
         finally:
             summary.interrupted = control.stopping
             await _close(engine, gates)
-    log.info(
-        "rrcli.run_finished", run_id=summary.run_id, interrupted=summary.interrupted, **summary.jobs
-    )
     return summary
+
+
+def _selected(
+    lines: Iterator[Job | InvalidJob],
+    options: RunOptions,
+    resume: ResumeState | None,
+    summary: RunSummary,
+) -> Iterator[Job | InvalidJob]:
+    """The jobs this run sends: its shard, its limit, and on --resume those without an ok line."""
+    done = resume.ok if (resume is not None and options.resume) else None
+    return select_jobs(lines, done=done, summary=summary, shard=options.shard, limit=options.limit)
+
+
+def _prepare_results(options: RunOptions) -> ResumeState | None:
+    """The results file made ready before anything is sent (None: results go to a callback);
+    on --resume, what it already holds, in the format asked for."""
+    if options.on_result is not None:
+        return None
+    return prepare_output(
+        options.out_file, resume=options.resume, overwrite=options.overwrite, fmt=options.fmt
+    )
 
 
 def open_outputs(
@@ -160,8 +172,9 @@ def open_outputs(
     if options.on_result is not None:
         results = CallbackWriter(options.on_result)
     else:
-        append = options.resume and options.out is not None and options.out.exists()
-        results = ResultWriter(options.out, fmt=options.fmt, append=append)
+        out = options.out_file
+        append = options.resume and out is not None and out.exists()
+        results = ResultWriter(out, fmt=options.fmt, append=append)
         stack.callback(results.close)
     traces = TraceWriter(options.traces, run_id)
     stack.callback(traces.close)
@@ -178,13 +191,17 @@ def run_concurrency(options: RunOptions, profile: Profile) -> int:
 
 async def _close(engine: Engine, gates: Mapping[str, Any]) -> None:
     """The run's end, however it ended: the run_end record, outputs flushed, connections and
-    shared leases given back."""
-    engine.traces.run_end(engine.summary.jobs, engine.summary.interrupted)
+    shared leases given back, the end logged."""
+    summary = engine.summary
+    engine.traces.run_end(summary.jobs, summary.interrupted)
     engine.results.flush()
     engine.traces.flush()
     for provider in engine.providers.values():
         await provider.aclose()
     await _close_gates(gates)
+    log.info(
+        "rrcli.run_finished", run_id=summary.run_id, interrupted=summary.interrupted, **summary.jobs
+    )
 
 
 def make_router(
@@ -229,33 +246,41 @@ def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO]:
 
 
 async def _drive(engine: Engine, jobs: Iterator[Job | InvalidJob], concurrency: int) -> None:
-    """Run ``concurrency`` workers over one job iterator; flush outputs as they go."""
+    """Run ``concurrency`` workers over one job iterator; flush outputs as they go.
+
+    Returns normally however the run is stopped: a call cancelled in flight leaves no result
+    line, so ``--resume`` runs its job again. A worker's own failure (a bug) is raised.
+    """
     control = engine.control
     workers = [asyncio.create_task(engine.worker(jobs)) for _ in range(concurrency)]
     everything = asyncio.gather(*workers)
-
-    def cancel() -> None:
-        everything.cancel()
-
-    control._cancel = cancel
+    control._cancel = everything.cancel
     flusher = asyncio.create_task(_flush_periodically(engine))
     try:
-        while not everything.done():
-            done, _ = await asyncio.wait([everything], timeout=0.25)
-            if control.stopping and not done:
-                # First Ctrl-C: dispatch stopped; give calls in flight DRAIN_TIMEOUT to finish.
-                try:
-                    await asyncio.wait_for(asyncio.shield(everything), DRAIN_TIMEOUT)
-                except TimeoutError:
-                    everything.cancel()
-        try:
-            await everything
-        except asyncio.CancelledError:
-            if not control.stopping:
-                raise
+        await _until_done(everything, control, engine.router)
     finally:
         flusher.cancel()
         control._cancel = None
+    try:
+        everything.result()
+    except asyncio.CancelledError:  # the workers', cancelled by a stop: not this task's
+        if not control.stopping:
+            raise
+
+
+async def _until_done(everything: asyncio.Future[Any], control: RunControl, router: Router) -> None:
+    """Wait for the workers. Once stopped (first Ctrl-C) they take no new job and the calls in
+    flight get DRAIN_TIMEOUT to finish before they are cancelled; ``cancel`` (second Ctrl-C)
+    cancels them at once (``control._cancel``)."""
+    deadline: float | None = None
+    while not everything.done():
+        await asyncio.wait([everything], timeout=0.25)
+        if control.stopping and deadline is None:
+            deadline = time.monotonic() + DRAIN_TIMEOUT
+            in_flight = sum(state.in_flight for state in router.states)
+            log.info("rrcli.stopping", calls_in_flight=in_flight, drain_s=DRAIN_TIMEOUT)
+        elif deadline is not None and time.monotonic() >= deadline:
+            everything.cancel()
 
 
 async def _flush_periodically(engine: Engine) -> None:
@@ -272,9 +297,11 @@ def run_sync(
     environ: Mapping[str, str] | None = None,
     on_start: Callable[[RunSummary, Router], None] | None = None,
     handle_signals: bool = True,
+    control: RunControl | None = None,
 ) -> RunSummary:
-    """``run`` in a fresh event loop; Ctrl-C drains, a second Ctrl-C cancels (SPEC §1)."""
-    control = RunControl()
+    """``run`` in a fresh event loop; Ctrl-C drains, a second Ctrl-C cancels (SPEC §1).
+    ``control``: the run's switch, for a caller that shows or drives it (the live display)."""
+    control = control or RunControl()
 
     async def main() -> RunSummary:
         if handle_signals:
