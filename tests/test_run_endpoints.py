@@ -159,7 +159,8 @@ def test_a_backend_may_list_only_endpoints_its_provider_serves(tmp_path):
 
 def test_a_probe_and_the_batch_format_speak_the_backends_endpoint(tmp_path):
     """``validate --probe`` asks an embeddings-only backend for an embedding (a chat probe would
-    fail there); ``--format openai-batch`` writes an embeddings job's body as the server sent it."""
+    fail there); ``--format openai-batch`` writes an embeddings job's body as the server sent it,
+    and ``--keep-response`` keeps that body in the rrcli line."""
     with canned_apis(("a", ())) as (a,):
         profile = write_profile(
             tmp_path / "p.toml", [{"id": "emb", "base_url": a.url, "endpoints": EMBEDDINGS}]
@@ -171,9 +172,14 @@ def test_a_probe_and_the_batch_format_speak_the_backends_endpoint(tmp_path):
             tmp_path / "jobs.jsonl", [{"id": "e", "endpoint": "embeddings", "input": "x"}]
         )
         result = rrcli("run", jobs, "-p", profile, "--format", "openai-batch", cwd=tmp_path)
-    assert 0 == result.returncode, result.stderr
+        assert 0 == result.returncode, result.stderr
+        kept = rrcli("run", jobs, "-p", profile, "--keep-response", "--out", "kept.jsonl",
+                     cwd=tmp_path)  # fmt: skip
+        assert 0 == kept.returncode, kept.stderr
     (line,) = read_jsonl(tmp_path / "jobs.results.jsonl")
     body = line["response"]["body"]
+    (whole,) = read_jsonl(tmp_path / "kept.jsonl")
+    assert body == whole["response"]
     assert ("e", 200, "list", [vector("x", 0)]) == (
         line["custom_id"],
         line["response"]["status_code"],
