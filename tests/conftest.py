@@ -8,6 +8,8 @@ Options are those of ``rrcli sim`` in snake case (``latency_ms``, ``cap``, ``err
 ``rate_limit_rate``, ``retry_after_ms``, ``output_tokens``, ``ttft_ms``, ``tokens_per_s``,
 ``cut_stream_rate``, ``stream_error_rate``, ``pause_turn_rate``, ``seed``, ``model``,
 ``api_keys``). Every server started is stopped when the test ends.
+
+``hostile_server(answer)`` (tests/hostile.py) starts a server that misbehaves on purpose.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hostile import hostile_server  # noqa: F401  (fixture: a server that misbehaves on purpose)
 
 from rrcli.sim.behaviour import SimConfig, config_from_options
 from rrcli.sim.server import listen, uvicorn_server

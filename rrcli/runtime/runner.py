@@ -18,10 +18,11 @@ import asyncio
 import os
 import random
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -30,13 +31,15 @@ import structlog
 from rrcli.config.profile import Profile
 from rrcli.errors import UsageError
 from rrcli.providers import make_provider
+from rrcli.records.claim import STDIN, OutputClaim, refuse_same_files
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs, shard_of
-from rrcli.records.results import ResultWriter, prepare_output
+from rrcli.records.results import ResultWriter, ResumeState, prepare_output
 from rrcli.records.trace import TraceWriter, new_run_id
 from rrcli.runtime.control import RunControl, RunSummary
 from rrcli.runtime.engine import Engine
 from rrcli.runtime.options import RunOptions
 from rrcli.runtime.router import Router
+from rrcli.runtime.workers import JobFeed, StoppableReader
 
 __all__ = ["RunControl", "RunOptions", "RunSummary", "run", "run_sync"]
 
@@ -79,8 +82,9 @@ def select_jobs(
 
 
 def count_lines(path: Path | None) -> int | None:
-    """Lines in the jobs file (an upper bound of jobs, for the progress display's ETA)."""
-    if path is None:
+    """Lines in the jobs file (an upper bound of jobs, for the progress display's ETA); None
+    unless it is a regular file: a pipe read here would have no jobs left to run."""
+    if path is None or not path.is_file():
         return None
     count = 0
     with open(path, "rb") as f:
@@ -109,17 +113,16 @@ async def run(
     seed = options.seed if options.seed is not None else profile.seed
     rng = random.Random(seed)
     keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}  # UsageError if unset
-    resume = None
-    if options.on_result is None:
-        resume = prepare_output(options.out, resume=options.resume, overwrite=options.overwrite)
-    summary = RunSummary(new_run_id())
-    router, gates = make_router(profile, rng)
-    if resume is not None and resume.sessions:
-        router.restore_bindings(resume.sessions)
-    providers = {
-        b.id: make_provider(b, keys[b.id], retry=profile.retry, seed=seed) for b in profile.backends
-    }
     with ExitStack() as stack:
+        resume = claim_outputs(options, stack)
+        summary = RunSummary(new_run_id())
+        router, gates = make_router(profile, rng)
+        if resume is not None and resume.sessions:
+            router.restore_bindings(resume.sessions)
+        providers = {
+            b.id: make_provider(b, keys[b.id], retry=profile.retry, seed=seed)
+            for b in profile.backends
+        }
         source, stream = open_jobs(options, stack)
         summary.total = len(options.prompts) if options.prompts else count_lines(options.jobs)
         results, traces = open_outputs(options, summary.run_id, stack)
@@ -140,7 +143,8 @@ async def run(
             on_start(summary, router)
         log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.name or None)
         try:
-            await _drive(engine, jobs, run_concurrency(options, profile))
+            reader = stream if isinstance(stream, StoppableReader) else None
+            await _drive(engine, jobs, run_concurrency(options, profile), reader)
         finally:
             summary.interrupted = control.stopping
             await _close(engine, gates)
@@ -148,6 +152,21 @@ async def run(
         "rrcli.run_finished", run_id=summary.run_id, interrupted=summary.interrupted, **summary.jobs
     )
     return summary
+
+
+def claim_outputs(options: RunOptions, stack: ExitStack) -> ResumeState | None:
+    """The outputs made ready before anything is sent (records/claim.py): never the jobs file nor
+    each other, locked until ``stack`` closes, then the results file prepared (--resume read,
+    --overwrite truncated). None when results go to a callback."""
+    jobs = STDIN if options.jobs is None and not options.prompts else options.jobs
+    out = options.out if options.on_result is None else None
+    refuse_same_files(jobs, [("--out", out), ("--traces", options.traces)])
+    claim = stack.enter_context(closing(OutputClaim()))
+    claim.take(out, "results")
+    claim.take(options.traces, "traces")
+    if options.on_result is not None:
+        return None
+    return prepare_output(options.out, resume=options.resume, overwrite=options.overwrite)
 
 
 def open_outputs(
@@ -208,7 +227,10 @@ async def _close_gates(gates: Mapping[str, Any]) -> None:
         await close()
 
 
-def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO]:
+def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO | StoppableReader]:
+    """The jobs' name and stream. A stream that may wait for its writer (a pipe, a terminal, a
+    device) comes as a StoppableReader, to be read by a thread (workers.py); ``stack`` closes a
+    regular file, the reader thread anything else it opened."""
     if options.prompts:
         import io
 
@@ -220,18 +242,32 @@ def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO]:
         )
         return "--prompt", io.BytesIO(lines)
     if options.jobs is None:
-        return "<stdin>", sys.stdin.buffer
-    try:
-        return str(options.jobs), stack.enter_context(open(options.jobs, "rb"))
-    except OSError as exc:
-        raise UsageError(f"{options.jobs}: cannot read the jobs file: {exc.strerror}") from exc
+        stream = sys.stdin.buffer
+    else:
+        try:
+            stream = open(options.jobs, "rb")  # noqa: SIM115 (closed by stack or the reader)
+        except OSError as exc:
+            raise UsageError(f"{options.jobs}: cannot read the jobs file: {exc.strerror}") from exc
+    source = "<stdin>" if options.jobs is None else str(options.jobs)
+    if stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+        if options.jobs is not None:
+            stack.enter_context(stream)
+        return source, stream
+    return source, StoppableReader(stream, close=options.jobs is not None)
 
 
-async def _drive(engine: Engine, jobs: Iterator[Job | InvalidJob], concurrency: int) -> None:
-    """Run ``concurrency`` workers over one job iterator; flush outputs as they go."""
+async def _drive(
+    engine: Engine,
+    jobs: Iterator[Job | InvalidJob],
+    concurrency: int,
+    reader: StoppableReader | None = None,
+) -> None:
+    """Run up to ``concurrency`` workers over one job iterator (read by a thread from ``reader``
+    when there is one: workers.py); flush outputs as they go."""
     control = engine.control
-    workers = [asyncio.create_task(engine.worker(jobs)) for _ in range(concurrency)]
-    everything = asyncio.gather(*workers)
+    feed = JobFeed(engine.worker, concurrency, control)
+    feeding = feed.pull(jobs) if reader is None else feed.read(jobs, reader)
+    everything = asyncio.ensure_future(feeding)
 
     def cancel() -> None:
         everything.cancel()
