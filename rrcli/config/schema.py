@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rrcli.config.profile import BINDINGS, GATE_KINDS, STRATEGIES
+from rrcli.config.profile import BINDINGS, GATE_KINDS, MAX_IN_FLIGHT, MAX_SERVER_PAUSE, STRATEGIES
 from rrcli.providers.registry import NAMES, REGISTRY
 
 __all__ = [
@@ -93,6 +93,7 @@ ENV_RULE = _pattern(
 NOT_EMPTY = _pattern(r".+", "allowed to be empty", "a non-empty string")
 AUTH = ("key", "none")
 POSITIVE_INT = Field("int", at_least(1))
+IN_FLIGHT = Field("int", within(1, MAX_IN_FLIGHT))  # more is a typo: each costs memory
 
 TOP = {
     "name": Field("str"),
@@ -100,7 +101,7 @@ TOP = {
     "rotate_every": POSITIVE_INT,
     "binding": Field("str", choices=BINDINGS),
     "same_model": Field("bool"),
-    "concurrency": POSITIVE_INT,
+    "concurrency": IN_FLIGHT,
     "seed": Field("int"),
     "defaults": Field("table"),
     "retry": Field("table"),
@@ -115,7 +116,7 @@ BACKEND = {
     "model": Field("str", NOT_EMPTY),
     "credentials": Field("table"),
     "auth": Field("str", choices=AUTH),
-    "max_concurrency": POSITIVE_INT,
+    "max_concurrency": IN_FLIGHT,
     "rpm": POSITIVE_INT,
     "tpm": POSITIVE_INT,
     "weight": Field("number", at_least(0)),
@@ -141,6 +142,7 @@ RETRY = {
     "retry_on_status": Field("ints", within(100, 599)),
     "respect_retry_after": Field("bool"),
     "failover": Field("bool"),
+    "max_server_pause": Field("number", within(0, MAX_SERVER_PAUSE)),
 }
 GATE = {
     "kind": Field("str", choices=GATE_KINDS),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rrcli.config.profile import MAX_IN_FLIGHT
 from rrcli.errors import UsageError
 
 __all__ = ["RunOptions"]
@@ -48,6 +49,10 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.resume and self.overwrite:
             raise UsageError("--resume and --overwrite contradict each other — pass one of them")
+        if self.concurrency is not None and not 1 <= self.concurrency <= MAX_IN_FLIGHT:
+            raise UsageError(
+                f"--concurrency {self.concurrency}: must be between 1 and {MAX_IN_FLIGHT}"
+            )
 
     def with_defaults(self) -> RunOptions:
         """These options with SPEC §1's default outputs filled in; applying it twice changes
