@@ -22,6 +22,7 @@ __all__ = [
     "COOLDOWN",
     "CREDENTIALS",
     "EXPECTED",
+    "FRAMING_HEADERS",
     "GATE",
     "HEADER_NAME",
     "KEY_HEADERS",
@@ -179,6 +180,12 @@ EXPECTED = {
 KEY_HEADERS = frozenset(
     {"proxy-authorization", *(p.auth_header for p in REGISTRY.values() if p.auth_header)}
 )
+# headers that frame the request on the wire: the HTTP client writes them from the body it sends;
+# a stale Content-Length or a second Transfer-Encoding would desync a keep-alive connection
+FRAMING_HEADERS = frozenset(
+    {"content-length", "transfer-encoding", "host", "connection", "keep-alive", "te", "trailer",
+     "upgrade", "proxy-connection", "expect"}
+)  # fmt: skip
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
