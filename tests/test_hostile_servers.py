@@ -181,3 +181,59 @@ def test_usage_beyond_any_call_is_unknown_and_resume_still_works(tmp_path, hosti
                   "--traces", "b.traces.jsonl", cwd=tmp_path)  # fmt: skip
     assert 0 == batch.returncode, batch.stderr
     assert 4 == len(read_jsonl(tmp_path / "b.jsonl"))
+
+
+# --- 18. regressions the suite must notice -------------------------------------------------
+
+
+def peak_overlap(spans: list[tuple[float, float]]) -> int:
+    """The most [start, end) spans overlapping at one instant (an end before a start)."""
+    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_a_reopened_gate_admits_every_waiting_call_up_to_its_cap(tmp_path, hostile_server):
+    """A 429 with Retry-After pauses a backend of cap 4 while calls queue behind the pause; when
+    it reopens, four calls are in flight again at once (not one after another), and stay so."""
+    first = first_then_ok(error(429, {"retry-after": "1"}))
+    server = hostile_server(lambda r: a if (a := first(r)).status != 200 else chat(delay=0.3))
+    profile = profile_for(tmp_path, [server], b0={"max_concurrency": 4})
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 16)
+    result = rrcli("run", jobs, "-p", profile, cwd=tmp_path)
+    assert 0 == result.returncode, result.stderr
+    reopened = min(start for start, _ in server.spans) + 0.9
+    after = [span for span in server.spans if span[0] >= reopened]
+    assert 4 == peak_overlap(after)
+
+
+def test_max_retry_time_counts_from_the_first_attempt(tmp_path, hostile_server):
+    """A server that answers 500 after 0.4 s, every time, with max_retries 50 and
+    max_retry_time 1 s: no attempt starts more than 1 s after the first began, so the job ends
+    after at most four attempts, in under two seconds."""
+    server = hostile_server(lambda _: error(500, delay=0.4))
+    retry = {"max_retries": 50, "max_retry_time": 1.0}
+    profile = profile_for(tmp_path, [server], retry=retry)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 1)
+    result, took = timed("run", jobs, "-p", profile, cwd=tmp_path)
+    assert 1 == result.returncode, result.stderr
+    assert len(server.requests) <= 4
+    trail = calls(tmp_path / "jobs.traces.jsonl")
+    assert len(server.requests) == len(trail)
+    assert took < 5.0
+
+
+@pytest.mark.parametrize("status", [400, 401, 404])
+def test_failover_never_moves_an_error_that_is_not_transient(tmp_path, hostile_server, status):
+    """With failover on, a 400, 401 or 404 is the job's answer: no other backend is sent it."""
+    servers = [hostile_server(lambda _: error(status)) for _ in range(3)]
+    profile = profile_for(tmp_path, servers, retry={"failover": True})
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 1)
+    result = rrcli("run", jobs, "-p", profile, cwd=tmp_path)
+    assert 1 == result.returncode, result.stderr
+    assert [1] == [len(s.requests) for s in servers if s.requests]
+    (line,) = read_jsonl(tmp_path / "jobs.results.jsonl")
+    assert (f"http_{status}", 1) == (line["error"]["type"], line["attempts"])
