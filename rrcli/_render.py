@@ -211,6 +211,8 @@ def print_plan(profile: Profile, plan: Plan) -> None:
             row.append("-" if cost is None else f"{cost:.4f}")
         table.add_row(*row)
     stdout.print(table)
+    for message in plan.refused:
+        stdout.print(f"invalid: {message}", markup=False, highlight=False)
 
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow"}

@@ -17,7 +17,8 @@ interrupted)::
         ├── StatusError             the server answered with a non-2xx status
         ├── InvalidResponseError    a 2xx body that is not a valid response
         ├── StreamBrokenError       a stream that ended before it completed
-        └── RedirectError           a 3xx: never followed (credentials would travel with it)
+        ├── RedirectError           a 3xx: never followed (credentials would travel with it)
+        └── UntranslatableError     the request cannot be written in the backend's API: not sent
 
 Retryability is a property of the error (``transient``, ``retry_after``), decided where the error
 is made, so the runner has no if-chain of statuses (httpx's ``_exceptions.py`` draws its tree the
@@ -46,6 +47,7 @@ __all__ = [
     "StreamBrokenError",
     "TimeoutError_",
     "TransportError",
+    "UntranslatableError",
     "UsageError",
 ]
 
@@ -156,3 +158,12 @@ class StreamBrokenError(ProviderError):
 
 class RedirectError(ProviderError):
     """A 3xx: never followed, since credentials would travel with it to another origin."""
+
+
+class UntranslatableError(ProviderError):
+    """A job's content has no form in the routed backend's API (a tool call's ``arguments`` that
+    are not JSON, a content block the other API has no counterpart for): nothing was sent, and
+    no other attempt would do better."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, type="untranslatable", transient=False)

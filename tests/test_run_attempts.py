@@ -69,7 +69,7 @@ def test_the_servers_request_id_reaches_results_and_openai_batch_output(tmp_path
     """The id a real server gives each response (its x-request-id / request-id header and body
     id) is the rrcli result's request_id, after latency_ms, and openai-batch output's
     response.request_id, for OpenAI and Anthropic backends alike."""
-    server = sim_server()  # answers its n-th request with id sim-n, in body and header
+    server = sim_server()  # its n-th answer has id chatcmpl-sim0000000n / msg_sim0000000n
     profile = write_profile(
         tmp_path / "p.toml",
         [
@@ -83,14 +83,25 @@ def test_the_servers_request_id_reaches_results_and_openai_batch_output(tmp_path
                        "--out", out, cwd=tmp_path)  # fmt: skip
         assert 0 == result.returncode, result.stderr
     results = read_jsonl(tmp_path / "r.jsonl")
-    assert ["sim-1", "sim-2", "sim-3", "sim-4"] == [r["request_id"] for r in results]
+    expected = [
+        "chatcmpl-sim00000001",
+        "msg_sim00000002",
+        "chatcmpl-sim00000003",
+        "msg_sim00000004",
+    ]
+    assert expected == [r["request_id"] for r in results]
     keys = list(results[0])
     assert "request_id" == keys[keys.index("latency_ms") + 1]
     batch = {line["custom_id"]: line["response"] for line in read_jsonl(tmp_path / "b.jsonl")}
-    assert {"j0": "sim-5", "j1": "sim-6", "j2": "sim-7", "j3": "sim-8"} == {
-        key: response["request_id"] for key, response in batch.items()
-    }
-    assert "sim-5" == batch["j0"]["body"]["id"]  # the OpenAI-served one: its own body
+    assert {
+        "j0": "chatcmpl-sim00000005",
+        "j1": "msg_sim00000006",
+        "j2": "chatcmpl-sim00000007",
+        "j3": "msg_sim00000008",
+    } == {key: response["request_id"] for key, response in batch.items()}
+    assert (
+        "chatcmpl-sim00000005" == batch["j0"]["body"]["id"]
+    )  # the OpenAI-served one: its own body
 
 
 def test_session_bindings_are_forgotten_when_no_later_job_can_use_them(tmp_path, sim_server):

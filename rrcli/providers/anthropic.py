@@ -1,14 +1,16 @@
 """The ``anthropic`` provider: the Messages API (``POST {base_url}/v1/messages``).
 
-Differences from the OpenAI shape handled here: the system prompt is its own field, ``max_tokens``
-is required (1024 by default), output is the text blocks joined, thinking blocks become
-``reasoning_content``, input tokens include the cache's, stop reasons are mapped to OpenAI's
-finish reasons, and a ``pause_turn`` stop hands the runner a ``continuation`` to send back.
+Differences from the OpenAI shape handled here: an OpenAI-shaped job is translated
+(``providers.translate``; a json_schema answer is read back from its forced tool), the system
+prompt is its own field, ``max_tokens`` is required (1024 by default), output is the text blocks
+joined, thinking blocks become ``reasoning_content``, input tokens include the cache's, stop
+reasons are mapped to OpenAI's finish reasons, and a ``pause_turn`` stop hands the runner a
+``continuation`` to send back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import orjson
@@ -16,6 +18,7 @@ import orjson
 from rrcli.providers._http import HTTPProvider, parse_event_json, token_sum
 from rrcli.providers._sse import SSEEvent
 from rrcli.providers.base import Call, Reply, invalid_response, stream_error
+from rrcli.providers.translate import answer_from_forced_tool, to_anthropic
 from rrcli.providers.vocabulary import finish_reason_from_anthropic
 
 __all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "AnthropicProvider"]
@@ -31,7 +34,15 @@ class AnthropicProvider(HTTPProvider):
     path = "/v1/messages"
     api_headers: ClassVar[Mapping[str, str]] = {"anthropic-version": ANTHROPIC_VERSION}
 
+    async def send(self, call: Call, on_text: Callable[[str], None] | None = None) -> Reply:
+        reply = await super().send(call, on_text)
+        if call.dialect != "anthropic" and "response_format" in call.params:
+            return answer_from_forced_tool(reply, call)
+        return reply
+
     def build_body(self, call: Call) -> dict[str, Any]:
+        if call.dialect != "anthropic":
+            return self._translated(call)
         body = dict(call.params)
         body["model"] = self.backend.model
         body.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
@@ -46,6 +57,21 @@ class AnthropicProvider(HTTPProvider):
                 messages.append(message)
         if system:
             body["system"] = "\n\n".join(system)
+        body["messages"] = messages
+        if call.stream:
+            body["stream"] = True
+        return body
+
+    def _translated(self, call: Call) -> dict[str, Any]:
+        """An OpenAI-shaped call's body (``providers.translate``); reasoning text is never sent
+        back: a thinking block needs the signature only Anthropic's own replies carry."""
+        translated = to_anthropic(call.messages, call.params)
+        messages = translated.pop("messages")
+        system = translated.pop("system", None)
+        body = {**translated, "model": self.backend.model}
+        body.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
+        if system is not None:
+            body["system"] = system
         body["messages"] = messages
         if call.stream:
             body["stream"] = True

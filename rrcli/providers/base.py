@@ -59,17 +59,20 @@ __all__ = [
 class Call:
     """One request, provider-neutral.
 
-    ``messages`` are OpenAI-style chat messages (``{"role", "content"}``, a leading ``system``
-    message when there is one; an assistant message may carry ``reasoning_content``, sent only
-    when the backend has ``reasoning_feedback``). ``params`` are the request parameters, the
-    backend's ``params`` under the job's own (the job wins), merged once by the caller and
-    without ``stream`` (``stream`` says that): adapters send them as they are, with the model
-    always the backend's.
+    ``messages`` are chat messages in the job's dialect (``{"role", "content"}``, a leading
+    ``system`` message when there is one; an assistant message may carry ``reasoning_content``,
+    sent only when the backend has ``reasoning_feedback``). ``params`` are the request
+    parameters, the backend's ``params`` under the job's own (the job wins), merged once by the
+    caller and without ``stream`` (``stream`` says that): adapters send them as they are (or as
+    translated), with the model always the backend's. ``dialect`` is the API whose shape the
+    job's messages and params are written in (``"openai"``, or ``"anthropic"`` for a Message
+    Batches line): an adapter whose API is the other one translates (``providers.translate``).
     """
 
     messages: list[dict[str, Any]]
     params: Mapping[str, Any] = field(default_factory=dict)
     stream: bool = False
+    dialect: str = "openai"
 
 
 @dataclass(slots=True)

@@ -3,7 +3,8 @@
 OpenAI itself, Azure-style gateways, vLLM, llama.cpp, Ollama, DeepSeek: one adapter (as ``llm``
 treats them). Reasoning text is read from ``reasoning_content`` (DeepSeek) or ``reasoning``
 (vLLM) and kept as ``reasoning_content``; it is sent back in a session's history only when the
-backend has ``reasoning_feedback``.
+backend has ``reasoning_feedback``. A Message Batches line is translated
+(``providers.translate``); ``cache_control`` never reaches these servers.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from rrcli.providers._http import HTTPProvider, parse_event_json, token_sum
 from rrcli.providers._sse import SSEEvent
 from rrcli.providers.base import Call, Reply, invalid_response, stream_error
+from rrcli.providers.translate import to_openai
 
 __all__ = ["OpenAIProvider"]
 
@@ -26,12 +28,15 @@ class OpenAIProvider(HTTPProvider):
         return f"Bearer {api_key}"
 
     def build_body(self, call: Call) -> dict[str, Any]:
-        body = dict(call.params)
+        if call.dialect == "anthropic":  # a Message Batches line: providers.translate
+            body = to_openai(call.messages, call.params)
+            messages = body.pop("messages")
+        else:
+            body = dict(call.params)
+            messages = call.messages
         body["model"] = self.backend.model
-        messages = call.messages
-        if not self.backend.reasoning_feedback:
-            messages = [_without_reasoning(m) for m in messages]
-        body["messages"] = messages
+        feedback = self.backend.reasoning_feedback
+        body["messages"] = [_as_sent(m, feedback) for m in messages]
         if call.stream:
             body["stream"] = True
             options = body.get("stream_options")
@@ -66,10 +71,23 @@ class OpenAIProvider(HTTPProvider):
         return _OpenAIStream(self._key)
 
 
-def _without_reasoning(message: dict[str, Any]) -> dict[str, Any]:
-    if "reasoning_content" not in message:
+def _as_sent(message: dict[str, Any], feedback: bool) -> dict[str, Any]:
+    """A history message as this API takes it: reasoning_content only with reasoning_feedback;
+    no cache_control on its parts (an Anthropic hint an OpenAI-shaped job may carry for the
+    Anthropic backends of a mixed pool). The message itself when nothing is removed."""
+    content = message.get("content")
+    cached = type(content) is list and any(
+        type(p) is dict and "cache_control" in p for p in content
+    )
+    if not cached and (feedback or "reasoning_content" not in message):
         return message
-    return {k: v for k, v in message.items() if k != "reasoning_content"}
+    sent = {k: v for k, v in message.items() if feedback or k != "reasoning_content"}
+    if cached:
+        sent["content"] = [
+            {k: v for k, v in p.items() if k != "cache_control"} if type(p) is dict else p
+            for p in content
+        ]
+    return sent
 
 
 def _text(content: object) -> str:

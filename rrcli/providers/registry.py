@@ -18,7 +18,9 @@ __all__ = ["NAMES", "REGISTRY", "ProviderInfo", "info", "server_address"]
 class ProviderInfo:
     """One provider. ``auth_header``: the header its key travels in (None: no key at all);
     ``endpoints``: the endpoints it can serve; ``default_endpoints``: what a backend serves when
-    its profile says nothing."""
+    its profile says nothing; ``dialect``: the request shape its API speaks (``"openai"`` chat
+    completions, ``"anthropic"`` Messages), None for one that takes a job as written (sim), so a
+    job of another shape is translated (``providers.translate``)."""
 
     name: str
     adapter: str  # "module:Class", imported lazily by make_provider
@@ -29,6 +31,7 @@ class ProviderInfo:
     endpoints: tuple[str, ...] = ("chat",)
     default_endpoints: tuple[str, ...] = ("chat",)
     needs_network: bool = True
+    dialect: str | None = "openai"
 
 
 REGISTRY: dict[str, ProviderInfo] = {
@@ -47,6 +50,7 @@ REGISTRY: dict[str, ProviderInfo] = {
         default_model="claude-3-5-haiku-latest",
         auth_header="x-api-key",
         request_id_header="request-id",
+        dialect="anthropic",
     ),
     "sim": ProviderInfo(
         name="sim",
@@ -56,6 +60,7 @@ REGISTRY: dict[str, ProviderInfo] = {
         auth_header=None,
         request_id_header=None,
         needs_network=False,
+        dialect=None,
     ),
 }
 

@@ -2,7 +2,8 @@
 what a run would meet beyond it.
 
 ``validate`` builds the whole report: the profile's diagnostics, a jobs file read the way ``run``
-would (``check_jobs``: its shapes and its invalid lines), and one tiny request to each backend
+would (``check_jobs``: its shapes, its invalid lines, and the jobs whose params no backend's API
+can express, which a run would find invalid), and one tiny request to each backend
 (``probe``: its own key, its own client; reachability and latency). Every part is a plain record
 and ``CheckReport.as_dict`` is the ``--json`` document; the CLI only renders them.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,9 @@ from rrcli.config.load import ValidationReport, resolve_profile_path, validate_p
 from rrcli.config.profile import Backend, Profile, RetrySettings
 from rrcli.errors import ProviderError, UsageError
 from rrcli.providers import make_provider
+from rrcli.providers.translate import dialect_of
 from rrcli.records.jobs import InvalidJob, iter_jobs
+from rrcli.runtime.eligibility import Eligibility
 
 __all__ = ["CheckReport", "JobsReport", "ProbeResult", "check_jobs", "probe", "validate"]
 
@@ -97,7 +100,8 @@ def validate(
     report = validate_profile(
         resolve_profile_path(profile, environ), environ=environ, strict=strict
     )
-    jobs_report = check_jobs(jobs) if jobs is not None else None
+    backends = report.profile.backends if report.profile is not None else ()
+    jobs_report = check_jobs(jobs, backends) if jobs is not None else None
     probes = None
     if probe_backends and report.ok and report.profile is not None:
         probes = tuple(asyncio.run(probe(report.profile, environ)))
@@ -134,9 +138,11 @@ async def probe(
     return list(await asyncio.gather(*(_probe_one(b, environ, timeout) for b in profile.backends)))
 
 
-def check_jobs(path: Path) -> JobsReport:
-    """Read a jobs file as ``run`` would; UsageError if it cannot be opened."""
+def check_jobs(path: Path, backends: Sequence[Backend] = ()) -> JobsReport:
+    """Read a jobs file as ``run`` would; UsageError if it cannot be opened. With the profile's
+    ``backends``, a job whose params none of them can express is invalid too, as at run."""
     report = JobsReport(str(path))
+    eligibility = Eligibility(backends) if backends else None
     try:
         stream = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
@@ -145,6 +151,11 @@ def check_jobs(path: Path) -> JobsReport:
         for job in iter_jobs(stream, str(path)):
             if isinstance(job, InvalidJob):
                 report.invalid.append(job.message)
-            else:
-                report.kinds[job.kind] += 1
+                continue
+            if eligibility is not None:
+                _, refusal = eligibility.check(job.params, dialect_of(job.kind))
+                if refusal is not None:
+                    report.invalid.append(f"line {job.line}: {refusal}")
+                    continue
+            report.kinds[job.kind] += 1
     return report

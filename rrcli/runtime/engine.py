@@ -25,11 +25,13 @@ import structlog
 from rrcli.config.profile import Backend, Profile
 from rrcli.errors import NoBackendError, ProviderError
 from rrcli.providers.base import Call, Provider, Reply
+from rrcli.providers.translate import dialect_of
 from rrcli.records.jobs import InvalidJob, Job
 from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter
 from rrcli.runtime.attempt import Attempt, CallOutcome, Decision
 from rrcli.runtime.control import RunControl, RunSummary
+from rrcli.runtime.eligibility import Eligibility
 from rrcli.runtime.lease import Lease
 from rrcli.runtime.retry import RetryPolicy
 from rrcli.runtime.router import Router
@@ -65,11 +67,13 @@ class Engine:
     rng: random.Random
     policy: RetryPolicy = field(init=False)
     session_binding: bool = field(init=False)
+    eligibility: Eligibility = field(init=False)
     _log_calls: bool = field(init=False)
 
     def __post_init__(self) -> None:
         self.policy = RetryPolicy(self.profile.retry, self.rng)
         self.session_binding = self.profile.binding == "session"
+        self.eligibility = Eligibility(self.profile.backends)
         self._log_calls = _debug_logged()
 
     async def worker(self, jobs: Iterator[Job | InvalidJob]) -> None:
@@ -81,6 +85,8 @@ class Engine:
                 await asyncio.sleep(0)
             if isinstance(job, InvalidJob):
                 outcome = CallOutcome(job, "invalid")
+            elif (refusal := self._refusal(job)) is not None:
+                outcome = CallOutcome(refusal, "invalid")
             elif job.kind == "session":
                 outcome = await self._run_session(job)
             else:
@@ -122,7 +128,8 @@ class Engine:
     async def _call(self, job: Job, messages: list[dict[str, Any]], turn: int) -> CallOutcome:
         """One call of a job: its attempts on the routed backend; with ``failover``, when that
         backend's budget is spent on a transient error, on a backend not yet tried."""
-        tried: frozenset[str] = frozenset()
+        # backends whose API cannot express the job's params count as tried from the start
+        tried, _ = self.eligibility.check(job.params, dialect_of(job.kind))
         outcome: CallOutcome | None = None
         while True:
             queued = time.monotonic()  # queue_ms counts the wait for a slot from here
@@ -200,10 +207,17 @@ class Engine:
     def _request(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
         """The call as sent to ``backend``: its params under the job's (the job wins), merged
         here once; streamed with --stream, the job's own ``stream`` or ``stream = true`` in the
-        backend's params."""
+        backend's params; in the job's dialect (the adapter translates for the other API)."""
         params = {**backend.params, **job.params}
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
-        return Call(messages, params, stream)
+        return Call(messages, params, stream, dialect_of(job.kind))
+
+    def _refusal(self, job: Job) -> InvalidJob | None:
+        """The job as an invalid line when no backend's API can express its params."""
+        _, refusal = self.eligibility.check(job.params, dialect_of(job.kind))
+        if refusal is None:
+            return None
+        return InvalidJob(job.id, job.line, f"line {job.line}: {refusal}")  # type: ignore[arg-type]
 
     def _backoff(
         self, error: ProviderError | None, retry: int, elapsed: float, printed: bool

@@ -1,9 +1,10 @@
 """``rrcli run --dry-run``: parse, validate and route every selected job on paper; send nothing.
 
 The plan is what a user checks before spending money: calls per deployment, estimated input
-tokens and, where backends have a ``price``, the estimated input cost. It writes and repairs no
-file, so it does not read a results file either: with ``--resume`` it still plans every selected
-job (the run skips those already ``ok``).
+tokens and, where backends have a ``price``, the estimated input cost; and the jobs a run would
+find invalid because no backend's API can express their params (``refused``, one message each).
+It writes and repairs no file, so it does not read a results file either: with ``--resume`` it
+still plans every selected job (the run skips those already ``ok``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from rrcli.config.profile import Profile
+from rrcli.providers.translate import dialect_of
 from rrcli.records.jobs import InvalidJob, iter_jobs
 from rrcli.runtime.control import RunSummary
+from rrcli.runtime.eligibility import Eligibility
 from rrcli.runtime.runner import RunOptions, make_router, open_jobs, select_jobs
 from rrcli.tokens import estimate_input_tokens
 
@@ -30,6 +33,7 @@ class Plan:
     calls: dict[str, int] = field(default_factory=dict)
     input_tokens: dict[str, int] = field(default_factory=dict)
     input_cost: dict[str, float] | None = None
+    refused: list[str] = field(default_factory=list)  # "line N: n = 2 cannot be sent to ..."
 
 
 async def plan(profile: Profile, options: RunOptions) -> Plan:
@@ -40,6 +44,7 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
     result.input_tokens = dict.fromkeys(result.calls, 0)
     summary = RunSummary("dry-run")
     session_binding = profile.binding == "session"
+    eligibility = Eligibility(profile.backends)
     with ExitStack() as stack:
         source, stream = open_jobs(options, stack)
         jobs = select_jobs(iter_jobs(stream, source), done=None, summary=summary,
@@ -48,12 +53,18 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
             if isinstance(job, InvalidJob):
                 result.invalid += 1
                 continue
+            excluded, refusal = eligibility.check(job.params, dialect_of(job.kind))
+            if refusal is not None:
+                result.invalid += 1
+                result.refused.append(f"line {job.line}: {refusal}")
+                continue
             result.jobs += 1
             history = list(job.messages)
             for text in job.turns or (None,):
                 if text is not None:
                     history.append({"role": "user", "content": text})
-                lease = await router.acquire(session=job.session if session_binding else None)
+                session = job.session if session_binding else None
+                lease = await router.acquire(session=session, exclude=excluded)
                 await router.release(lease)
                 backend_id = lease.state.backend.id
                 result.calls[backend_id] += 1

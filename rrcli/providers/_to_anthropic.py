@@ -1,0 +1,333 @@
+"""OpenAI-shaped requests as Anthropic Messages requests: one half of ``translate``'s table.
+
+``EXPRESSIBLE`` says, for each chat completions field the Messages API lacks or restricts,
+whether a value can be said there; ``to_anthropic`` writes the request.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from rrcli.errors import UntranslatableError
+from rrcli.providers._to_openai import text_of
+
+__all__ = ["EXPRESSIBLE", "answer_name", "to_anthropic"]
+
+_DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
+_ANSWER = "Answer by calling this tool: its input is the answer."
+_Rule = Callable[[dict[str, Any], str, Any], None]
+
+
+def _always(value: object) -> bool:
+    return True
+
+
+def _function_tools(tools: object) -> bool:
+    """OpenAI's function tools (or Anthropic's own); not its custom (grammar) tools."""
+    return isinstance(tools, list) and all(
+        isinstance(t, dict) and (t.get("type") == "function" or "custom" not in t) for t in tools
+    )
+
+
+def _schema_format(value: object) -> bool:
+    kind = value.get("type") if isinstance(value, dict) else None
+    return kind == "text" or (kind == "json_schema" and isinstance(value.get("json_schema"), dict))
+
+
+#: chat completions field → whether the Messages API can express its value. A json_object
+#: response_format is refused: its nearest form, a forced tool with an open schema, is often
+#: called with an empty input, so the job would get ``{}`` in silence; a json_schema one can be.
+EXPRESSIBLE: dict[str, Callable[[Any], bool]] = {
+    "n": lambda v: v == 1,
+    "logprobs": lambda v: v is False,
+    "top_logprobs": lambda v: v == 0,
+    "frequency_penalty": lambda v: v == 0,
+    "presence_penalty": lambda v: v == 0,
+    "logit_bias": lambda v: v == {},
+    "store": lambda v: v is False,
+    "modalities": lambda v: v == ["text"],
+    "seed": lambda v: False,
+    "temperature": lambda v: isinstance(v, int | float) and v <= 1,  # Anthropic's range is 0-1
+    "response_format": _schema_format,
+    "tools": _function_tools,
+    "metadata": lambda v: isinstance(v, dict) and v.keys() <= {"user_id"},
+    "service_tier": lambda v: v in ("auto", "default"),
+    **dict.fromkeys(
+        ["max_tokens", "max_completion_tokens", "stop", "top_p", "tool_choice",
+         "parallel_tool_calls", "user", "safety_identifier"],
+        _always,
+    ),
+}  # fmt: skip
+
+
+def to_anthropic(messages: list[dict[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI-shaped request as a Messages body, without ``model``, ``stream`` or the default
+    ``max_tokens`` (the adapter's)."""
+    body: dict[str, Any] = {}
+    for key, value in params.items():
+        rule = _RULES.get(key)
+        if value is None:  # a null says nothing, and may be no field of the other API
+            continue
+        if rule is None:
+            body[key] = value
+        else:
+            rule(body, key, value)
+    _answer_tool(body, params)
+    if params.get("parallel_tool_calls") is False and body.get("tools"):
+        choice = body.get("tool_choice")
+        choice = choice if isinstance(choice, dict) else {"type": "auto"}
+        if choice.get("type") != "none":
+            body["tool_choice"] = {**choice, "disable_parallel_tool_use": True}
+    system, body["messages"] = _anthropic_messages(messages)
+    if system is not None:
+        body["system"] = system
+    return body
+
+
+def _default(body: dict[str, Any], key: str, value: Any) -> None:
+    if not EXPRESSIBLE[key](value):
+        body[key] = value  # the router keeps such a job away; sent, the server says why
+
+
+def _max_tokens(body: dict[str, Any], key: str, value: Any) -> None:
+    if key == "max_completion_tokens" or "max_tokens" not in body:
+        body["max_tokens"] = value
+
+
+def _user(body: dict[str, Any], key: str, value: Any) -> None:
+    metadata = body.get("metadata")
+    metadata = body["metadata"] = dict(metadata) if isinstance(metadata, dict) else {}
+    if key == "user" or "user_id" not in metadata:
+        metadata["user_id"] = value
+
+
+def _metadata(body: dict[str, Any], key: str, value: Any) -> None:
+    """Merged under a user_id that ``user`` already set (``user`` wins)."""
+    if isinstance(value, dict):
+        body["metadata"] = {**value, **body.get("metadata", {})}
+    elif "metadata" not in body:
+        body["metadata"] = value  # the router keeps such a job away; sent, the server says why
+
+
+def _anthropic_tools(body: dict[str, Any], key: str, tools: Any) -> None:
+    body["tools"] = [_anthropic_tool(t) for t in tools] if isinstance(tools, list) else tools
+
+
+def _anthropic_tool(tool: Any) -> Any:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    if not isinstance(function, dict) or tool.get("type") != "function":
+        return tool  # already an Anthropic tool (or no tool the router lets through)
+    out = {"name": function.get("name")}
+    if function.get("description"):
+        out["description"] = function["description"]
+    out["input_schema"] = function.get("parameters") or {"type": "object", "properties": {}}
+    if "cache_control" in tool:
+        out["cache_control"] = tool["cache_control"]
+    return out
+
+
+_CHOICES = {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {"type": "none"}}
+
+
+def _tool_choice(body: dict[str, Any], key: str, choice: Any) -> None:
+    if isinstance(choice, str) and choice in _CHOICES:
+        body["tool_choice"] = dict(_CHOICES[choice])
+    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        body["tool_choice"] = {"type": "tool", "name": choice["function"].get("name")}
+    else:
+        body["tool_choice"] = choice
+
+
+def _answer_tool(body: dict[str, Any], params: Mapping[str, Any]) -> None:
+    """A json_schema response_format as a tool whose input is the answer: forced, unless the job
+    has tools of its own it may call (then some tool call is required)."""
+    name = answer_name(params)
+    if name is None:
+        return
+    spec = params["response_format"]["json_schema"]
+    tool = {
+        "name": name,
+        "description": spec.get("description") or _ANSWER,
+        "input_schema": spec.get("schema") or {"type": "object"},
+    }
+    choice = body.get("tool_choice")
+    kind = choice.get("type") if isinstance(choice, dict) else "auto"
+    others = body.get("tools") if isinstance(body.get("tools"), list) else []
+    body["tools"] = [*others, tool]
+    if not others or kind == "none":
+        body["tool_choice"] = {"type": "tool", "name": name}
+    elif kind != "tool":
+        body["tool_choice"] = {"type": "any"}
+
+
+def answer_name(params: Mapping[str, Any]) -> str | None:
+    fmt = params.get("response_format")
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    spec = fmt.get("json_schema")
+    return (spec.get("name") or "response") if isinstance(spec, dict) else None
+
+
+def _stop(body: dict[str, Any], key: str, value: Any) -> None:
+    body["stop_sequences"] = [value] if isinstance(value, str) else value
+
+
+def _service_tier(body: dict[str, Any], key: str, value: Any) -> None:
+    body[key] = "standard_only" if value == "default" else value
+
+
+def _response_format(body: dict[str, Any], key: str, value: Any) -> None:
+    if not _schema_format(value):  # text says nothing; json_schema is the answer tool
+        body[key] = value
+
+
+def _ignore(body: dict[str, Any], key: str, value: Any) -> None:
+    """parallel_tool_calls is read with tool_choice; stream, stream_options and model are
+    rrcli's (the call streams or not, the model is the backend's)."""
+
+
+_RULES: dict[str, _Rule] = {
+    "max_tokens": _max_tokens,
+    "max_completion_tokens": _max_tokens,
+    "stop": _stop,
+    "tools": _anthropic_tools,
+    "tool_choice": _tool_choice,
+    "user": _user,
+    "safety_identifier": _user,
+    "metadata": _metadata,
+    "service_tier": _service_tier,
+    "response_format": _response_format,
+    **dict.fromkeys(("parallel_tool_calls", "stream", "stream_options", "model"), _ignore),
+    **dict.fromkeys(
+        ("n", "logprobs", "top_logprobs", "frequency_penalty", "presence_penalty", "logit_bias",
+         "store", "modalities"),
+        _default,
+    ),
+}  # fmt: skip
+
+
+def _anthropic_messages(messages: list[dict[str, Any]]) -> tuple[Any, list[dict[str, Any]]]:
+    """(system, messages): system and developer messages gathered into ``system``; tool
+    messages as tool_result blocks, consecutive ones in one user message."""
+    system: list[Any] = []
+    out: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] | None = None
+    for i, message in enumerate(messages):
+        role, content, where = message.get("role"), message.get("content"), f"messages[{i}]"
+        if role in ("system", "developer"):
+            system.append(content)
+        elif role == "tool":
+            if results is None:
+                results = []
+                out.append({"role": "user", "content": results})
+            block = {"type": "tool_result", "tool_use_id": message.get("tool_call_id")}
+            block["content"] = "" if content is None else _anthropic_content(content, where)
+            results.append(block)
+        elif role in ("user", "assistant"):
+            results = None
+            if role == "assistant":
+                out.append(_anthropic_assistant(message, where))
+            else:
+                out.append({"role": "user", "content": _anthropic_content(content, where)})
+        else:
+            raise UntranslatableError(f"{where}: a {role} message has no form in Anthropic's API")
+    return _anthropic_system(system), out
+
+
+def _anthropic_system(contents: list[Any]) -> str | list[dict[str, Any]] | None:
+    if not contents:
+        return None
+    parts = [p for c in contents if isinstance(c, list) for p in c if isinstance(p, dict)]
+    if any("cache_control" in p for p in parts):
+        return [
+            {"type": "text", "text": c} if isinstance(c, str) else p
+            for c in contents
+            for p in (c if isinstance(c, list) else [c])
+        ]
+    return "\n\n".join(text_of(c) for c in contents)
+
+
+def _anthropic_assistant(message: dict[str, Any], where: str) -> dict[str, Any]:
+    content, calls = message.get("content"), message.get("tool_calls")
+    if message.get("function_call") is not None:
+        raise UntranslatableError(f"{where}.function_call: use tool_calls for Anthropic backends")
+    if not calls:
+        return {"role": "assistant", "content": _anthropic_content(content or "", where)}
+    if not isinstance(calls, list):
+        raise UntranslatableError(f"{where}.tool_calls is not a list of tool calls")
+    blocks: list[Any] = []
+    if isinstance(content, list):
+        blocks.extend(_anthropic_content(content, where))
+    elif content:
+        blocks.append({"type": "text", "text": content})
+    blocks.extend(_tool_use(call, f"{where}.tool_calls[{j}]") for j, call in enumerate(calls))
+    return {"role": "assistant", "content": blocks}
+
+
+def _tool_use(call: Any, where: str) -> dict[str, Any]:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        raise UntranslatableError(f"{where} is not a function call")
+    arguments = _arguments(function.get("arguments"), where)
+    return {
+        "type": "tool_use",
+        "id": call.get("id"),
+        "name": function.get("name"),
+        "input": arguments,
+    }
+
+
+def _arguments(text: Any, where: str) -> Any:
+    if text is None or text == "":
+        return {}
+    if isinstance(text, dict):
+        return text
+    try:
+        value = orjson.loads(text)
+    except (orjson.JSONDecodeError, TypeError) as exc:
+        raise UntranslatableError(
+            f"{where}.function.arguments is not JSON ({exc}) — Anthropic needs the tool call's "
+            "input as an object"
+        ) from None
+    if not isinstance(value, dict):
+        raise UntranslatableError(f"{where}.function.arguments is not a JSON object")
+    return value
+
+
+def _anthropic_content(content: Any, where: str) -> Any:
+    if not isinstance(content, list):
+        return content
+    return [_anthropic_part(p, f"{where}.content[{j}]") for j, p in enumerate(content)]
+
+
+def _anthropic_part(part: Any, where: str) -> Any:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind == "image_url":
+        return _image_block(part, where)
+    if kind == "refusal":
+        return {"type": "text", "text": part.get("refusal", "")}
+    if kind in ("input_audio", "file"):
+        raise UntranslatableError(f"{where}: a {kind} part has no form in Anthropic's API")
+    return part  # text, or already an Anthropic block (a pause_turn continuation's)
+
+
+def _image_block(part: dict[str, Any], where: str) -> dict[str, Any]:
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, dict) else image
+    if not isinstance(url, str):
+        raise UntranslatableError(f"{where}.image_url has no url")
+    if url.startswith("data:"):
+        match = _DATA_URL.fullmatch(url)
+        if match is None:
+            raise UntranslatableError(f"{where}: Anthropic takes base64 data: URLs only")
+        source = {"type": "base64", "media_type": match[1], "data": match[2]}
+    else:
+        source = {"type": "url", "url": url}
+    block = {"type": "image", "source": source}
+    if "cache_control" in part:
+        block["cache_control"] = part["cache_control"]
+    return block

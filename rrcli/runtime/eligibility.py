@@ -1,0 +1,94 @@
+"""Which backends of the pool may serve a job, before any routing decision.
+
+A backend whose API cannot express one of the job's params (``n`` = 2 on Anthropic, ``top_k`` on
+an OpenAI-compatible server: ``providers.translate.unexpressible``) never receives it: the job is
+routed among the others (they are excluded from its routing decisions, as failover excludes the
+backends it tried), and where none is left the job is ``invalid``, naming the parameters and the
+backends. A backend's own ``params`` are written in its API and are not judged here.
+
+Pure: the engine, ``validate --jobs`` and ``--dry-run`` ask the same ``Eligibility``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from rrcli.config.profile import Backend
+from rrcli.providers.registry import info
+from rrcli.providers.translate import DIALECTS, unexpressible
+
+__all__ = ["Eligibility", "eligible_backends"]
+
+_NOWHERE: frozenset[str] = frozenset()
+#: How a refusal names each API
+_API_NAMES = {"openai": "the chat completions API", "anthropic": "Anthropic's Messages API"}
+
+
+def eligible_backends(
+    params: Mapping[str, Any], dialect: str, backends: Iterable[Backend]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the ids of the backends that can carry a job of ``dialect`` with ``params``, one reason
+    for each group of the others): ``n = 2 cannot be sent to anthropic backends a, b: ...``."""
+    ids: list[str] = []
+    refused: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for backend in backends:
+        target = info(backend.provider).dialect
+        names = () if target in (None, dialect) else unexpressible(backend.provider, params)
+        if names:
+            refused.setdefault((backend.provider, names), []).append(backend.id)
+        else:
+            ids.append(backend.id)
+    reasons = tuple(
+        _reason(params, provider, names, refused_ids)
+        for (provider, names), refused_ids in refused.items()
+    )
+    return tuple(ids), reasons
+
+
+def _reason(
+    params: Mapping[str, Any], provider: str, names: tuple[str, ...], ids: Sequence[str]
+) -> str:
+    what = ", ".join(_shown(name, params[name]) for name in names)
+    where = f"{provider} backend{'s' if len(ids) > 1 else ''} {', '.join(ids)}"
+    api = _API_NAMES.get(info(provider).dialect or "", provider)
+    it = "it" if len(names) == 1 else "them"
+    return f"{what} cannot be sent to {where}: {api} cannot express {it}"
+
+
+def _shown(name: str, value: Any) -> str:
+    """``n = 2``; a long or structured value by its name only."""
+    if isinstance(value, bool | int | float | str):
+        text = orjson.dumps(value).decode()
+        if len(text) <= 40:
+            return f"{name} = {text}"
+    return name
+
+
+class Eligibility:
+    """A pool's answer to "which backends may serve this job". A pool whose backends all speak
+    the job's dialect answers with one dict lookup, so the run's hot path pays nothing for it."""
+
+    __slots__ = ("_backends", "_mixed")
+
+    def __init__(self, backends: Sequence[Backend]) -> None:
+        self._backends = tuple(backends)
+        self._mixed = {
+            dialect: any(info(b.provider).dialect not in (None, dialect) for b in backends)
+            for dialect in DIALECTS
+        }
+
+    def check(self, params: Mapping[str, Any], dialect: str) -> tuple[frozenset[str], str | None]:
+        """(the backends a job may not be routed to, why it may go nowhere or None): the job's
+        ``params`` written in ``dialect``."""
+        if not self._mixed.get(dialect, True):
+            return _NOWHERE, None
+        ids, reasons = eligible_backends(params, dialect, self._backends)
+        if not ids:
+            hint = "remove the parameter, or add a backend whose API has it"
+            return frozenset(b.id for b in self._backends), f"{'; '.join(reasons)} — {hint}"
+        if len(ids) == len(self._backends):
+            return _NOWHERE, None
+        return frozenset(b.id for b in self._backends).difference(ids), None
