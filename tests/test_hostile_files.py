@@ -185,7 +185,8 @@ def test_an_endless_input_obeys_signals(tmp_path, hostile_server, sig):
     server = hostile_server(lambda _: chat())
     profile = profile_for(tmp_path, server)
     proc = popen("run", "/dev/zero", "-p", profile, "--out", "r.jsonl", cwd=tmp_path)
-    time.sleep(1.5)
+    wait_for(lambda: (tmp_path / "r.jsonl").exists())  # the run has started: signals are its own
+    time.sleep(1.0)
     started = time.monotonic()
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=30)

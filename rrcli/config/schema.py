@@ -94,7 +94,18 @@ ENV_RULE = _pattern(
 NOT_EMPTY = _pattern(r".+", "allowed to be empty", "a non-empty string")
 AUTH = ("key", "none")
 POSITIVE_INT = Field("int", at_least(1))
-IN_FLIGHT = Field("int", within(1, MAX_IN_FLIGHT))  # more is a typo: each costs memory
+
+
+def _in_flight(value: int) -> tuple[str, str] | None:
+    if value > MAX_IN_FLIGHT:
+        return (
+            f"must be at most {MAX_IN_FLIGHT} (calls in flight at once), got {value}",
+            f"use {MAX_IN_FLIGHT} or less",
+        )
+    return at_least(1)(value)
+
+
+IN_FLIGHT = Field("int", _in_flight)  # more is a typo that would cost memory
 
 TOP = {
     "name": Field("str"),

@@ -51,7 +51,8 @@ class RunOptions:
             raise UsageError("--resume and --overwrite contradict each other — pass one of them")
         if self.concurrency is not None and not 1 <= self.concurrency <= MAX_IN_FLIGHT:
             raise UsageError(
-                f"--concurrency {self.concurrency}: must be between 1 and {MAX_IN_FLIGHT}"
+                f"--concurrency {self.concurrency}: must be at most {MAX_IN_FLIGHT} (calls in "
+                "flight at once) and at least 1"
             )
 
     def with_defaults(self) -> RunOptions:

@@ -15,6 +15,7 @@ starts one. The thread stops reading when the run ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterator
@@ -73,6 +74,7 @@ class JobFeed:
         self._failed: BaseException | None = None
         self._reader: StoppableReader | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._settled: asyncio.Event  # the workers are all gone, one failed, or the jobs ended
 
     # -- the workers' side -------------------------------------------------------------------
 
@@ -113,6 +115,8 @@ class JobFeed:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None and self._failed is None:
             self._failed = task.exception()
+        if not self._tasks or self._failed is not None:
+            self._settled.set()
 
     # -- running -----------------------------------------------------------------------------
 
@@ -136,17 +140,17 @@ class JobFeed:
                 self._space.notify()
 
     async def _run(self) -> None:
+        self._settled = asyncio.Event()
         if self._jobs is not None:
             self._spawn()
         try:
             while self._tasks or not (self._ended or self._control.stopping):
                 if self._failed is not None:
                     raise self._failed
-                if self._tasks:
-                    await asyncio.wait(tuple(self._tasks), timeout=_POLL)
-                else:
-                    await asyncio.sleep(_POLL / 10 if self._buffer else _POLL)
-                    self._arrived()
+                self._settled.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._settled.wait(), _POLL)
+                self._arrived()
             if self._failed is not None:
                 raise self._failed
         except asyncio.CancelledError:
@@ -190,3 +194,4 @@ class JobFeed:
     def _end(self) -> None:
         self._arrived()
         self._ended = True
+        self._settled.set()
