@@ -35,12 +35,14 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Canned:
-    """An answer: ``delay`` seconds of silence, then the status line, headers and body."""
+    """An answer: ``delay`` seconds of silence (and, with ``hold``, until the test sets it), then
+    the status line, headers and body."""
 
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     delay: float = 0.0
+    hold: threading.Event | None = None
 
 
 Answer = Callable[[Request], Canned]
@@ -114,6 +116,8 @@ class HostileServer:
             canned = self.answer(request)
             if canned.delay:
                 await asyncio.sleep(canned.delay)
+            while canned.hold is not None and not canned.hold.is_set():
+                await asyncio.sleep(0.01)
         finally:
             self._in_flight -= 1
         self.spans.append((start, time.monotonic()))
