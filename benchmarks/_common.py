@@ -24,17 +24,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextlib.contextmanager
-def sim_server(*args: str) -> Iterator[str]:
+def sim_server(*args: str) -> contextlib.AbstractContextManager[str]:
     """An `rrcli sim` server in its own process; yields its OpenAI-style base URL."""
     port = free_port()
+    return serving([sys.executable, "-m", "rrcli", "sim", "--port", str(port), *args], port)
+
+
+@contextlib.contextmanager
+def serving(argv: list[str], port: int) -> Iterator[str]:
+    """A server process started by ``argv`` that listens on ``port``; yields its OpenAI-style
+    base URL once it accepts connections, and stops it after."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rrcli", "sim", "--port", str(port), *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -42,7 +43,7 @@ def sim_server(*args: str) -> Iterator[str]:
                 break
             time.sleep(0.05)
         else:
-            raise RuntimeError("rrcli sim did not start")
+            raise RuntimeError(f"{' '.join(argv[1:3])} did not start")
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         proc.terminate()

@@ -22,12 +22,25 @@ if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
     from rrcli.config.profile import Profile
     from rrcli.runtime.checks import CheckReport, JobsReport, ProbeResult
+    from rrcli.runtime.control import RunControl, RunSummary
     from rrcli.runtime.plan import Plan
     from rrcli.runtime.router import Router
-    from rrcli.runtime.runner import RunSummary
 
-stderr = Console(stderr=True)
-stdout = Console()
+_PIPE_WIDTH = 160  # columns for tables written to a pipe (no terminal to measure)
+
+
+def _console(*, stderr: bool = False) -> Console:
+    """A console that never wraps a line of text (``soft_wrap``: a piped log stays one line a
+    message, whatever its length); tables written to a pipe get _PIPE_WIDTH columns unless
+    COLUMNS says otherwise."""
+    console = Console(stderr=stderr, soft_wrap=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=stderr, soft_wrap=True, width=_PIPE_WIDTH)
+    return console
+
+
+stderr = _console(stderr=True)
+stdout = _console()
 
 
 class PromptPrinter:
@@ -61,11 +74,13 @@ class RunDisplay:
     """The live progress display of ``rrcli run`` on a terminal: totals and a row per deployment.
 
     It reads the run's counters four times a second from rich's refresh thread; the engine never
-    calls into it, so it costs the hot path nothing.
+    calls into it, so it costs the hot path nothing. ``control`` (the run's switch) tells it the
+    run is stopping. Jobs a resumed run skips count as done.
     """
 
-    def __init__(self, *, enabled: bool) -> None:
+    def __init__(self, *, enabled: bool, control: RunControl | None = None) -> None:
         self.enabled = enabled
+        self.control = control
         self.live: Live | None = None
         self.summary: RunSummary | None = None
         self.router: Router | None = None
@@ -93,13 +108,13 @@ class RunDisplay:
         summary, router = self.summary, self.router
         assert summary is not None and router is not None
         elapsed = max(time.monotonic() - summary.started, 1e-9)
-        done = summary.done
-        rate = done / elapsed
+        done = summary.done + summary.skipped
+        rate = summary.done / elapsed
         head = f"jobs {done:,}"
         if summary.total:
             head += f"/{summary.total:,}"
             if rate > 0:
-                remaining = max(summary.total - done - summary.skipped, 0) / rate
+                remaining = max(summary.total - done, 0) / rate
                 head += f"  ETA {_duration(remaining)}"
         head += f"  {rate:,.1f}/s  ok {summary.ok:,}  error {summary.error:,}"
         head += f"  invalid {summary.invalid:,}"
@@ -127,7 +142,19 @@ class RunDisplay:
                 f"{state.errors:,}",
                 "[yellow]cooling[/]" if cooling else "",
             )
-        return Group(Text(head, style="bold"), table)
+        lines = [Text(head, style="bold"), table]
+        if self.control is not None and self.control.stopping:
+            lines.append(Text(_stopping(self.control, router), style="yellow"))
+        return Group(*lines)
+
+
+def _stopping(control: RunControl, router: Router) -> str:
+    """What the display says once Ctrl-C was pressed."""
+    in_flight = sum(state.in_flight for state in router.states)
+    calls = f"{in_flight:,} call" + ("" if in_flight == 1 else "s")
+    if control.cancelled:
+        return f"stopping: cancelling {calls}"
+    return f"stopping: letting {calls} finish (Ctrl-C again to cancel them)"
 
 
 def _duration(seconds: float) -> str:
@@ -173,11 +200,14 @@ def _extra_check_lines(report: CheckReport) -> list[str]:
 
 
 def probe_lines(results: Sequence[ProbeResult]) -> list[str]:
-    """``validate --probe``: one line per backend."""
+    """``validate --probe``: one line per backend, with the URL it posted to."""
     return [
-        f"probe: {r.backend}: ok in {r.latency_ms:.0f} ms ({r.detail})"
-        if r.ok
-        else f"probe: {r.backend}: FAILED — {r.detail}"
+        (
+            f"probe: {r.backend}: ok in {r.latency_ms:.0f} ms ({r.detail})"
+            if r.ok
+            else f"probe: {r.backend}: FAILED — {r.detail}"
+        )
+        + (f" [POST {r.url}]" if r.url else "")
         for r in results
     ]
 
@@ -220,7 +250,7 @@ _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow"}
 
 def print_validation(report: ValidationReport, console: Console | None = None) -> None:
     """``rrcli validate`` on a terminal: one table row per diagnostic, then the verdict."""
-    console = console or Console()
+    console = console or _console()
     if report.diagnostics:
         table = Table(title=report.source, title_justify="left", show_lines=False, expand=False)
         table.add_column("", no_wrap=True)
@@ -242,16 +272,6 @@ def print_validation(report: ValidationReport, console: Console | None = None) -
 
 
 # --- rrcli stats ----------------------------------------------------------------------------
-
-_PIPE_WIDTH = 160  # columns for tables written to a pipe (no terminal to measure)
-
-
-def _console() -> Console:
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=_PIPE_WIDTH)
-    return console
-
 
 _BARS = " ▁▂▃▄▅▆▇█"
 _STATS_LABEL = 16

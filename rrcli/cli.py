@@ -16,6 +16,7 @@ from rrcli import __version__
 from rrcli.config.profile import DEFAULT_PROVIDER
 from rrcli.errors import RRCLIError, UsageError
 from rrcli.providers.registry import NAMES
+from rrcli.records.traceschema import RESULT_STATUSES
 
 
 class _Group(click.Group):
@@ -58,8 +59,8 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 )
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Results file [default: <JOBS stem>.results.jsonl].",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="Results file, or - for standard output [default: <JOBS stem>.results.jsonl].",
 )
 @click.option(
     "--traces",
@@ -90,6 +91,11 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 @click.option("--seed", type=int, help="Seed for random choices and jitter.")
 @click.option("--dry-run", is_flag=True, help="Parse, validate and route on paper; send nothing.")
 @click.option("--stream", is_flag=True, help="Stream responses (records time to first token).")
+@click.option(
+    "--keep-response",
+    is_flag=True,
+    help="Add the provider's response body to each result line (a stream: the body it folds into).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every call.")
 @click.option(
@@ -115,7 +121,7 @@ def run(
     from rrcli import _render
     from rrcli._logging import configure_logging, log_level
     from rrcli.config.load import load_profile, resolve_profile_path
-    from rrcli.runtime.runner import RunOptions, run_sync
+    from rrcli.runtime.runner import RunControl, RunOptions, run_sync
 
     if bool(jobs) == bool(prompts):
         raise click.UsageError("give a JOBS file or --prompt TEXT (one of the two)")
@@ -138,15 +144,19 @@ def run(
 
         _render.print_plan(profile, asyncio.run(plan(profile, options)))
         return
-    with _render.RunDisplay(enabled=tty and not quiet and answers is None) as display:
-        summary = run_sync(profile, options, environ=os.environ, on_start=display.start)
+    control = RunControl()
+    live = tty and not quiet and answers is None
+    with _render.RunDisplay(enabled=live, control=control) as display:
+        summary = run_sync(
+            profile, options, environ=os.environ, on_start=display.start, control=control
+        )
     if not quiet and answers is None:
-        _render.print_summary(summary, options.out, options.traces)
+        _render.print_summary(summary, options.out_file, options.traces)
     sys.exit(summary.exit_code)
 
 
 @main.command()
-@click.argument("profile", metavar="PROFILE")
+@click.argument("profile", metavar="[PROFILE]", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
 @click.option(
     "--strict", is_flag=True, help="Treat warnings as errors (e.g. an unset api_key_env)."
@@ -160,10 +170,13 @@ def run(
     type=click.Path(dir_okay=False),
     help="Also check a jobs file: its shapes and every invalid line.",
 )
-def validate(profile: str, as_json: bool, strict: bool, probe: bool, jobs_path: str | None) -> None:
+def validate(
+    profile: str | None, as_json: bool, strict: bool, probe: bool, jobs_path: str | None
+) -> None:
     """Check PROFILE before any money is spent: every problem at once, with its line and fix.
 
-    PROFILE is a TOML file, or `demo` for the built-in simulated pool. Exit status: 0 ok,
+    PROFILE is a TOML file, or `demo` for the built-in simulated pool; without it, the profile
+    `run` would use ($RRCLI_PROFILE, ./rrcli.toml, the XDG profile). Exit status: 0 ok,
     1 the profile has errors, 2 it is not a readable profile at all.
     """
     import json
@@ -264,6 +277,44 @@ def stats(
     if summary["malformed_lines"]:
         count = summary["malformed_lines"]
         click.echo(f"rrcli: {count} malformed trace line(s) skipped", err=True)
+
+
+@main.command("results")
+@click.argument(
+    "sources",
+    nargs=-1,
+    required=True,
+    metavar="RESULTS...",
+    type=click.Path(dir_okay=False, path_type=Path),
+)
+@click.option(
+    "--jobs",
+    "jobs_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Put the lines in this jobs file's order; name its jobs that have no line.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="Write the lines here [default: standard output].",
+)
+@click.option(
+    "--status",
+    type=click.Choice(RESULT_STATUSES),
+    help="Only the jobs whose final line has this status.",
+)
+def results_command(
+    sources: tuple[Path, ...], jobs_path: Path | None, out: Path | None, status: str | None
+) -> None:
+    """The final line of each job in RESULTS (its last line there): one line a job, in the
+    format the files hold, ready to hand on. Exit status 1 when a job of --jobs has no line."""
+    from rrcli.records.collect import collect_files
+
+    target = None if out in (None, Path("-")) else out
+    report = collect_files(sources, target, jobs=jobs_path, status=status)
+    for line in report.lines(target, jobs_path):
+        click.echo(line, err=True)
+    sys.exit(report.exit_code)
 
 
 @main.command("sim")

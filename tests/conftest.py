@@ -9,7 +9,9 @@ Options are those of ``rrcli sim`` in snake case (``latency_ms``, ``cap``, ``err
 ``cut_stream_rate``, ``stream_error_rate``, ``pause_turn_rate``, ``seed``, ``model``,
 ``api_keys``). Every server started is stopped when the test ends.
 
-``hostile_server(answer)`` (tests/hostile.py) starts a server that misbehaves on purpose.
+``canned(answer)`` and ``canned_server(answer)`` (tests/canned.py) start a server answering with
+exactly what a test says; ``hostile_server(answer)`` (tests/hostile.py) one that misbehaves on
+purpose, byte for byte.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from canned import canned, canned_server  # noqa: F401  (fixtures: a canned HTTP server)
 from hostile import hostile_server  # noqa: F401  (fixture: a server that misbehaves on purpose)
 
 from rrcli.sim.behaviour import SimConfig, config_from_options
@@ -72,7 +75,8 @@ class RunningSim:
             return json.loads(response.read())
 
     def stop(self) -> None:
-        self._server.should_exit = True
+        """Stop at once: requests still in flight (a 60 s latency) are dropped, not awaited."""
+        self._server.should_exit = self._server.force_exit = True
         self._thread.join(10.0)
         self._sock.close()
 

@@ -65,3 +65,59 @@ def popen(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> su
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+class Terminal:
+    """The CLI as a real process on a pseudo-terminal (so it shows its live display), its
+    output gathered by a thread: ``wait_for(text)`` waits until the screen has shown it."""
+
+    def __init__(self, *args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> None:
+        import pty
+        import threading
+
+        leader, follower = pty.openpty()
+        screen = {"PYTHONPATH": str(ROOT), "COLUMNS": "200", "LINES": "50", "NO_COLOR": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rrcli", *map(str, args)],
+            cwd=cwd,
+            env={**os.environ, **screen, **(env or {})},
+            stdin=follower,
+            stdout=follower,
+            stderr=follower,
+        )
+        os.close(follower)
+        self._leader = leader
+        self._chunks: list[bytes] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._leader, 4096)
+            except OSError:  # the terminal closed with the process
+                return
+            if not chunk:
+                return
+            self._chunks.append(chunk)
+
+    @property
+    def text(self) -> str:
+        return b"".join(self._chunks).decode(errors="replace")
+
+    def wait_for(self, text: str, timeout: float = 30.0) -> bool:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while text not in self.text:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                return text in self.text
+            time.sleep(0.02)
+        return True
+
+    def finish(self, timeout: float = 60.0) -> int:
+        """Wait for the process to exit; its exit status."""
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(5.0)
+        os.close(self._leader)
+        return code

@@ -49,9 +49,8 @@ def backend(draw, bid):
         )
     else:
         out["credentials"] = draw(credentials)
-        out["base_url"] = draw(
-            st.sampled_from(["https://api.example.com/v1", "https://gw.example.org"])
-        )
+        api = "https://api.example.com" + ("/v1" if provider == "openai" else "")  # the API's base
+        out["base_url"] = draw(st.sampled_from([api, "https://gw.example.org"]))
     extra = draw(
         st.fixed_dictionaries(
             {},

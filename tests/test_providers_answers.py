@@ -8,12 +8,10 @@ can each be chosen; the providers talk to it over real sockets.
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import orjson
 import pytest
+from canned import Answer, Request, json_answer, sse_answer
 from runkit import read_jsonl, rrcli, write_jobs, write_profile
 
 from rrcli.config.profile import Backend, RetrySettings
@@ -23,58 +21,6 @@ from rrcli.providers.base import BODY_LIMIT, Call, Reply
 
 KEY = "sk-canned-secret-0123456789"
 MESSAGES = [{"role": "user", "content": "hi"}]
-#: (status, headers, body) for the request headers the server received
-Answer = Callable[[dict[str, str]], tuple[int, dict[str, str], bytes]]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        received = {k.lower(): v for k, v in self.headers.items()}
-        status, headers, body = self.server.answer(received)  # type: ignore[attr-defined]
-        self.send_response(status)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        return None
-
-
-@pytest.fixture
-def canned() -> Iterator[Callable[[Answer], str]]:
-    """Start a canned server answering with ``answer``; returns its base URL."""
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(answer: Answer) -> str:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        server.answer = answer  # type: ignore[attr-defined]
-        servers.append(server)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
-
-
-def json_answer(status: int, body: object, headers: dict[str, str] | None = None) -> Answer:
-    payload = orjson.dumps(body)
-    return lambda _: (status, {"content-type": "application/json", **(headers or {})}, payload)
-
-
-def sse_answer(events: list[tuple[str | None, object]], headers: dict[str, str]) -> Answer:
-    lines = []
-    for name, data in events:
-        text = data if isinstance(data, str) else orjson.dumps(data).decode()
-        lines.append((f"event: {name}\n" if name else "") + f"data: {text}\n\n")
-    payload = "".join(lines).encode()
-    return lambda _: (200, {"content-type": "text/event-stream", **headers}, payload)
 
 
 def send(provider: str, url: str, call: Call, key: str | None = KEY) -> Reply:
@@ -164,8 +110,8 @@ def echo_key(status: int) -> Answer:
     """An error answer whose JSON body repeats the Bearer key it received (as some gateways
     do in their messages)."""
 
-    def answer(received: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
-        key = received.get("authorization", "").removeprefix("Bearer ")
+    def answer(received: Request) -> tuple[int, dict[str, str], bytes]:
+        key = received.headers.get("authorization", "").removeprefix("Bearer ")
         error = {"message": f"bad request for key {key}", "type": "invalid_request_error"}
         body = orjson.dumps({"error": error, "echo": key})
         return status, {"content-type": "application/json"}, body

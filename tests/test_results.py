@@ -88,10 +88,19 @@ def test_openai_batch_ok_builds_a_chat_completion(tmp_path):
 
 
 def test_openai_batch_uses_the_provider_body(tmp_path):
-    """openai-batch: the provider's own chat.completion body is written unchanged."""
-    body = {"id": "chatcmpl-1", "object": "chat.completion", "choices": [], "usage": {}}
-    (line,) = write(tmp_path / "r.jsonl", [OK], fmt="openai-batch", body=body)
-    assert body == line["response"]["body"]
+    """openai-batch: the provider's own chat.completion body is written unchanged when whole;
+    one lacking fields the SDK requires keeps its own and gains the missing ones (created from
+    the clock, the result's model, the usage total)."""
+    whole = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+             "choices": [], "usage": None}  # fmt: skip
+    partial = {"id": "chatcmpl-2", "object": "chat.completion", "choices": [],
+               "usage": {"prompt_tokens": 3, "completion_tokens": 4}}  # fmt: skip
+    (line,) = write(tmp_path / "a.jsonl", [OK], fmt="openai-batch", body=whole)
+    assert whole == line["response"]["body"]
+    (line,) = write(tmp_path / "b.jsonl", [OK], fmt="openai-batch", body=partial)
+    usage = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    expected = {**partial, "created": 1_800_000_000, "model": "gpt-4o-mini", "usage": usage}
+    assert expected == line["response"]["body"]
 
 
 def test_openai_batch_errors(tmp_path):
@@ -290,3 +299,63 @@ def test_metadata_with_integers_beyond_64_bits_is_echoed_exactly(tmp_path):
     assert 0 == done.returncode, done.stderr
     (result,) = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert ("ok", {"n": -9223372036854775809}) == (result["status"], result["metadata"])
+
+
+WHOLE = {
+    **OK,
+    "output": "",
+    "tool_calls": [{"id": "c1", "type": "function",
+                    "function": {"name": "f", "arguments": '{"a":1}'}}],
+    "finish_reason": "tool_calls",
+    "usage": {"input_tokens": 40, "output_tokens": 9, "cached_input_tokens": 30,
+              "reasoning_tokens": 4},
+    "system_fingerprint": "fp_1",
+    "reasoning_content": "think",
+    "choices": [
+        {"output": "", "finish_reason": "tool_calls", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}}]},
+        {"output": "no", "finish_reason": "stop", "tool_calls": None, "refusal": "no"},
+    ],
+}  # fmt: skip
+
+
+def test_openai_batch_builds_every_choice_and_count_of_a_result(tmp_path):
+    """openai-batch without a provider body: a chat.completion with each choice (tool calls,
+    refusal), the cached and reasoning counts as usage details and the fingerprint; the SDK's
+    type accepts it."""
+    (line,) = write(tmp_path / "r.jsonl", [WHOLE], fmt="openai-batch")
+    body = line["response"]["body"]
+    pytest.importorskip("openai.types.chat").ChatCompletion.model_validate(body)
+    first, second = body["choices"]
+    assert (None, WHOLE["tool_calls"], "tool_calls") == (
+        first["message"]["content"],
+        first["message"]["tool_calls"],
+        first["finish_reason"],
+    )
+    assert ("no", "no", 1) == (second["message"]["content"], second["message"]["refusal"],
+                               second["index"])  # fmt: skip
+    assert ({"cached_tokens": 30}, {"reasoning_tokens": 4}, "fp_1") == (
+        body["usage"]["prompt_tokens_details"],
+        body["usage"]["completion_tokens_details"],
+        body["system_fingerprint"],
+    )
+
+
+def test_anthropic_batch_builds_thinking_tool_use_and_cache_reads_of_a_result(tmp_path):
+    """anthropic-batch of an OpenAI-shaped result: a thinking block, a tool_use block with the
+    arguments as input, stop_reason tool_use, and input tokens without the cache reads, which
+    are cache_read_input_tokens; the SDK's type accepts it."""
+    (line,) = write(tmp_path / "r.jsonl", [WHOLE], fmt="anthropic-batch")
+    message = line["result"]["message"]
+    pytest.importorskip("anthropic.types").Message.model_validate(message)
+    assert [
+        {"type": "thinking", "thinking": "think", "signature": ""},
+        {"type": "tool_use", "id": "c1", "name": "f", "input": {"a": 1}},
+    ] == message["content"]
+    assert (
+        "tool_use",
+        {"input_tokens": 10, "output_tokens": 9, "cache_read_input_tokens": 30},
+    ) == (
+        message["stop_reason"],
+        message["usage"],
+    )

@@ -71,7 +71,7 @@ def test_delay_invariants(settings, retry, elapsed, retry_after, transient, seed
 def test_backoff_cap_doubles_then_clamps_without_overflow(retry):
     """The cap is initial × 2^(retry−1) until backoff_max, and stays finite for any retry."""
     cap = backoff_cap(retry, 0.5, 30.0)
-    expected = 30.0 if retry > 7 else 0.5 * 2 ** (retry - 1)
+    expected = 30.0 if retry > 6 else 0.5 * 2 ** (retry - 1)  # 0.5 × 2^6 = 32 > 30
     assert expected == cap
 
 

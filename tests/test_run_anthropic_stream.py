@@ -322,7 +322,8 @@ def test_prompt_stream_cut_after_text_reports_the_error_and_never_retries(tmp_pa
 def test_anthropic_batch_lines_in_anthropic_batch_results_out(tmp_path, sim_server, stream):
     """Message Batches lines (custom_id, params with a system prompt) run across a mixed pool:
     params.model is replaced by the backend's, max_tokens is honoured, and each output line is
-    {custom_id, result: {type: succeeded, message}} — or errored for a line with no messages."""
+    {custom_id, result: {type: succeeded, message}} — or errored for a line with no messages,
+    under its own custom_id."""
     server = sim_server(model=None)
     profile = pool(tmp_path, server.openai_url, server.url, oa={"model": "m-oa"},
                    an={"model": "m-an"})  # fmt: skip
@@ -342,7 +343,7 @@ def test_anthropic_batch_lines_in_anthropic_batch_results_out(tmp_path, sim_serv
     out = {
         line["custom_id"]: line["result"] for line in read_jsonl(tmp_path / "batch.results.jsonl")
     }
-    assert ["req-0", "req-1", "req-2", "req-3", "line-5"] == list(out)
+    assert ["req-0", "req-1", "req-2", "req-3", "req-bad"] == list(out)
     for i in range(4):
         message = out[f"req-{i}"]["message"]
         text = "".join(b["text"] for b in message["content"] if b["type"] == "text")
@@ -350,7 +351,7 @@ def test_anthropic_batch_lines_in_anthropic_batch_results_out(tmp_path, sim_serv
         assert ("succeeded", "message", "max_tokens") == summary
         assert (5, 5) == (len(text.split()), message["usage"]["output_tokens"])
         assert ["m-oa", "m-an"][i % 2] == message["model"]
-    errored = out["line-5"]
+    errored = out["req-bad"]
     assert ("errored", "error", "invalid_request_error") == (
         errored["type"],
         errored["error"]["type"],
@@ -366,7 +367,8 @@ def test_anthropic_batch_lines_in_anthropic_batch_results_out(tmp_path, sim_serv
 def test_openai_batch_lines_in_openai_batch_results_out(tmp_path, sim_server, stream):
     """OpenAI Batch lines run across a mixed pool and come out as Batch output lines: {id,
     custom_id, response: {status_code 200, request_id, body: chat.completion}, error null}, the
-    Anthropic-served ones too; a bad line has response null and an error with its code."""
+    Anthropic-served ones too; a bad line keeps its custom_id and has response null and an
+    error with its code."""
     server = sim_server()
     profile = pool(tmp_path, server.openai_url, server.url)
     body = {"model": "gpt-ignored", "max_tokens": 4}
@@ -384,7 +386,7 @@ def test_openai_batch_lines_in_openai_batch_results_out(tmp_path, sim_server, st
     assert 1 == result.returncode, result.stderr
 
     out = {line["custom_id"]: line for line in read_jsonl(tmp_path / "batch.results.jsonl")}
-    assert ["req-0", "req-1", "req-2", "req-3", "line-5"] == list(out)
+    assert ["req-0", "req-1", "req-2", "req-3", "req-bad"] == list(out)
     for i in range(4):
         line = out[f"req-{i}"]
         body = line["response"]["body"]
@@ -397,7 +399,7 @@ def test_openai_batch_lines_in_openai_batch_results_out(tmp_path, sim_server, st
         content = body["choices"][0]["message"]["content"]
         assert (4, 4) == (len(content.split()), body["usage"]["completion_tokens"])
         assert "length" == body["choices"][0]["finish_reason"]
-    bad = out["line-5"]
+    bad = out["req-bad"]
     assert (None, "invalid_job") == (bad["response"], bad["error"]["code"])
     assert "/v1/embeddings" in bad["error"]["message"]
     assert ["oa", "an", "oa", "an"] == [

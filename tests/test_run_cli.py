@@ -23,7 +23,8 @@ def test_demo_profile_runs_the_demo_jobs_offline(tmp_path):
 
 def test_bad_job_lines_become_invalid_results_and_the_run_goes_on(tmp_path):
     """Not JSON, not an object, no known shape, a duplicate id: each an invalid result naming its
-    line; the good jobs still run; exit 1."""
+    line, under the line's own id when it has one (a duplicate: line-N); the good jobs still
+    run; exit 1."""
     jobs = tmp_path / "jobs.jsonl"
     jobs.write_text(
         '{"id": "a", "prompt": "hi"}\n'
@@ -38,8 +39,8 @@ def test_bad_job_lines_become_invalid_results_and_the_run_goes_on(tmp_path):
     assert 1 == result.returncode
     results = {r["id"]: r for r in read_jsonl(tmp_path / "jobs.results.jsonl")}
     assert "ok" == results["a"]["status"] == results["c"]["status"]
-    for line in (2, 3, 4, 5):
-        r = results[f"line-{line}"]
+    for line, key in ((2, "line-2"), (3, "line-3"), (4, "b"), (5, "line-5")):
+        r = results[key]
         assert "invalid" == r["status"]
         assert r["error"]["message"].startswith(f"line {line}")
     assert "a" == results["line-5"]["duplicate_of"]

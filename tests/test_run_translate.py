@@ -197,7 +197,8 @@ def test_a_message_batches_tool_result_reaches_openai_as_tool_messages(tmp_path,
 
 def test_a_json_schema_job_on_anthropic_answers_with_the_json_text(tmp_path, recorder) -> None:
     """A json_schema response_format goes to Anthropic as a forced tool; the result's output is
-    the tool's input as JSON text, finish reason stop, as an OpenAI server would answer."""
+    the tool's input as JSON text, finish reason stop, and no tool call, as an OpenAI server
+    would answer."""
     url, received = recorder()
     profile = write_profile(
         tmp_path / "p.toml", [{"id": "an", "provider": "anthropic", "base_url": url}]
@@ -206,7 +207,11 @@ def test_a_json_schema_job_on_anthropic_answers_with_the_json_text(tmp_path, rec
     result = rrcli("run", jobs, "-p", profile, cwd=tmp_path)
     assert 0 == result.returncode, result.stderr
     [line] = read_jsonl(tmp_path / "jobs.results.jsonl")
-    assert ('{"answer":42}', "stop") == (line["output"], line["finish_reason"])
+    assert ('{"answer":42}', "stop", None) == (
+        line["output"],
+        line["finish_reason"],
+        line.get("tool_calls"),
+    )
     [(_, body)] = received
     assert ({"type": "tool", "name": "reply"}, "response_format" in body) == (
         body["tool_choice"],

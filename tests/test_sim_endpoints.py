@@ -165,7 +165,7 @@ def test_a_streamed_response_folds_into_the_plain_one(sim_server, tools) -> None
     """A stream goes response.created, response.in_progress, output_item.added, the deltas
     (text or function arguments), their done events, output_item.done, response.completed,
     with increasing sequence numbers; the deltas join to the plain output and the completed
-    response equals the plain one but for its ids."""
+    response equals the plain one but for its ids and its creation second."""
     server = sim_server(output_tokens=6)
     body = {"input": "hello", **({"tools": tools} if tools else {})}
     plain = respond(server, body).json()
@@ -181,7 +181,8 @@ def test_a_streamed_response_folds_into_the_plain_one(sim_server, tools) -> None
     completed = stream[-1]["response"]
 
     def without_ids(r: dict[str, Any]) -> dict[str, Any]:
-        return {**r, "id": None, "output": [{**o, "id": None} for o in r["output"]]}
+        outputs = [{**o, "id": None} for o in r["output"]]
+        return {**r, "id": None, "created_at": None, "output": outputs}
 
     assert without_ids(plain) == without_ids(completed)
 

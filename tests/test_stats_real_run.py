@@ -12,7 +12,8 @@ from runkit import calls, rrcli, write_jobs, write_profile
 
 def test_stats_of_a_real_run_match_an_independent_computation(tmp_path, sim_server):
     """A run with retries on two servers; `rrcli stats --json` gives, per deployment, the counts,
-    tokens and exact latency percentiles that numpy computes from the same trace lines."""
+    tokens and latency percentiles (to 3 decimals) that numpy computes from the same trace
+    lines."""
     flaky = sim_server(latency_ms=10, jitter_ms=8, error_rate=0.2, seed=5)
     steady = sim_server(latency_ms=25, jitter_ms=10)
     profile = write_profile(
@@ -48,9 +49,9 @@ def test_stats_of_a_real_run_match_an_independent_computation(tmp_path, sim_serv
         assert sum(r["output_tokens"] or 0 for r in mine) == theirs["output_tokens"]
         latencies = [r["latency_ms"] for r in mine if r["outcome"] == "ok"]
         for q in (50, 95, 99):
-            assert float(np.percentile(latencies, q)) == pytest.approx(
+            assert round(float(np.percentile(latencies, q)), 3) == pytest.approx(
                 theirs["latency_ms"][f"p{q}"], abs=1e-6
             )
-        assert len(mine) / len(records) == pytest.approx(theirs["share"])
+        assert round(len(mine) / len(records), 4) == pytest.approx(theirs["share"])
     assert {"ok": 60, "error": 0} == {k: summary["jobs"][k] for k in ("ok", "error")}
     assert 0 == summary["malformed_lines"]

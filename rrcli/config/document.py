@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from rrcli.config.addresses import Resolver, UrlCheck, check_base_urls
 from rrcli.config.backends import build_backend
@@ -63,6 +64,7 @@ def check_document(
         source=source,
     )
     _pool(check, profile)
+    _endpoint_paths(check, backends)
     _addresses(check, backends, resolve)
     return profile, check.diagnostics
 
@@ -136,6 +138,48 @@ def _addresses(check: Checker, backends: tuple[Backend, ...], resolve: Resolver 
     ]
     for finding in check_base_urls(urls, resolve):
         check.add(finding.severity, finding.path, finding.message, finding.fix, finding.code)
+
+
+#: the path each HTTP provider appends to its base_url for a chat call
+_APPENDS = {"openai": "/chat/completions", "anthropic": "/v1/messages"}
+
+
+def _endpoint_paths(check: Checker, backends: tuple[Backend, ...]) -> None:
+    """A base_url that already names an endpoint (``.../chat/completions``, ``.../v1/messages``,
+    or ``.../v1`` for anthropic, which appends ``/v1/messages``) would get the path twice: an
+    error whose fix is the base_url to write (and the provider, when the endpoint is the other
+    API's)."""
+    for i, backend in enumerate(backends):
+        try:
+            parts = urlsplit(backend.base_url)
+        except ValueError:  # the address policy reports it
+            continue
+        path, provider = parts.path.rstrip("/"), backend.provider
+        found = _endpoint_ending(provider, path)
+        if found is None:
+            continue
+        ending, owner = found
+        base = urlunsplit(parts._replace(path=path[: -len(ending)], query="", fragment=""))
+        if owner == provider:
+            problem = (
+                f"ends with {ending}, which rrcli adds itself: calls would go to "
+                f"{backend.base_url.rstrip('/')}{_APPENDS[provider]}"
+            )
+            fix = f'write base_url = "{base}"'
+        else:
+            problem = f'ends with {ending}, an endpoint of the {owner} API, not of "{provider}"'
+            fix = f'set provider = "{owner}" and base_url = "{base}"'
+        check.add("error", f"backends[{i}].base_url", problem, fix, "endpoint_in_base_url")
+
+
+def _endpoint_ending(provider: str, path: str) -> tuple[str, str] | None:
+    """(the ending, the provider whose endpoint it is) when ``path`` ends with an endpoint."""
+    for owner, ending in _APPENDS.items():
+        if path.endswith(ending) and provider in _APPENDS:
+            return ending, owner
+    if provider == "anthropic" and path.endswith("/v1"):
+        return "/v1", "anthropic"
+    return None
 
 
 def _pool(check: Checker, profile: Profile) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from rrcli.errors import UsageError
@@ -189,6 +190,11 @@ class Profile:
     cooldown: CooldownSettings = field(default_factory=CooldownSettings)
     backends: tuple[Backend, ...] = ()
     source: str = ""
+
+    @property
+    def label(self) -> str:
+        """What logs call the profile: its name, else its file's name."""
+        return self.name or Path(self.source).name or "(unnamed)"
 
     @property
     def effective_concurrency(self) -> int:

@@ -109,13 +109,18 @@ class HTTPProvider:
                 return await self._send_streamed(content, on_text)
             response = await self._client.post(self._url, content=content)
         except httpx2.HTTPError as exc:
-            raise translate_transport_error(exc, self._key) from exc
+            raise translate_transport_error(exc, self._key, self.backend.timeout) from exc
         if not 200 <= response.status_code < 300:
             raise self._status_error(response)
         return self._read_plain(response)
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+    @property
+    def url(self) -> str:
+        """The address a chat call is posted to: base_url and the API's path."""
+        return self._url
 
     def _status_error(self, response: httpx2.Response) -> ProviderError:
         return error_from_status(

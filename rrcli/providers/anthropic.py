@@ -3,9 +3,12 @@
 Differences from the OpenAI shape handled here: an OpenAI-shaped job is translated
 (``providers.translate``; a json_schema answer is read back from its forced tool), the system
 prompt is its own field, ``max_tokens`` is required (1024 by default), output is the text blocks
-joined, thinking blocks become ``reasoning_content``, input tokens include the cache's, stop
+joined, thinking blocks become ``reasoning_content``, ``tool_use`` blocks become OpenAI-shaped
+tool calls, input tokens include the cache's (cache reads are also ``cached_input_tokens``), stop
 reasons are mapped to OpenAI's finish reasons, and a ``pause_turn`` stop hands the runner a
-``continuation`` to send back.
+``continuation`` to send back. A stream is folded into the message a plain answer would have
+been (text, thinking and signature deltas, tool input JSON pieces, the stop reason, stop
+sequence and usage of ``message_delta``), then read the same way.
 """
 
 from __future__ import annotations
@@ -17,9 +20,15 @@ import orjson
 
 from rrcli.providers._http import HTTPProvider, parse_event_json, token_sum
 from rrcli.providers._sse import SSEEvent
-from rrcli.providers.base import Call, Reply, invalid_response, stream_error
+from rrcli.providers.base import (
+    Call,
+    Reply,
+    error_body,
+    invalid_response,
+    stream_error,
+)
 from rrcli.providers.translate import answer_from_forced_tool, to_anthropic
-from rrcli.providers.vocabulary import finish_reason_from_anthropic
+from rrcli.providers.vocabulary import finish_reason_from_anthropic, tool_call
 
 __all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "AnthropicProvider"]
 
@@ -96,12 +105,22 @@ def _text_of(content: object) -> str:
 def _reply(
     content: list[Any], stop_reason: str | None, usage: dict[str, Any], body: dict[str, Any]
 ) -> Reply:
-    texts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
-    thinking = [
-        b.get("thinking", "")
-        for b in content
-        if isinstance(b, dict) and b.get("type") == "thinking"
-    ]
+    """A message (as received, or folded from a stream) → Reply: text blocks joined, thinking
+    blocks as ``reasoning_content``, ``tool_use`` blocks as OpenAI-shaped tool calls (the input
+    as compact JSON text), cache reads as ``cached_input_tokens``."""
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[dict[str, Any]] | None = None
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            texts.append(block.get("text", ""))
+        elif kind == "thinking":
+            thinking.append(block.get("thinking", ""))
+        elif kind == "tool_use":
+            calls = calls or []
+            calls.append(_tool_call(block, len(calls)))
+    cached = usage.get("cache_read_input_tokens")
     return Reply(
         output="".join(texts),
         finish_reason=finish_reason_from_anthropic(stop_reason),
@@ -114,13 +133,23 @@ def _reply(
         continuation=(
             {"role": "assistant", "content": content} if stop_reason == "pause_turn" else None
         ),
+        tool_calls=calls,
+        cached_input_tokens=cached if isinstance(cached, int) else None,
     )
+
+
+def _tool_call(block: dict[str, Any], number: int) -> dict[str, Any]:
+    """A ``tool_use`` block as a tool call; its ``input`` must be an object."""
+    arguments = block.get("input", {})
+    if not isinstance(arguments, dict):
+        raise invalid_response(f"tool_use block {number}'s input is not a JSON object")
+    return tool_call(block.get("id"), block.get("name"), orjson.dumps(arguments).decode())
 
 
 class _AnthropicStream:
     """Folds ``message_start`` … ``message_stop`` into the message they describe."""
 
-    __slots__ = ("_key", "blocks", "done", "message", "stop_reason", "usage")
+    __slots__ = ("_key", "blocks", "done", "message", "stop_reason", "stop_sequence", "usage")
 
     def __init__(self, key: str | None) -> None:
         self._key = key
@@ -128,6 +157,7 @@ class _AnthropicStream:
         self.message: dict[str, Any] = {}
         self.blocks: dict[int, dict[str, Any]] = {}
         self.stop_reason: str | None = None
+        self.stop_sequence: str | None = None
         self.usage: dict[str, Any] = {}
 
     def add(self, event: SSEEvent) -> str | None:
@@ -146,12 +176,11 @@ class _AnthropicStream:
         elif kind == "content_block_stop":
             block = self.blocks.get(data.get("index", -1))
             if block is not None and "partial_json" in block:
-                try:
-                    block["input"] = orjson.loads(block.pop("partial_json") or "{}")
-                except orjson.JSONDecodeError:
-                    raise invalid_response("a tool_use block's input is not JSON") from None
+                self._close(block)
         elif kind == "message_delta":
-            self.stop_reason = (data.get("delta") or {}).get("stop_reason") or self.stop_reason
+            delta = data.get("delta") or {}
+            self.stop_reason = delta.get("stop_reason") or self.stop_reason
+            self.stop_sequence = delta.get("stop_sequence") or self.stop_sequence
             self._usage(data.get("usage"))
         elif kind == "message_stop":
             self.done = True
@@ -173,8 +202,21 @@ class _AnthropicStream:
         if kind == "signature_delta":
             block["signature"] = block.get("signature", "") + delta.get("signature", "")
         elif kind == "input_json_delta":
-            block["partial_json"] = block.get("partial_json", "") + delta.get("partial_json", "")
+            partial = delta.get("partial_json", "")
+            block["partial_json"] = block.get("partial_json", "") + partial
+            return "" if partial else None
         return None
+
+    def _close(self, block: dict[str, Any]) -> None:
+        """A tool_use block whose input arrived in pieces: the input they join into."""
+        text = block.pop("partial_json") or "{}"
+        try:
+            block["input"] = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            raise invalid_response(
+                f"a tool_use block's input is not JSON: {text[:80]!r}",
+                body=error_body(text, self._key),
+            ) from None
 
     def _usage(self, usage: object) -> None:
         if isinstance(usage, dict):
@@ -182,10 +224,14 @@ class _AnthropicStream:
 
     def reply(self) -> Reply:
         content = [self.blocks[i] for i in sorted(self.blocks)]
+        for block in content:
+            if "partial_json" in block:  # a block the stream never closed
+                self._close(block)
         body = {
             **self.message,
             "content": content,
             "stop_reason": self.stop_reason,
+            "stop_sequence": self.stop_sequence,
             "usage": self.usage,
         }
         return _reply(content, self.stop_reason, self.usage, body)

@@ -77,7 +77,9 @@ class Call:
 
 @dataclass(slots=True)
 class Reply:
-    """One successful attempt."""
+    """One successful attempt. The fields after ``pause_s``: what else the provider said, in
+    OpenAI's shape whichever API served it (``vocabulary.tool_call``; ``choices`` only when there
+    were several, the fields before them the first's); None when it said nothing of the kind."""
 
     output: str
     finish_reason: str | None = None
@@ -95,6 +97,13 @@ class Reply:
     # Seconds until the server's rate-limit window resets, when its headers say nothing is left
     # (``x-ratelimit-remaining-requests: 0``...): the runner pauses the backend's gate that long.
     pause_s: float | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    refusal: str | None = None
+    logprobs: Any = None
+    choices: list[dict[str, Any]] | None = None
+    cached_input_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    system_fingerprint: str | None = None
 
 
 class Provider(Protocol):
@@ -175,19 +184,34 @@ def error_body(body: bytes | str | object, secret: str | None) -> str | None:
     return text
 
 
-def translate_transport_error(exc: Exception, secret: str | None = None) -> ProviderError:
-    """The rrcli error for an exception raised by the HTTP client (no usable response)."""
+def translate_transport_error(
+    exc: Exception, secret: str | None = None, timeout: float | None = None
+) -> ProviderError:
+    """The rrcli error for an exception raised by the HTTP client (no usable response).
+    ``timeout``: the backend's limit in seconds, named in a timeout's message with its key."""
     detail = redact(str(exc) or type(exc).__name__, secret)
+    if timeout is not None and isinstance(exc, httpx2.TimeoutException):
+        detail = (
+            f"no answer within {timeout:g} s (the backend's timeout) — raise `timeout` in the "
+            "profile if the server is slow"
+        )
     for klass, ours, type_, transient in _TRANSPORT_ERRORS:
         if isinstance(exc, klass):
             return ours(f"{type_.replace('_', ' ')}: {detail}", type=type_, transient=transient)
     return TransportError(f"transport error: {detail}", type="transport_error", transient=True)
 
 
-def invalid_response(reason: str, status: int | None = None) -> InvalidResponseError:
-    """A 2xx answer that is not a valid response of the API: transient (SPEC §7)."""
+def invalid_response(
+    reason: str, status: int | None = None, *, body: str | None = None
+) -> InvalidResponseError:
+    """A 2xx answer that is not a valid response of the API: transient (SPEC §7); ``body``: the
+    answer (``error_body``'s) when the fault is in its content."""
     return InvalidResponseError(
-        f"invalid response: {reason}", type="invalid_response", transient=True, status_code=status
+        f"invalid response: {reason}",
+        type="invalid_response",
+        transient=True,
+        status_code=status,
+        body=body,
     )
 
 

@@ -4,17 +4,30 @@ OpenAI itself, Azure-style gateways, vLLM, llama.cpp, Ollama, DeepSeek: one adap
 treats them). Reasoning text is read from ``reasoning_content`` (DeepSeek) or ``reasoning``
 (vLLM) and kept as ``reasoning_content``; it is sent back in a session's history only when the
 backend has ``reasoning_feedback``. A Message Batches line is translated
-(``providers.translate``); ``cache_control`` never reaches these servers.
+(``providers.translate``); ``cache_control`` never reaches these servers. Everything else the
+answer says is kept on the Reply: tool calls (their arguments checked to be a JSON object),
+refusal, logprobs, every choice of an ``n`` > 1 answer, cached and reasoning token counts,
+``system_fingerprint``. A stream is folded into the body a plain answer would have been, then
+read the same way.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from rrcli.providers._http import HTTPProvider, parse_event_json, token_sum
 from rrcli.providers._sse import SSEEvent
-from rrcli.providers.base import Call, Reply, invalid_response, stream_error
+from rrcli.providers.base import (
+    Call,
+    Reply,
+    error_body,
+    invalid_response,
+    stream_error,
+)
 from rrcli.providers.translate import to_openai
+from rrcli.providers.vocabulary import tool_call
 
 __all__ = ["OpenAIProvider"]
 
@@ -48,24 +61,7 @@ class OpenAIProvider(HTTPProvider):
         return body
 
     def parse_body(self, data: dict[str, Any]) -> Reply:
-        choices = data.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise invalid_response("no choices in the body")
-        choice = choices[0]
-        message = choice.get("message")
-        if not isinstance(message, dict):
-            raise invalid_response("choices[0] has no message")
-        usage = data.get("usage") or {}
-        return Reply(
-            output=_text(message.get("content")),
-            finish_reason=choice.get("finish_reason"),
-            input_tokens=token_sum(usage, "prompt_tokens"),
-            output_tokens=token_sum(usage, "completion_tokens"),
-            response_model=data.get("model"),
-            reasoning_content=message.get("reasoning_content") or message.get("reasoning") or None,
-            request_id=data.get("id"),
-            body=data,
-        )
+        return _parse(data, self._key)
 
     def new_stream(self) -> _OpenAIStream:
         return _OpenAIStream(self._key)
@@ -90,7 +86,114 @@ def _as_sent(message: dict[str, Any], feedback: bool) -> dict[str, Any]:
     return sent
 
 
-def _text(content: object) -> str:
+def _parse(data: dict[str, Any], key: str | None) -> Reply:
+    """A ``chat.completion`` body (as received, or folded from a stream) → Reply. The first
+    choice is the reply; with several, ``choices`` has each. What the body lacks stays None."""
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise invalid_response("no choices in the body")
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise invalid_response("choices[0] has no message")
+    usage = data.get("usage") or {}
+    calls = message.get("tool_calls")
+    return Reply(
+        output=_text(message.get("content"), 0),
+        finish_reason=choice.get("finish_reason"),
+        input_tokens=token_sum(usage, "prompt_tokens"),
+        output_tokens=token_sum(usage, "completion_tokens"),
+        response_model=data.get("model"),
+        reasoning_content=message.get("reasoning_content") or message.get("reasoning") or None,
+        request_id=data.get("id"),
+        body=data,
+        tool_calls=_tool_calls(calls, 0, data, key) if calls else None,
+        refusal=message.get("refusal") or None,
+        logprobs=choice.get("logprobs"),
+        choices=_choices(choices, data, key) if len(choices) > 1 else None,
+        cached_input_tokens=_detail(usage, "prompt_tokens_details", "cached_tokens"),
+        reasoning_tokens=_detail(usage, "completion_tokens_details", "reasoning_tokens"),
+        system_fingerprint=data.get("system_fingerprint"),
+    )
+
+
+def _choices(choices: list[Any], data: dict[str, Any], key: str | None) -> list[dict[str, Any]]:
+    """Each choice of an ``n`` > 1 answer as a result's ``choices`` entry."""
+    entries = []
+    for number, choice in enumerate(choices):
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            raise invalid_response(f"choices[{number}] has no message")
+        calls = message.get("tool_calls")
+        entry: dict[str, Any] = {
+            "output": _text(message.get("content"), number),
+            "finish_reason": choice.get("finish_reason"),
+            "tool_calls": _tool_calls(calls, number, data, key) if calls else None,
+        }
+        if message.get("refusal"):
+            entry["refusal"] = message["refusal"]
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        if reasoning:
+            entry["reasoning_content"] = reasoning
+        if choice.get("logprobs") is not None:
+            entry["logprobs"] = choice["logprobs"]
+        entries.append(entry)
+    return entries
+
+
+def _tool_calls(
+    calls: object, number: int, data: dict[str, Any], key: str | None
+) -> list[dict[str, Any]]:
+    """A message's tool calls in the result's shape: function calls with exactly ``id``,
+    ``type`` and ``function: {name, arguments}`` (arguments a JSON object's text; empty or
+    absent arguments are ``{}``, an object is written as compact JSON text); a call of another
+    type (a custom tool's) kept as it came. Arguments that are not a JSON object make the
+    answer invalid, the body kept in the error."""
+    where = f"choices[{number}].message.tool_calls"
+    if not isinstance(calls, list):
+        raise invalid_response(f"{where} is not a list")
+    out = []
+    for i, call in enumerate(calls):
+        if isinstance(call, dict) and call.get("type", "function") != "function":
+            out.append(call)
+            continue
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise invalid_response(f"{where}[{i}] has no function")
+        arguments = _arguments(function.get("arguments"))
+        if arguments is None:
+            text = repr(function.get("arguments"))[:80]
+            raise invalid_response(
+                f"{where}[{i}].function.arguments is not a JSON object: {text}",
+                body=error_body(orjson.dumps(data), key),
+            )
+        out.append(tool_call(call.get("id"), function.get("name"), arguments))
+    return out
+
+
+def _arguments(value: object) -> str | None:
+    """A function call's arguments as a JSON object's text, None when they are not one."""
+    if isinstance(value, str):
+        if not value.strip():
+            return "{}"
+        try:
+            parsed = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return None
+        return value if isinstance(parsed, dict) else None
+    if isinstance(value, dict):
+        return orjson.dumps(value).decode()
+    return "{}" if value is None else None
+
+
+def _detail(usage: dict[str, Any], group: str, name: str) -> int | None:
+    """A count from a usage details object (``prompt_tokens_details.cached_tokens``...)."""
+    details = usage.get(group)
+    value = details.get(name) if isinstance(details, dict) else None
+    return value if isinstance(value, int) else None
+
+
+def _text(content: object, number: int) -> str:
     """Message content as text: a string, None (tool calls only), or a list of text parts."""
     if content is None:
         return ""
@@ -98,42 +201,109 @@ def _text(content: object) -> str:
         return content
     if isinstance(content, list):
         return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    raise invalid_response("choices[0].message.content is neither text nor parts")
+    raise invalid_response(f"choices[{number}].message.content is neither text nor parts")
 
 
 class _OpenAIStream:
-    """Folds ``chat.completion.chunk`` events; complete at ``data: [DONE]``."""
+    """Folds ``chat.completion.chunk`` events into the ``chat.completion`` body they describe,
+    read as a plain body is (so a streamed reply equals the plain one); complete at ``data:
+    [DONE]``. Per choice, by its ``index``: content, reasoning and refusal text joined, tool
+    call fragments joined by their own ``index`` (id, type and name from the first fragment
+    carrying them, arguments concatenated), logprobs lists concatenated."""
 
-    __slots__ = ("_key", "done", "finish_reason", "id", "model", "output", "reasoning", "usage")
+    __slots__ = (
+        "_key",
+        "choices",
+        "created",
+        "done",
+        "fingerprint",
+        "id",
+        "model",
+        "tier",
+        "usage",
+    )
 
     def __init__(self, key: str | None) -> None:
         self._key = key
         self.done = False
-        self.output: list[str] = []
-        self.reasoning: list[str] = []
-        self.finish_reason: str | None = None
-        self.usage: dict[str, Any] = {}
+        self.choices: dict[int, _ChoiceFold] = {}
+        self.usage: dict[str, Any] | None = None
         self.model: str | None = None
         self.id: str | None = None
+        self.created: int | None = None
+        self.fingerprint: str | None = None
+        self.tier: str | None = None
 
     def add(self, event: SSEEvent) -> str | None:
+        """The event's output text for the first choice ("" when it carried only other
+        generated text: reasoning, a refusal, tool call arguments, another choice's text)."""
         if event.data == "[DONE]":
             self.done = True
             return None
         chunk = parse_event_json(event)
         if chunk.get("error"):
             raise stream_error(chunk["error"], self._key, body=event.data)
+        if self.id is None:  # the first chunk's: the response's
+            self.id = chunk.get("id")
+            self.created = chunk.get("created")
         self.model = chunk.get("model") or self.model
-        self.id = self.id or chunk.get("id")  # the first chunk's: the response's id
+        self.fingerprint = chunk.get("system_fingerprint") or self.fingerprint
+        self.tier = chunk.get("service_tier") or self.tier
         if chunk.get("usage"):
             self.usage = chunk["usage"]
-        choices = chunk.get("choices")
-        if not choices or not isinstance(choices[0], dict):
-            return None
-        choice = choices[0]
+        piece = None
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            index = choice.get("index", 0)
+            fold = self.choices.get(index)
+            if fold is None:
+                fold = self.choices[index] = _ChoiceFold()
+            text = fold.add(choice)
+            if text is not None and (index == 0 or piece is None):
+                piece = text if index == 0 else ""
+        return piece
+
+    def body(self) -> dict[str, Any]:
+        """The ``chat.completion`` body the chunks fold into."""
+        body: dict[str, Any] = {"id": self.id, "object": "chat.completion"}
+        if self.created is not None:
+            body["created"] = self.created
+        body["model"] = self.model
+        folds = self.choices or {0: _ChoiceFold()}
+        body["choices"] = [folds[i].choice(i) for i in sorted(folds)]
+        body["usage"] = self.usage
+        if self.tier is not None:
+            body["service_tier"] = self.tier
+        if self.fingerprint is not None:
+            body["system_fingerprint"] = self.fingerprint
+        return body
+
+    def reply(self) -> Reply:
+        return _parse(self.body(), self._key)
+
+
+class _ChoiceFold:
+    """One choice's deltas."""
+
+    __slots__ = ("calls", "content", "finish_reason", "logprobs", "reasoning", "refusal")
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.refusal: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.logprobs: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+
+    def add(self, choice: dict[str, Any]) -> str | None:
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
-        delta = choice.get("delta") or {}
+        if choice.get("logprobs"):
+            self._logprobs(choice["logprobs"])
+        delta = choice.get("delta")
+        if not delta:
+            return None
         piece = None
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if reasoning:
@@ -141,30 +311,75 @@ class _OpenAIStream:
             piece = ""
         content = delta.get("content")
         if content:
-            self.output.append(content)
+            self.content.append(content)
             piece = content
+        if delta.get("refusal"):
+            self.refusal.append(delta["refusal"])
+            piece = piece or ""
+        if delta.get("tool_calls"):
+            self._calls(delta["tool_calls"])
+            piece = piece or ""
         return piece
 
-    def reply(self) -> Reply:
-        output = "".join(self.output)
-        reasoning = "".join(self.reasoning) or None
-        message: dict[str, Any] = {"role": "assistant", "content": output}
-        if reasoning:
-            message["reasoning_content"] = reasoning
-        body = {
-            "id": self.id,
-            "object": "chat.completion",
-            "model": self.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
-            "usage": self.usage or None,
+    def _calls(self, fragments: object) -> None:
+        if not isinstance(fragments, list):
+            raise invalid_response("a chunk's delta.tool_calls is not a list")
+        for fragment in fragments:
+            if not isinstance(fragment, dict):
+                continue
+            index = fragment.get("index")
+            if not isinstance(index, int):  # no index: a new call when it has an id
+                index = len(self.calls) if fragment.get("id") or not self.calls else max(self.calls)
+            call = self.calls.get(index)
+            if call is None:
+                call = self.calls[index] = {"id": None, "type": None, "name": None, "arguments": []}
+            function = fragment.get("function") or {}
+            for field, value in (
+                ("id", fragment.get("id")),
+                ("type", fragment.get("type")),
+                ("name", function.get("name")),
+            ):
+                if call[field] is None and value:
+                    call[field] = value
+            if function.get("arguments"):
+                call["arguments"].append(function["arguments"])
+
+    def _logprobs(self, logprobs: object) -> None:
+        if not isinstance(logprobs, dict):
+            return
+        if self.logprobs is None:
+            self.logprobs = {}
+        for name, value in logprobs.items():
+            held = self.logprobs.get(name)
+            if isinstance(value, list):
+                if isinstance(held, list):
+                    held.extend(value)
+                else:
+                    self.logprobs[name] = list(value)
+            elif name not in self.logprobs:
+                self.logprobs[name] = value
+
+    def choice(self, index: int) -> dict[str, Any]:
+        """The choice as a plain body has it."""
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(self.content) if self.content else None,
+            "refusal": "".join(self.refusal) if self.refusal else None,
         }
-        return Reply(
-            output=output,
-            finish_reason=self.finish_reason,
-            input_tokens=token_sum(self.usage, "prompt_tokens"),
-            output_tokens=token_sum(self.usage, "completion_tokens"),
-            response_model=self.model,
-            reasoning_content=reasoning,
-            request_id=self.id,
-            body=body,
-        )
+        if self.calls:
+            message["tool_calls"] = [
+                {
+                    "id": call["id"],
+                    "type": call["type"] or "function",
+                    "function": {"name": call["name"], "arguments": "".join(call["arguments"])},
+                }
+                for call in (self.calls[i] for i in sorted(self.calls))
+            ]
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        return {
+            "index": index,
+            "message": message,
+            "logprobs": self.logprobs,
+            "finish_reason": self.finish_reason,
+        }

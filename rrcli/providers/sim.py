@@ -4,7 +4,9 @@ It lets a profile be tried offline (the built-in ``demo`` pool) and lets the eng
 measure rrcli itself: at zero latency ``send`` never sleeps and costs a few microseconds (one rng
 draw when errors are configured, one checksum, one Reply). Its behaviour model
 (``rrcli.sim.behaviour``) is shared with the ``rrcli sim`` server; its errors are made by the
-same translation as real ones.
+same translation as real ones. A request with ``tools`` is answered as the server answers it:
+a call of the first tool (or the one ``tool_choice`` names) with the same arguments built from
+its schema; nothing else the server can say (choices, logprobs, JSON answers) is simulated here.
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 
 from rrcli.config.profile import Backend, RetrySettings, SimSettings
 from rrcli.errors import ProviderError
 from rrcli.providers.base import Call, Reply, error_from_status
 from rrcli.providers.registry import server_address
-from rrcli.sim.behaviour import ERROR, SimBehaviour, pacing
+from rrcli.providers.vocabulary import tool_call
+from rrcli.sim import replies
+from rrcli.sim.behaviour import ERROR, SimBehaviour, last_user_text, pacing
+from rrcli.sim.replies import after_tool_result, chosen_tool, fragments
 from rrcli.tokens import estimate_input_tokens
 
 __all__ = ["SimProvider"]
@@ -55,6 +61,8 @@ class SimProvider:
         if behaviour.may_fail and (outcome := behaviour.outcome()):
             raise self._error(outcome)
         messages = call.messages
+        if "tools" in call.params and (called := _called_tool(call)) is not None:
+            return await self._tool_reply(call, *called)
         variant = behaviour.variant(messages)
         if behaviour.instant and not (call.stream and on_text):
             return Reply(
@@ -101,6 +109,33 @@ class SimProvider:
             ttft_ms,
         )
 
+    async def _tool_reply(self, call: Call, name: str, arguments: str, seed: int) -> Reply:
+        """A call of the tool ``name``, its arguments taking as long as text of that length
+        would (nothing is printed: a tool call is not output)."""
+        pieces = fragments(arguments)
+        ttft, total = self._behaviour.timeline(len(pieces))
+        started = self._clock()
+        ttft_ms = None
+        if call.stream:
+            if ttft:
+                await self._sleep(ttft)
+            ttft_ms = (self._clock() - started) * 1000.0
+            total -= ttft
+        if total > 0:
+            await self._sleep(total)
+        return Reply(
+            "",
+            "tool_calls",
+            estimate_input_tokens(call.messages),
+            len(pieces),
+            self._model,
+            None,
+            200,
+            None,
+            ttft_ms,
+            tool_calls=[tool_call(f"call_sim{seed:010d}", name, arguments)],
+        )
+
     def _error(self, outcome: int) -> ProviderError:
         if outcome == ERROR:
             return error_from_status(500, {}, _ERROR_BODY, self._retry)
@@ -108,3 +143,17 @@ class SimProvider:
 
     async def aclose(self) -> None:
         return None
+
+
+def _called_tool(call: Call) -> tuple[str, str, int] | None:
+    """(name, arguments JSON text, seed) of the tool the ``rrcli sim`` server would call for
+    this request (the first function tool, or the one ``tool_choice`` names; none after a tool
+    result or with ``tool_choice`` none); arguments a valid instance of its schema."""
+    messages = call.messages
+    if after_tool_result(messages):
+        return None
+    chosen = chosen_tool(call.params.get("tools"), call.params.get("tool_choice"))
+    if chosen is None:
+        return None
+    seed = zlib.crc32(last_user_text(messages).encode())
+    return chosen[0], replies.tool_call(chosen[1], seed)[1], seed

@@ -107,8 +107,7 @@ def answer_from_forced_tool(reply: Reply, call: Call) -> Reply:
         return reply
     reply.output = orjson.dumps(answers[0].get("input") or {}).decode()
     reply.finish_reason = "stop"
-    calls = getattr(reply, "tool_calls", None)  # the chat result's tool calls, when parsed
-    if calls:
-        kept = [c for c in calls if (c.get("function") or {}).get("name") != name]
-        reply.tool_calls = kept or None  # type: ignore[attr-defined]
+    if reply.tool_calls:
+        kept = [c for c in reply.tool_calls if (c.get("function") or {}).get("name") != name]
+        reply.tool_calls = kept or None
     return reply

@@ -6,10 +6,14 @@ in Anthropic's own words where it has none (``stop_sequence``, ``refusal``, ``pa
 anthropic adapter maps with ``finish_reason_from_anthropic``. The batch output formats turn a
 result's finish reason and error into each API's words with the other functions here.
 
+A tool call is written in OpenAI's shape whichever API made it (``tool_call``).
+
 Pure data and functions: the results writer imports this module without loading the HTTP client.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "anthropic_error_type",
@@ -17,6 +21,7 @@ __all__ = [
     "finish_reason_from_anthropic",
     "openai_error_type",
     "openai_finish_reason",
+    "tool_call",
 ]
 
 #: Anthropic stop reason → OpenAI finish reason, where the two mean the same thing
@@ -83,3 +88,8 @@ def anthropic_error_type(error_type: str | None, status_code: int | None) -> str
     if kind == "timeout":
         return "timeout_error"
     return _ANTHROPIC_ERRORS.get(status_code or 0, "api_error")
+
+
+def tool_call(call_id: object, name: object, arguments: str) -> dict[str, Any]:
+    """A tool call as results carry it: ``arguments`` is a JSON object's text."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}

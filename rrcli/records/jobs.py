@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from rrcli.errors import UsageError
 from rrcli.records._jobshapes import (
     BUILDERS,
     LineError,
@@ -36,6 +37,7 @@ __all__ = [
     "InvalidJob",
     "Job",
     "KeySet",
+    "check_json_lines",
     "iter_jobs",
     "job_key",
     "shard_of",
@@ -44,6 +46,7 @@ __all__ = [
 MAX_LINE_BYTES = 64 << 20  # a longer line is invalid (and skipped without being held in memory)
 
 _BOM = b"\xef\xbb\xbf"
+_PEEK_BYTES = 1 << 16  # what check_json_lines looks at, at most
 _M64 = 0xFFFFFFFFFFFFFFFF
 _DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0000000000")
 # orjson turns an integer beyond 64 bits into a float, silently. Such an integer has 19 digits
@@ -79,17 +82,23 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class InvalidJob:
-    """A line that cannot run: its result has id ``line-N`` and status ``invalid``.
+    """A line that cannot run: its result has status ``invalid`` and this ``id``: the line's own
+    when it has a readable one not taken by an earlier line, else ``line-N``.
 
     ``message`` names the line and the cause (``line 7: ...``); ``duplicate_of`` is the repeated id
-    (as written) when the line's only fault is reusing an earlier line's id.
+    (as written) when the line's id was an earlier line's.
     """
 
-    id: str
+    id: str | int
     line: int
     message: str
     duplicate_of: str | int | None = None
     source: str = ""
+
+    @property
+    def key(self) -> str:
+        """The id's str form, as ``Job.key`` (shard, resume)."""
+        return job_key(self.id)
 
 
 def job_key(job_id: object) -> str:
@@ -206,10 +215,37 @@ def iter_jobs(
     """Each line of ``stream`` as a Job or an InvalidJob, in order; blank lines skipped.
 
     ``source`` names the file in InvalidJob.source (``-`` for standard input). A line whose id
-    repeats an earlier valid line's id is an InvalidJob with ``duplicate_of``. Never raises for
-    bad content; a line longer than ``max_line_bytes`` is invalid and skipped without being read
-    into memory whole.
+    repeats an earlier line's id is an InvalidJob with ``duplicate_of``. Never raises for bad
+    content in a line; a line longer than ``max_line_bytes`` is invalid and skipped without
+    being read into memory whole. Raises UsageError at once, before any line is read, when the
+    stream is one JSON document rather than JSON Lines (``check_json_lines``).
     """
+    check_json_lines(stream, source)
+    return _lines(stream, source, max_line_bytes)
+
+
+def check_json_lines(stream: BinaryIO, source: str) -> None:
+    """UsageError when ``stream`` starts as one JSON document (an array, or an object over
+    several lines) rather than one object a line: said once, with the fix, instead of an
+    invalid result for every line. Looks only at what the stream's buffer already holds."""
+    peek = getattr(stream, "peek", None)
+    if peek is None:
+        return
+    head = peek(_PEEK_BYTES)[:_PEEK_BYTES].removeprefix(_BOM).lstrip()
+    if head.startswith(b"["):
+        what, jq = "one JSON array", "jq -c '.[]'"
+    elif head.split(b"\n", 1)[0].strip() == b"{":
+        what, jq = "a JSON object written over several lines", "jq -c ."
+    else:
+        return
+    name = "FILE" if source in ("-", "<stdin>") else source
+    raise UsageError(
+        f"{source}: rrcli reads JSON Lines: one object per line, and this is {what} — "
+        f"convert it with: {jq} {name} > jobs.jsonl"
+    )
+
+
+def _lines(stream: BinaryIO, source: str, max_line_bytes: int) -> Iterator[Job | InvalidJob]:
     seen = KeySet()
     readline = stream.readline
     limit = max_line_bytes + 1
@@ -227,6 +263,7 @@ def iter_jobs(
             continue
         if n == 1 and raw.startswith(_BOM):
             raw = raw[3:]
+        value: object = None
         try:
             value = loads(raw)
             wide = raw.translate(digits_as_zero).count(_LONG_RUN) > 0
@@ -237,7 +274,7 @@ def iter_jobs(
             yield InvalidJob(f"line-{n}", n, f"line {n}: {_undecodable(raw, exc)}", None, source)
             continue
         except LineError as exc:
-            yield InvalidJob(f"line-{n}", n, f"line {n}: {exc}", None, source)
+            yield _invalid(value, n, f"line {n}: {exc}", seen, source)
             continue
         if seen.add(job.key):
             yield job
@@ -247,3 +284,18 @@ def iter_jobs(
                 "it; give each job its own id"
             )
             yield InvalidJob(f"line-{n}", n, message, job.id, source)
+
+
+def _invalid(value: object, n: int, message: str, seen: KeySet, source: str) -> InvalidJob:
+    """A line that parsed but cannot run keeps its own id when one is readable, so its result
+    joins back to the input (an OpenAI Batch line's custom_id); an id already taken gives
+    ``line-N`` and ``duplicate_of``, as for a valid line."""
+    try:
+        raw, key = raw_id(value) if type(value) is dict else (None, None)
+    except LineError:
+        raw = key = None
+    if key is None:
+        return InvalidJob(f"line-{n}", n, message, None, source)
+    if not seen.add(key):
+        return InvalidJob(f"line-{n}", n, message, raw, source)
+    return InvalidJob(raw, n, message, None, source)  # type: ignore[arg-type]

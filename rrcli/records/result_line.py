@@ -15,13 +15,20 @@ if TYPE_CHECKING:
 __all__ = ["result_line"]
 
 
-def result_line(outcome: CallOutcome) -> dict[str, Any]:
+def result_line(outcome: CallOutcome, keep_response: bool = False) -> dict[str, Any]:
     """The SPEC §4 line of one job, from how it ended. The key order is part of the format:
-    ``id, status, deployment, model, output, finish_reason, usage, attempts, latency_ms,
-    request_id?, metadata, reasoning_content?, session?, turns?`` for ``ok``; ``id, status,
-    deployment, attempts, error, metadata, session?, turns?`` for ``error``; ``id, status, error,
-    duplicate_of?`` for ``invalid``. A session's line sums its turns' attempts, latency and usage;
-    its output, finish reason and deployment are its last turn's."""
+    ``id, status, deployment, model, output, refusal?, tool_calls?, finish_reason, usage,
+    attempts, latency_ms, request_id?, system_fingerprint?, metadata, reasoning_content?,
+    logprobs?, choices?, session?, turns?, response?`` for ``ok``; ``id, status, deployment,
+    attempts, error, metadata, session?, turns?`` for ``error``; ``id, status, error,
+    duplicate_of?`` for ``invalid``. ``usage`` is ``input_tokens, output_tokens,
+    cached_input_tokens?, reasoning_tokens?``. A key marked ``?`` is written only when the
+    provider said it (so a plain text answer's line has none of them): the answer's own fields
+    first, next to ``output``; the bulky ones (logprobs, every choice, the whole response body)
+    last, after ``metadata``. ``response`` (``keep_response``) is the body as received, or the
+    body a stream folded into. A session's line sums its turns' attempts, latency and usage; its
+    output, finish reason and deployment are its last turn's; each turn's own fields (tool calls,
+    reasoning...) are in its ``turns`` entry."""
     job = outcome.job
     if type(job) is InvalidJob:
         line: dict[str, Any] = {
@@ -50,34 +57,64 @@ def result_line(outcome: CallOutcome) -> dict[str, Any]:
             "deployment": attempt.backend.id,
             "model": attempt.backend.model,
             "output": reply.output,
-            "finish_reason": reply.finish_reason,
-            "usage": _usage(turns) if turns else _tokens(reply),
-            "attempts": _attempts(turns) if turns else outcome.attempts,
-            "latency_ms": _latency_ms(turns) if turns else attempt.latency_ms,
         }
+        if not turns:
+            _answer(line, reply)
+        line["finish_reason"] = reply.finish_reason
+        line["usage"] = _usage(turns) if turns else _tokens(reply)
+        line["attempts"] = _attempts(turns) if turns else outcome.attempts
+        line["latency_ms"] = _latency_ms(turns) if turns else attempt.latency_ms
         if reply.request_id is not None:
             line["request_id"] = reply.request_id
+        if reply.system_fingerprint is not None and not turns:
+            line["system_fingerprint"] = reply.system_fingerprint
         line["metadata"] = job.metadata or {}
-        if reply.reasoning_content and not turns:
-            line["reasoning_content"] = reply.reasoning_content
+        if not turns:
+            _details(line, reply, keep_response)
     if outcome.session is not None:
         line["session"] = outcome.session
     if turns:
-        line["turns"] = [_turn(t) for t in turns]
+        line["turns"] = [_turn(t, keep_response) for t in turns]
     return line
 
 
+def _answer(entry: dict[str, Any], reply: Reply) -> None:
+    """The answer's fields that sit next to its output: a refusal, the tool calls."""
+    if reply.refusal is not None:
+        entry["refusal"] = reply.refusal
+    if reply.tool_calls is not None:
+        entry["tool_calls"] = reply.tool_calls
+
+
+def _details(entry: dict[str, Any], reply: Reply, keep_response: bool) -> None:
+    """The answer's fields that follow the line's metadata: reasoning, logprobs, every choice,
+    with ``keep_response`` the body."""
+    if reply.reasoning_content:
+        entry["reasoning_content"] = reply.reasoning_content
+    if reply.logprobs is not None:
+        entry["logprobs"] = reply.logprobs
+    if reply.choices is not None:
+        entry["choices"] = reply.choices
+    if keep_response and reply.body is not None:
+        entry["response"] = reply.body
+
+
 def _tokens(reply: Reply) -> dict[str, int | None]:
-    return {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens}
+    usage = {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens}
+    if reply.cached_input_tokens is not None:
+        usage["cached_input_tokens"] = reply.cached_input_tokens
+    if reply.reasoning_tokens is not None:
+        usage["reasoning_tokens"] = reply.reasoning_tokens
+    return usage
 
 
 def _usage(turns: tuple[CallOutcome, ...]) -> dict[str, int]:
-    """A session's usage: its turns' summed (a count the server did not give counts 0)."""
+    """A session's usage: its turns' summed (a count the server did not give counts 0; the
+    cached and reasoning counts only when some turn reported them)."""
     usage = {"input_tokens": 0, "output_tokens": 0}
     for turn in turns:
-        assert turn.reply is not None
-        usage["input_tokens"] += turn.reply.input_tokens or 0
-        usage["output_tokens"] += turn.reply.output_tokens or 0
+        for name, value in _tokens(turn.reply).items():  # type: ignore[arg-type]
+            usage[name] = usage.get(name, 0) + (value or 0)
     return usage
 
 
@@ -95,15 +132,17 @@ def _latency_ms(turns: tuple[CallOutcome, ...]) -> float:
     return round(total, 3)
 
 
-def _turn(turn: CallOutcome) -> dict[str, Any]:
-    """A session turn's entry in its line's ``turns``."""
+def _turn(turn: CallOutcome, keep_response: bool) -> dict[str, Any]:
+    """A session turn's entry in its line's ``turns``: ``output, refusal?, tool_calls?,
+    deployment, usage, system_fingerprint?, reasoning_content?, logprobs?, choices?,
+    response?``."""
     reply, attempt = turn.reply, turn.attempt
     assert reply is not None and attempt is not None
-    entry: dict[str, Any] = {
-        "output": reply.output,
-        "deployment": attempt.backend.id,
-        "usage": _tokens(reply),
-    }
-    if reply.reasoning_content:
-        entry["reasoning_content"] = reply.reasoning_content
+    entry: dict[str, Any] = {"output": reply.output}
+    _answer(entry, reply)
+    entry["deployment"] = attempt.backend.id
+    entry["usage"] = _tokens(reply)
+    if reply.system_fingerprint is not None:
+        entry["system_fingerprint"] = reply.system_fingerprint
+    _details(entry, reply, keep_response)
     return entry

@@ -7,7 +7,9 @@ succeeded. ``ResultWriter`` then appends one line per job in one of three format
 
 - ``rrcli``: the result dict as ``result_line`` built it (key order kept);
 - ``openai-batch``: OpenAI Batch API output lines (``id``, ``custom_id``, ``response``, ``error``);
-- ``anthropic-batch``: Anthropic Message Batches result lines (``custom_id``, ``result``).
+- ``anthropic-batch``: Anthropic Message Batches result lines (``custom_id``, ``result``);
+
+their response bodies whole whichever API served the job (``_batchbodies``).
 
 A resumed file is read in any of the three formats; an ``ok`` is status ``ok``, a 200 response or
 a ``succeeded`` result.
@@ -25,16 +27,19 @@ from typing import Any
 import orjson
 
 from rrcli.errors import OutputExistsError, UsageError
-from rrcli.providers.vocabulary import (
-    anthropic_error_type,
-    anthropic_stop_reason,
-    openai_error_type,
-    openai_finish_reason,
-)
+from rrcli.providers.vocabulary import anthropic_error_type, openai_error_type
+from rrcli.records._batchbodies import anthropic_body, openai_body
 from rrcli.records._jsonl import LineFile, dumps_line, open_error
 from rrcli.records.jobs import KeySet, job_key
 
-__all__ = ["FORMATS", "ResultWriter", "ResumeState", "prepare_output"]
+__all__ = [
+    "FORMATS",
+    "ResultWriter",
+    "ResumeState",
+    "line_format",
+    "line_outcome",
+    "prepare_output",
+]
 
 FORMATS = ("rrcli", "openai-batch", "anthropic-batch")
 
@@ -101,8 +106,8 @@ def prepare_output(
         ) from exc
 
 
-def _kind(rec: object) -> str | None:
-    """The format of one parsed result line, or None if it is none of them."""
+def line_format(rec: object) -> str | None:
+    """The format (one of FORMATS) of one parsed result line, or None if it is none of them."""
     if type(rec) is not dict:
         return None
     if "status" in rec and "id" in rec:
@@ -115,8 +120,9 @@ def _kind(rec: object) -> str | None:
     return None
 
 
-def _outcome(rec: dict[str, Any], kind: str) -> tuple[str, str]:
-    """(job key, outcome) of a result line of a known format."""
+def line_outcome(rec: dict[str, Any], kind: str) -> tuple[str, str]:
+    """(job key, outcome) of a result line of format ``kind``: outcome ``ok``, ``error`` or
+    ``invalid`` (an anthropic-batch line is ``ok`` or ``error``: that format has no other)."""
     if kind == "rrcli":
         return job_key(rec["id"]), str(rec["status"])
     key = job_key(rec["custom_id"])
@@ -153,7 +159,7 @@ def _scan(path: Path, fmt: str | None) -> ResumeState:
                     bad_start = start
                     continue
                 rec = None
-            kind = _kind(rec)
+            kind = line_format(rec)
             if kind is None:
                 counts["malformed"] += rec is not None
                 continue
@@ -164,7 +170,7 @@ def _scan(path: Path, fmt: str | None) -> ResumeState:
                         f"{path}:{number}: the file holds {kind} results, not {fmt} — resume with "
                         f"--format {kind}, or write to another --out"
                     )
-            key, outcome = _outcome(rec, kind)
+            key, outcome = line_outcome(rec, kind)
             counts[outcome] = counts.get(outcome, 0) + 1
             if outcome == "ok":
                 ok.add(key)
@@ -218,7 +224,7 @@ class ResultWriter:
         """Queue the line of one job's final ``result`` (SPEC §4 dict).
 
         ``body`` is the provider's response body (or error body) when there is one; the batch
-        formats use it when it is of their API and otherwise build a faithful one from ``result``.
+        formats write it (completed) when it is of their API, else one built from ``result``.
         ``request_id`` is the server's request id (openai-batch; else ``result["request_id"]``).
         """
         self._out.write(self._encode(result, body, request_id))
@@ -247,8 +253,7 @@ class ResultWriter:
         failure = result.get("error") or {}
         status_code = failure.get("status_code")
         if result.get("status") == "ok":
-            if not (type(body) is dict and "choices" in body):
-                body = self._chat_completion(result)
+            body = openai_body(result, body, self._clock)
             response = {"status_code": 200, "request_id": request_id, "body": body}
         elif status_code:  # the server answered: OpenAI keeps its response, error null
             if not (type(body) is dict and type(body.get("error")) is dict):
@@ -274,9 +279,7 @@ class ResultWriter:
 
     def _anthropic(self, result: dict[str, Any], body: Any, request_id: object) -> bytes:
         if result.get("status") == "ok":
-            if not (type(body) is dict and body.get("type") == "message"):
-                body = self._message(result)
-            outcome: dict[str, Any] = {"type": "succeeded", "message": body}
+            outcome: dict[str, Any] = {"type": "succeeded", "message": anthropic_body(result, body)}
         else:
             if not (type(body) is dict and body.get("type") == "error"):
                 failure = result.get("error") or {}
@@ -292,51 +295,3 @@ class ResultWriter:
             outcome = {"type": "errored", "error": body}
         line = {"custom_id": job_key(result["id"]), "result": outcome}
         return orjson.dumps(line, option=_NEWLINE)
-
-    def _chat_completion(self, result: dict[str, Any]) -> dict[str, Any]:
-        """An OpenAI ``chat.completion`` object carrying the result's output and usage."""
-        usage = result.get("usage") or {}
-        prompt_tokens = usage.get("input_tokens") or 0
-        completion_tokens = usage.get("output_tokens") or 0
-        message: dict[str, Any] = {"role": "assistant", "content": result.get("output")}
-        if result.get("reasoning_content") is not None:
-            message["reasoning_content"] = result["reasoning_content"]
-        message["refusal"] = None
-        finish = result.get("finish_reason") or "stop"
-        return {
-            "id": f"chatcmpl-{os.urandom(12).hex()}",
-            "object": "chat.completion",
-            "created": int(self._clock()),
-            "model": result.get("model"),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "logprobs": None,
-                    "finish_reason": openai_finish_reason(finish),
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
-
-    def _message(self, result: dict[str, Any]) -> dict[str, Any]:
-        """An Anthropic ``message`` object carrying the result's output and usage."""
-        usage = result.get("usage") or {}
-        finish = result.get("finish_reason") or "end_turn"
-        return {
-            "id": f"msg_{os.urandom(12).hex()}",
-            "type": "message",
-            "role": "assistant",
-            "model": result.get("model"),
-            "content": [{"type": "text", "text": result.get("output") or ""}],
-            "stop_reason": anthropic_stop_reason(finish),
-            "stop_sequence": None,
-            "usage": {
-                "input_tokens": usage.get("input_tokens") or 0,
-                "output_tokens": usage.get("output_tokens") or 0,
-            },
-        }

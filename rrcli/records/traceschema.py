@@ -24,6 +24,7 @@ __all__ = [
     "JOB_COUNTS",
     "OUTCOMES",
     "PROFILE_FIELDS",
+    "RESULT_STATUSES",
     "RUN_END_FIELDS",
     "RUN_FIELDS",
     "parse_rfc3339",
@@ -71,9 +72,11 @@ RUN_FIELDS = ("event", "run_id", "ts", "rrcli_version", "profile")
 PROFILE_FIELDS = ("name", "strategy", "binding", "backends")
 BACKEND_FIELDS = ("id", "provider", "model", "host", "max_concurrency", "price")
 PRICE_FIELDS = ("input", "output")
-#: the run_end record, once when a run ends; ``jobs`` counts jobs by these outcomes
+#: the run_end record, once when a run ends; ``jobs`` counts jobs by these outcomes: a result
+#: line's status (RESULT_STATUSES), or skipped (it already had an ok line)
 RUN_END_FIELDS = ("event", "run_id", "ts", "jobs", "interrupted")
-JOB_COUNTS = ("ok", "error", "invalid", "skipped")
+RESULT_STATUSES = ("ok", "error", "invalid")
+JOB_COUNTS = (*RESULT_STATUSES, "skipped")
 
 _seconds: dict[int, str] = {}  # epoch second → "YYYY-MM-DDTHH:MM:SS"
 # ".000Z" ... ".999Z": a lookup and a concatenation instead of formatting (550 → 380 ns a call)

@@ -29,6 +29,7 @@ from rrcli.runtime.eligibility import Eligibility
 __all__ = ["CheckReport", "JobsReport", "ProbeResult", "check_jobs", "probe", "validate"]
 
 PROBE_MESSAGES = [{"role": "user", "content": "Reply with the word ok."}]
+PROBE_TIMEOUT = 20.0  # seconds a probe waits at most, whatever the backend's timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,7 @@ class ProbeResult:
     ok: bool
     latency_ms: float | None
     detail: str  # the response model, or the error's type and message
+    url: str | None = None  # where the probe was posted (None: no network, or no key)
 
 
 @dataclass(slots=True)
@@ -88,7 +90,7 @@ class CheckReport:
 
 
 def validate(
-    profile: str,
+    profile: str | None,
     *,
     environ: Mapping[str, str],
     strict: bool = False,
@@ -96,7 +98,8 @@ def validate(
     probe_backends: bool = False,
 ) -> CheckReport:
     """The report of ``rrcli validate PROFILE``: ``profile`` is found as SPEC §1 says (``demo``
-    is the built-in pool). The backends are probed only when the profile has no errors."""
+    is the built-in pool; None: $RRCLI_PROFILE, ./rrcli.toml, the XDG profile, as ``run``).
+    The backends are probed only when the profile has no errors."""
     report = validate_profile(
         resolve_profile_path(profile, environ), environ=environ, strict=strict
     )
@@ -116,23 +119,28 @@ async def _probe_one(backend: Backend, environ: Mapping[str, str], timeout: floa
     except UsageError as exc:
         return ProbeResult(backend.id, False, None, str(exc))
     provider = make_provider(backend, key, retry=RetrySettings(), seed=0)
+    url = getattr(provider, "url", None)
     t0 = time.monotonic()
     try:
         reply = await asyncio.wait_for(
             provider.send(Call(PROBE_MESSAGES, {**backend.params, "max_tokens": 5})), timeout
         )
     except ProviderError as exc:
-        return ProbeResult(backend.id, False, None, f"{exc.type}: {exc.message}")
+        return ProbeResult(backend.id, False, None, f"{exc.type}: {exc.message}", url)
     except TimeoutError:
-        return ProbeResult(backend.id, False, None, f"timeout: no answer in {timeout:g} s")
+        detail = (
+            f"timeout: no answer within the probe's {timeout:g} s limit (a run waits up to the "
+            f"backend's `timeout`, {backend.timeout:g} s)"
+        )
+        return ProbeResult(backend.id, False, None, detail, url)
     finally:
         await provider.aclose()
     latency = round((time.monotonic() - t0) * 1000.0, 1)
-    return ProbeResult(backend.id, True, latency, reply.response_model or backend.model)
+    return ProbeResult(backend.id, True, latency, reply.response_model or backend.model, url)
 
 
 async def probe(
-    profile: Profile, environ: Mapping[str, str], *, timeout: float = 20.0
+    profile: Profile, environ: Mapping[str, str], *, timeout: float = PROBE_TIMEOUT
 ) -> list[ProbeResult]:
     """One tiny request to every backend at once; never raises for a failing backend."""
     return list(await asyncio.gather(*(_probe_one(b, environ, timeout) for b in profile.backends)))

@@ -43,17 +43,19 @@ class RunSummary:
 
 
 class RunControl:
-    """Stops a run from outside: ``stop()`` drains, ``cancel()`` cancels calls in flight."""
+    """Stops a run from outside: ``stop()`` drains, ``cancel()`` cancels calls in flight.
+    ``stopping`` and ``cancelled`` say which was asked (the live display reads them)."""
 
     def __init__(self) -> None:
         self.stopping = False
+        self.cancelled = False
         self._cancel: Callable[[], None] | None = None
 
     def stop(self) -> None:
         self.stopping = True
 
     def cancel(self) -> None:
-        self.stopping = True
+        self.stopping = self.cancelled = True
         if self._cancel is not None:
             self._cancel()
 

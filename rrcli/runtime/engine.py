@@ -53,7 +53,8 @@ class ResultSink(Protocol):
 @dataclass(slots=True, eq=False)
 class Engine:
     """One run's live state: the router, the providers, the writers and the counters.
-    ``stream`` is --stream; ``on_text`` takes text as it arrives (--prompt --stream)."""
+    ``stream`` is --stream; ``on_text`` takes text as it arrives (--prompt --stream);
+    ``keep_response`` is --keep-response (result lines carry the provider's body)."""
 
     profile: Profile
     stream: bool
@@ -65,6 +66,7 @@ class Engine:
     summary: RunSummary
     control: RunControl
     rng: random.Random
+    keep_response: bool = False
     policy: RetryPolicy = field(init=False)
     session_binding: bool = field(init=False)
     eligibility: Eligibility = field(init=False)
@@ -96,7 +98,7 @@ class Engine:
     def _finish(self, outcome: CallOutcome) -> None:
         """A job ended: its one result line, the counters, a failure logged, and a binding no
         later job can use forgotten."""
-        self.results.write(result_line(outcome), body=outcome.body)
+        self.results.write(result_line(outcome, self.keep_response), body=outcome.body)
         job = outcome.job
         if outcome.status == "ok":
             self.summary.ok += 1
@@ -298,7 +300,11 @@ def _decide(error: ProviderError | None, backoff: float | None, failover: bool) 
 
 
 def _assistant_message(reply: Reply) -> dict[str, Any]:
+    """The reply as the history's assistant message (``Call.messages``' OpenAI shape: its tool
+    calls included; each adapter writes it in its API's words)."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.output}
+    if reply.tool_calls:
+        message["tool_calls"] = reply.tool_calls
     if reply.reasoning_content:
         message["reasoning_content"] = reply.reasoning_content
     return message
@@ -316,14 +322,19 @@ def _join(first: Reply, rest: Reply) -> Reply:
     reasoning = rest.reasoning_content
     if first.reasoning_content:
         reasoning = first.reasoning_content + (rest.reasoning_content or "")
+    calls = rest.tool_calls
+    if first.tool_calls:
+        calls = first.tool_calls + (rest.tool_calls or [])
     return replace(
         rest,
         output=first.output + rest.output,
         input_tokens=add(first.input_tokens, rest.input_tokens),
         output_tokens=add(first.output_tokens, rest.output_tokens),
+        cached_input_tokens=add(first.cached_input_tokens, rest.cached_input_tokens),
         reasoning_content=reasoning,
         ttft_ms=first.ttft_ms if rest.ttft_ms is None else rest.ttft_ms,
         body=body,
+        tool_calls=calls,
     )
 
 

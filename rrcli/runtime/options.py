@@ -15,9 +15,10 @@ from typing import Any
 from rrcli.config.profile import MAX_IN_FLIGHT
 from rrcli.errors import UsageError
 
-__all__ = ["RunOptions"]
+__all__ = ["STDOUT", "RunOptions"]
 
 STDIN_STEM = "stdin"  # the stem of the default outputs when jobs come on standard input
+STDOUT = Path("-")  # ``out`` that writes the results to standard output
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +29,8 @@ class RunOptions:
     instead. ``out`` and ``traces``: None is SPEC §1's default, filled in by ``with_defaults``:
     ``<jobs stem>.results.jsonl`` and ``<jobs stem>.traces.jsonl`` in the working folder (stem
     ``stdin`` for standard input); with ``prompts``, results go to ``on_result`` or else
-    standard output, and there is no trace file unless one is named.
+    standard output, and there is no trace file unless one is named. ``out`` ``-`` (STDOUT)
+    writes the results to standard output.
     """
 
     jobs: Path | None = None
@@ -42,6 +44,7 @@ class RunOptions:
     shard: tuple[int, int] | None = None
     seed: int | None = None
     stream: bool = False
+    keep_response: bool = False  # result lines carry the provider's response body
     prompts: tuple[str, ...] = ()  # --prompt: jobs given on the command line
     on_text: Callable[[str], None] | None = None  # --prompt --stream: text as it arrives
     on_result: Callable[[dict[str, Any]], None] | None = None  # results to a callback, not a file
@@ -54,6 +57,11 @@ class RunOptions:
                 f"--concurrency {self.concurrency}: must be at most {MAX_IN_FLIGHT} (calls in "
                 "flight at once) and at least 1"
             )
+
+    @property
+    def out_file(self) -> Path | None:
+        """The results file; None for standard output."""
+        return None if self.out is None or self.out == STDOUT else self.out
 
     def with_defaults(self) -> RunOptions:
         """These options with SPEC §1's default outputs filled in; applying it twice changes

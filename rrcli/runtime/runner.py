@@ -67,14 +67,15 @@ def select_jobs(
     shard: tuple[int, int] | None,
     limit: int | None,
 ) -> Iterator[Job | InvalidJob]:
-    """--limit, --shard and --resume applied to the stream of jobs, lazily."""
+    """--shard, --limit and --resume applied to the stream of jobs, lazily, in that order: the
+    first N jobs of the shard (skipped or not, so a resumed run selects the same jobs)."""
     taken = 0
     for job in jobs:
+        if shard is not None and shard_of(job.key, shard[1]) != shard[0]:
+            continue
         if limit is not None and taken >= limit:
             return
         taken += 1
-        if shard is not None and shard_of(job.key, shard[1]) != shard[0]:
-            continue
         if done is not None and job.key in done:
             summary.skipped += 1
             continue
@@ -104,7 +105,8 @@ async def run(
     """Run every selected job of ``options.jobs`` across ``profile``'s pool, writing results and
     traces where ``options`` says, SPEC §1's defaults filled in (``RunOptions.with_defaults``).
 
-    Raises UsageError (nothing sent) when the outputs cannot be prepared or a key is missing.
+    Raises UsageError (nothing sent) when the outputs cannot be prepared, a key is missing or
+    the jobs are not JSON Lines.
     ``on_start`` is called once the router exists (the CLI starts its live display there).
     """
     options = options.with_defaults()
@@ -114,8 +116,11 @@ async def run(
     rng = random.Random(seed)
     keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}  # UsageError if unset
     with ExitStack() as stack:
-        resume = claim_outputs(options, stack)
-        summary = RunSummary(new_run_id())
+        _refuse_clobbering(options)
+        source, stream = open_jobs(options, stack)
+        lines = iter_jobs(stream, source)  # UsageError when the input is not JSON Lines
+        resume = _prepare_results(options, stack)
+        summary = RunSummary(new_run_id(), total=len(options.prompts) or count_lines(options.jobs))
         router, gates = make_router(profile, rng)
         if resume is not None and resume.sessions:
             router.restore_bindings(resume.sessions)
@@ -123,50 +128,56 @@ async def run(
             b.id: make_provider(b, keys[b.id], retry=profile.retry, seed=seed)
             for b in profile.backends
         }
-        source, stream = open_jobs(options, stack)
-        summary.total = len(options.prompts) if options.prompts else count_lines(options.jobs)
         results, traces = open_outputs(options, summary.run_id, stack)
         traces.run(profile)
         engine = Engine(
             profile, options.stream, options.on_text, router, providers, results, traces,
-            summary, control, rng,
+            summary, control, rng, options.keep_response,
         )  # fmt: skip
-        done = resume.ok if (resume is not None and options.resume) else None
-        jobs = select_jobs(
-            iter_jobs(stream, source),
-            done=done,
-            summary=summary,
-            shard=options.shard,
-            limit=options.limit,
-        )
+        jobs = _selected(lines, options, resume, summary)
         if on_start is not None:
             on_start(summary, router)
-        log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.name or None)
+        log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.label)
         try:
             reader = stream if isinstance(stream, StoppableReader) else None
             await _drive(engine, jobs, run_concurrency(options, profile), reader)
         finally:
             summary.interrupted = control.stopping
             await _close(engine, gates)
-    log.info(
-        "rrcli.run_finished", run_id=summary.run_id, interrupted=summary.interrupted, **summary.jobs
-    )
     return summary
 
 
-def claim_outputs(options: RunOptions, stack: ExitStack) -> ResumeState | None:
-    """The outputs made ready before anything is sent (records/claim.py): never the jobs file nor
-    each other, locked until ``stack`` closes, then the results file prepared (--resume read,
-    --overwrite truncated). None when results go to a callback."""
+def _selected(
+    lines: Iterator[Job | InvalidJob],
+    options: RunOptions,
+    resume: ResumeState | None,
+    summary: RunSummary,
+) -> Iterator[Job | InvalidJob]:
+    """The jobs this run sends: its shard, its limit, and on --resume those without an ok line."""
+    done = resume.ok if (resume is not None and options.resume) else None
+    return select_jobs(lines, done=done, summary=summary, shard=options.shard, limit=options.limit)
+
+
+def _refuse_clobbering(options: RunOptions) -> None:
+    """UsageError when an output is the jobs file or the other output (records/claim.py)."""
     jobs = STDIN if options.jobs is None and not options.prompts else options.jobs
-    out = options.out if options.on_result is None else None
+    out = options.out_file if options.on_result is None else None
     refuse_same_files(jobs, [("--out", out), ("--traces", options.traces)])
+
+
+def _prepare_results(options: RunOptions, stack: ExitStack) -> ResumeState | None:
+    """The results file made ready before anything is sent (None: results go to a callback):
+    it and the traces file locked for this run until ``stack`` closes (records/claim.py), then
+    on --resume, what it already holds, in the format asked for."""
+    out = options.out_file if options.on_result is None else None
     claim = stack.enter_context(closing(OutputClaim()))
     claim.take(out, "results")
     claim.take(options.traces, "traces")
     if options.on_result is not None:
         return None
-    return prepare_output(options.out, resume=options.resume, overwrite=options.overwrite)
+    return prepare_output(
+        options.out_file, resume=options.resume, overwrite=options.overwrite, fmt=options.fmt
+    )
 
 
 def open_outputs(
@@ -178,8 +189,9 @@ def open_outputs(
     if options.on_result is not None:
         results = CallbackWriter(options.on_result)
     else:
-        append = options.resume and options.out is not None and options.out.exists()
-        results = ResultWriter(options.out, fmt=options.fmt, append=append)
+        out = options.out_file
+        append = options.resume and out is not None and out.exists()
+        results = ResultWriter(out, fmt=options.fmt, append=append)
         stack.callback(results.close)
     traces = TraceWriter(options.traces, run_id)
     stack.callback(traces.close)
@@ -196,13 +208,17 @@ def run_concurrency(options: RunOptions, profile: Profile) -> int:
 
 async def _close(engine: Engine, gates: Mapping[str, Any]) -> None:
     """The run's end, however it ended: the run_end record, outputs flushed, connections and
-    shared leases given back."""
-    engine.traces.run_end(engine.summary.jobs, engine.summary.interrupted)
+    shared leases given back, the end logged."""
+    summary = engine.summary
+    engine.traces.run_end(summary.jobs, summary.interrupted)
     engine.results.flush()
     engine.traces.flush()
     for provider in engine.providers.values():
         await provider.aclose()
     await _close_gates(gates)
+    log.info(
+        "rrcli.run_finished", run_id=summary.run_id, interrupted=summary.interrupted, **summary.jobs
+    )
 
 
 def make_router(
@@ -263,34 +279,43 @@ async def _drive(
     reader: StoppableReader | None = None,
 ) -> None:
     """Run up to ``concurrency`` workers over one job iterator (read by a thread from ``reader``
-    when there is one: workers.py); flush outputs as they go."""
+    when there is one: workers.py); flush outputs as they go.
+
+    Returns normally however the run is stopped: a call cancelled in flight leaves no result
+    line, so ``--resume`` runs its job again. A worker's own failure (a bug) is raised.
+    """
     control = engine.control
     feed = JobFeed(engine.worker, concurrency, control)
-    feeding = feed.pull(jobs) if reader is None else feed.read(jobs, reader)
-    everything = asyncio.ensure_future(feeding)
-
-    def cancel() -> None:
-        everything.cancel()
-
-    control._cancel = cancel
+    everything = asyncio.ensure_future(
+        feed.pull(jobs) if reader is None else feed.read(jobs, reader)
+    )
+    control._cancel = everything.cancel
     flusher = asyncio.create_task(_flush_periodically(engine))
     try:
-        while not everything.done():
-            done, _ = await asyncio.wait([everything], timeout=0.25)
-            if control.stopping and not done:
-                # First Ctrl-C: dispatch stopped; give calls in flight DRAIN_TIMEOUT to finish.
-                try:
-                    await asyncio.wait_for(asyncio.shield(everything), DRAIN_TIMEOUT)
-                except TimeoutError:
-                    everything.cancel()
-        try:
-            await everything
-        except asyncio.CancelledError:
-            if not control.stopping:
-                raise
+        await _until_done(everything, control, engine.router)
     finally:
         flusher.cancel()
         control._cancel = None
+    try:
+        everything.result()
+    except asyncio.CancelledError:  # the workers', cancelled by a stop: not this task's
+        if not control.stopping:
+            raise
+
+
+async def _until_done(everything: asyncio.Future[Any], control: RunControl, router: Router) -> None:
+    """Wait for the workers. Once stopped (first Ctrl-C) they take no new job and the calls in
+    flight get DRAIN_TIMEOUT to finish before they are cancelled; ``cancel`` (second Ctrl-C)
+    cancels them at once (``control._cancel``)."""
+    deadline: float | None = None
+    while not everything.done():
+        await asyncio.wait([everything], timeout=0.25)
+        if control.stopping and deadline is None:
+            deadline = time.monotonic() + DRAIN_TIMEOUT
+            in_flight = sum(state.in_flight for state in router.states)
+            log.info("rrcli.stopping", calls_in_flight=in_flight, drain_s=DRAIN_TIMEOUT)
+        elif deadline is not None and time.monotonic() >= deadline:
+            everything.cancel()
 
 
 async def _flush_periodically(engine: Engine) -> None:
@@ -307,9 +332,11 @@ def run_sync(
     environ: Mapping[str, str] | None = None,
     on_start: Callable[[RunSummary, Router], None] | None = None,
     handle_signals: bool = True,
+    control: RunControl | None = None,
 ) -> RunSummary:
-    """``run`` in a fresh event loop; Ctrl-C drains, a second Ctrl-C cancels (SPEC §1)."""
-    control = RunControl()
+    """``run`` in a fresh event loop; Ctrl-C drains, a second Ctrl-C cancels (SPEC §1).
+    ``control``: the run's switch, for a caller that shows or drives it (the live display)."""
+    control = control or RunControl()
 
     async def main() -> RunSummary:
         if handle_signals:

@@ -18,7 +18,8 @@ Definitions (where SPEC §10 is silent):
   when no call of the group has a price;
 - ``--since`` keeps the runs that started at or after a time (a run's start is its run record's
   ``ts``, else its first call); ``--run`` keeps runs by id or unique id prefix.
-All times in milliseconds unless a name says otherwise.
+All times in milliseconds unless a name says otherwise. Numbers are rounded for reading:
+milliseconds, rates and means to 3 decimals, shares to 4, costs to 6 (a millionth of a dollar).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import orjson
 
 from rrcli.errors import UsageError
 from rrcli.records.traceschema import JOB_COUNTS, parse_rfc3339, rfc3339
@@ -44,6 +46,7 @@ __all__ = ["BY_FIELDS", "parse_since", "summarize"]
 BY_FIELDS = tuple(KEY_FIELDS)  # what --by groups on
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
 _PARALLEL_BYTES = 64 << 20
+_FIRST_LINE_BYTES = 1 << 20  # what is read of a file to tell a results file from a trace
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 Source = str | os.PathLike[str] | IO[bytes]
@@ -177,6 +180,25 @@ def _check_path(path: Path) -> None:
         raise UsageError(f"{path}: is a directory — give the trace files (JSONL) inside it")
     if not os.access(path, os.R_OK):
         raise UsageError(f"{path}: not readable — check its permissions")
+    if _holds_results(path):
+        raise UsageError(
+            f"{path}: a results file (one line per job), not a trace — give the trace file "
+            "(`rrcli run` writes it to <JOBS stem>.traces.jsonl, or where --traces points)"
+        )
+
+
+def _holds_results(path: Path) -> bool:
+    """Whether the file's first line is a job's result rather than a trace record: no
+    ``event`` (every trace record has one), and a result's ``status`` or ``custom_id``."""
+    with open(path, "rb") as f:
+        first = f.readline(_FIRST_LINE_BYTES)
+    try:
+        record = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        return False
+    if type(record) is not dict or "event" in record:
+        return False
+    return "status" in record or "custom_id" in record
 
 
 def _select_runs(reader, cols, wanted, since_ms) -> tuple[list[str], dict[str, float]]:
@@ -245,7 +267,7 @@ def _stats(key, c: Columns, price_in, price_out, total: int) -> dict[str, Any]:
     cost = None
     if priced.any():
         spent = tokens_in[priced] @ price_in[priced] + tokens_out[priced] @ price_out[priced]
-        cost = float(spent) / 1e6
+        cost = round(float(spent) / 1e6, 6)
     peak, busy_ms = _sweep(c.t0, c.t1)
     return {
         "key": key,
@@ -253,14 +275,14 @@ def _stats(key, c: Columns, price_in, price_out, total: int) -> dict[str, Any]:
         "ok": int(ok.sum()),
         "retried": int((c.outcome == 1).sum()),
         "errors": int((c.outcome == 2).sum()),
-        "share": len(c.t0) / total if total else None,
+        "share": round(len(c.t0) / total, 4) if total else None,
         "latency_ms": _percentiles(c.latency[ok & ~np.isnan(c.latency)], (50, 95, 99)),
         "ttft_ms": _percentiles(c.ttft[with_ttft], (50, 95)),
         "tpot_ms": _percentiles(tpot, (50,)),
         "input_tokens": int(tokens_in.sum()),
         "output_tokens": int(tokens_out.sum()),
         "cost_usd": cost,
-        "output_tokens_per_s": float(tokens_out.sum()) / busy_ms * 1000.0 if busy_ms else None,
+        "output_tokens_per_s": _rate(float(tokens_out.sum()), busy_ms),
         "peak_in_flight": peak,
     }
 
@@ -268,7 +290,13 @@ def _stats(key, c: Columns, price_in, price_out, total: int) -> dict[str, Any]:
 def _percentiles(samples: np.ndarray, which: tuple[int, ...]) -> dict[str, float | None]:
     if not len(samples):
         return {f"p{q}": None for q in which}
-    return {f"p{q}": float(v) for q, v in zip(which, np.percentile(samples, which), strict=True)}
+    values = np.percentile(samples, which)
+    return {f"p{q}": round(float(v), 3) for q, v in zip(which, values, strict=True)}
+
+
+def _rate(count: float, busy_ms: float) -> float | None:
+    """``count`` per second of busy time, to 3 decimals; None when never busy."""
+    return round(count / busy_ms * 1000.0, 3) if busy_ms else None
 
 
 def _sweep(t0: np.ndarray, t1: np.ndarray) -> tuple[int, float]:
@@ -331,13 +359,13 @@ def _timeline(reader, cols, runs, bins: int) -> dict[str, Any]:
                 "deployment": name,
                 "cap": max(caps) if caps else None,
                 "peak_in_flight": _sweep(t0, t1)[0],
-                "mean_in_flight": [float(v) for v in _mean_in_flight(t0, t1, edges)],
+                "mean_in_flight": [round(float(v), 3) for v in _mean_in_flight(t0, t1, edges)],
             }
         )
     return {
         "start": rfc3339(lo / 1000.0),
         "end": rfc3339(hi / 1000.0),
-        "bin_ms": (hi - lo) / bins,
+        "bin_ms": round((hi - lo) / bins, 3),
         "series": series,
     }
 
