@@ -8,6 +8,7 @@ interrupted)::
     ├── UsageError                  exit 2: bad options, missing files; nothing was sent
     │   ├── ProfileError            the profile cannot be used (carries every diagnostic)
     │   ├── OutputExistsError       results file exists without --resume/--overwrite
+    │   ├── OutputBusyError         another run holds the results or traces file
     │   ├── GateUnavailableError    the shared gate (Redis) cannot be reached at start
     │   └── NoBackendError          routing found no backend the call may use (failover tried all)
     └── ProviderError               one HTTP attempt failed; translated ONCE in providers/base.py
@@ -36,6 +37,7 @@ __all__ = [
     "GateUnavailableError",
     "InvalidResponseError",
     "NoBackendError",
+    "OutputBusyError",
     "OutputExistsError",
     "ProfileError",
     "ProviderError",
@@ -72,6 +74,10 @@ class ProfileError(UsageError):
 
 class OutputExistsError(UsageError):
     """The results file exists and neither --resume nor --overwrite was given."""
+
+
+class OutputBusyError(UsageError):
+    """Another run holds the lock on this run's results or traces file."""
 
 
 class GateUnavailableError(UsageError):

@@ -15,10 +15,18 @@ from typing import Any
 
 import orjson
 
-__all__ = ["estimate_call_tokens", "estimate_input_tokens", "estimate_value_tokens"]
+__all__ = [
+    "MAX_USAGE_TOKENS",
+    "estimate_call_tokens",
+    "estimate_input_tokens",
+    "estimate_value_tokens",
+    "plausible_call_tokens",
+]
 
 CHARS_PER_TOKEN = 4
 TOKENS_PER_MESSAGE = 4  # role and framing around each message
+MAX_USAGE_TOKENS = 1 << 32  # a usage count this large is no call's: the reply's count is unknown
+REPLY_ALLOWANCE = 16_384  # tokens: an output without a cap, images priced beyond their JSON text
 
 
 def estimate_input_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
@@ -72,3 +80,14 @@ def estimate_call_tokens(
     )
     given = estimate_input_tokens(messages) if value is None else estimate_value_tokens(value)
     return given + (out if isinstance(out, int) else 0)
+
+
+def plausible_call_tokens(estimate: int, tpm: int | None = None) -> int:
+    """The most a call estimated at ``estimate`` tokens (``estimate_call_tokens``) can have cost,
+    whatever its reply claims: one token per character of its messages (the estimate counts
+    four), its output cap, and REPLY_ALLOWANCE; never more than the backend's whole ``tpm``
+    (a provider enforcing that limit serves no larger request), never less than the estimate."""
+    most = CHARS_PER_TOKEN * estimate + REPLY_ALLOWANCE
+    if tpm is not None:
+        most = min(most, tpm)
+    return max(estimate, most)

@@ -10,7 +10,8 @@ Options are those of ``rrcli sim`` in snake case (``latency_ms``, ``cap``, ``err
 ``api_keys``). Every server started is stopped when the test ends.
 
 ``canned(answer)`` and ``canned_server(answer)`` (tests/canned.py) start a server answering with
-exactly what a test says.
+exactly what a test says; ``hostile_server(answer)`` (tests/hostile.py) one that misbehaves on
+purpose, byte for byte.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 import pytest
 from canned import canned, canned_server  # noqa: F401  (fixtures: a canned HTTP server)
+from hostile import hostile_server  # noqa: F401  (fixture: a server that misbehaves on purpose)
 
 from rrcli.sim.behaviour import SimConfig, config_from_options
 from rrcli.sim.server import listen, uvicorn_server

@@ -262,7 +262,11 @@ def test_one_sample_has_that_value_for_every_percentile():
 
 
 def test_back_to_back_calls_do_not_overlap():
-    """Intervals are half-open: a call starting when another ends is not in flight with it."""
+    """Intervals are half-open: a call starting when another ends is not in flight with it, so
+    a chain of back-to-back calls has a peak of one (closed intervals would count two), and a
+    call inside another still counts two."""
+    chain = [call(T0 + 100 * i, T0 + 100 * (i + 1)) for i in range(4)]
+    assert 1 == summarize([io.BytesIO(lines(chain))])["total"]["peak_in_flight"]
     traces = [call(T0, T0 + 100), call(T0 + 100, T0 + 200), call(T0 + 150, T0 + 160)]
     assert 2 == summarize([io.BytesIO(lines(traces))])["total"]["peak_in_flight"]
 

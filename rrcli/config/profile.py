@@ -21,6 +21,8 @@ __all__ = [
     "BINDINGS",
     "DEFAULT_PROVIDER",
     "GATE_KINDS",
+    "MAX_IN_FLIGHT",
+    "MAX_SERVER_PAUSE",
     "STRATEGIES",
     "Backend",
     "CooldownSettings",
@@ -32,6 +34,9 @@ __all__ = [
     "SimSettings",
     "profile_to_dict",
 ]
+
+MAX_IN_FLIGHT = 10_000  # the most a max_concurrency or concurrency may be: more is a typo
+MAX_SERVER_PAUSE = 3600.0  # seconds: the longest delay ever taken from a server's headers
 
 STRATEGIES = (
     "round_robin",
@@ -147,6 +152,7 @@ class RetrySettings:
     retry_on_status: frozenset[int] = frozenset(DEFAULT_RETRY_ON_STATUS)
     respect_retry_after: bool = True
     failover: bool = False
+    max_server_pause: float = 60.0  # the longest a server's Retry-After or reset holds a backend
 
 
 @dataclass(frozen=True, slots=True)

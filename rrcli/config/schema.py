@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rrcli.config.profile import BINDINGS, GATE_KINDS, STRATEGIES
+from rrcli.config.profile import BINDINGS, GATE_KINDS, MAX_IN_FLIGHT, MAX_SERVER_PAUSE, STRATEGIES
 from rrcli.providers.registry import ENDPOINTS, NAMES, REGISTRY
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "COOLDOWN",
     "CREDENTIALS",
     "EXPECTED",
+    "FRAMING_HEADERS",
     "GATE",
     "HEADER_NAME",
     "KEY_HEADERS",
@@ -95,13 +96,25 @@ NOT_EMPTY = _pattern(r".+", "allowed to be empty", "a non-empty string")
 AUTH = ("key", "none")
 POSITIVE_INT = Field("int", at_least(1))
 
+
+def _in_flight(value: int) -> tuple[str, str] | None:
+    if value > MAX_IN_FLIGHT:
+        return (
+            f"must be at most {MAX_IN_FLIGHT} (calls in flight at once), got {value}",
+            f"use {MAX_IN_FLIGHT} or less",
+        )
+    return at_least(1)(value)
+
+
+IN_FLIGHT = Field("int", _in_flight)  # more is a typo that would cost memory
+
 TOP = {
     "name": Field("str"),
     "strategy": Field("str", choices=STRATEGIES),
     "rotate_every": POSITIVE_INT,
     "binding": Field("str", choices=BINDINGS),
     "same_model": Field("bool"),
-    "concurrency": POSITIVE_INT,
+    "concurrency": IN_FLIGHT,
     "seed": Field("int"),
     "defaults": Field("table"),
     "retry": Field("table"),
@@ -116,7 +129,7 @@ BACKEND = {
     "model": Field("str", NOT_EMPTY),
     "credentials": Field("table"),
     "auth": Field("str", choices=AUTH),
-    "max_concurrency": POSITIVE_INT,
+    "max_concurrency": IN_FLIGHT,
     "rpm": POSITIVE_INT,
     "tpm": POSITIVE_INT,
     "weight": Field("number", at_least(0)),
@@ -143,6 +156,7 @@ RETRY = {
     "retry_on_status": Field("ints", within(100, 599)),
     "respect_retry_after": Field("bool"),
     "failover": Field("bool"),
+    "max_server_pause": Field("number", within(0, MAX_SERVER_PAUSE)),
 }
 GATE = {
     "kind": Field("str", choices=GATE_KINDS),
@@ -180,6 +194,12 @@ EXPECTED = {
 KEY_HEADERS = frozenset(
     {"proxy-authorization", *(p.auth_header for p in REGISTRY.values() if p.auth_header)}
 )
+# headers that frame the request on the wire: the HTTP client writes them from the body it sends;
+# a stale Content-Length or a second Transfer-Encoding would desync a keep-alive connection
+FRAMING_HEADERS = frozenset(
+    {"content-length", "transfer-encoding", "host", "connection", "keep-alive", "te", "trailer",
+     "upgrade", "proxy-connection", "expect"}
+)  # fmt: skip
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 

@@ -20,6 +20,7 @@ from rrcli.config.schema import (
     BACKEND,
     CREDENTIALS,
     EXPECTED,
+    FRAMING_HEADERS,
     HEADER_NAME,
     KEY_HEADERS,
     PRICE,
@@ -151,6 +152,12 @@ def _header_problem(name: str, value: Any) -> tuple[str, str, str] | None:
             "remove it; put the key in credentials (api_key_env) and rrcli sends "
             "it with the provider's own header",
             "key_header",
+        )
+    if name.lower() in FRAMING_HEADERS:
+        return (
+            f'header "{name}" frames the request and is written by rrcli\'s HTTP client',
+            "remove it: a value given here would not match the body sent",
+            "framing_header",
         )
     if not HEADER_NAME.fullmatch(name):
         return f'"{name}" is not a valid HTTP header name', "use letters, digits and -", "bad_value"

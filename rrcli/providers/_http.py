@@ -29,6 +29,7 @@ from rrcli.providers.base import (
 )
 from rrcli.providers.ratelimit import rate_limit_pause
 from rrcli.providers.registry import info, server_address
+from rrcli.tokens import MAX_USAGE_TOKENS
 
 __all__ = [
     "HTTPProvider",
@@ -225,8 +226,14 @@ class HTTPProvider:
 
 
 def token_sum(usage: Mapping[str, Any], *names: str) -> int | None:
-    """The sum of the usage counters present among ``names``; None when none is present."""
-    values = [usage[name] for name in names if isinstance(usage.get(name), int)]
+    """The sum of the usage counters present among ``names``; None when none is present. A
+    counter that is no count of one call (negative, a boolean, MAX_USAGE_TOKENS or more) is
+    unknown: it is left out, so sums stay far inside 64 bits."""
+    values = [
+        value
+        for name in names
+        if type(value := usage.get(name)) is int and 0 <= value < MAX_USAGE_TOKENS
+    ]
     return sum(values) if values else None
 
 

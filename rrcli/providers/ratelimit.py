@@ -11,6 +11,8 @@ import time
 from collections.abc import Mapping
 from datetime import datetime
 
+from rrcli.config.profile import MAX_SERVER_PAUSE
+
 __all__ = [
     "MAX_PAUSE",
     "parse_duration",
@@ -20,21 +22,29 @@ __all__ = [
 ]
 
 
+def _bounded(seconds: float) -> float | None:
+    """A server's delay within [0, MAX_PAUSE] (``inf`` and ``1e400`` are MAX_PAUSE); None for
+    NaN, which says nothing."""
+    if seconds != seconds:
+        return None
+    return min(MAX_PAUSE, max(0.0, seconds))
+
+
 def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:
     """The delay the server asked for: ``retry-after-ms``, else ``Retry-After`` (seconds or an
-    HTTP date), never negative; None when absent or unreadable. ``headers`` lookups must be
-    case-insensitive (httpx2.Headers) or use lower-case keys."""
+    HTTP date), within [0, MAX_PAUSE]; None when absent or unreadable. ``headers`` lookups must
+    be case-insensitive (httpx2.Headers) or use lower-case keys."""
     value = headers.get("retry-after-ms")
     if value is not None:
         try:
-            return max(0.0, float(value) / 1000.0)
+            return _bounded(float(value) / 1000.0)
         except ValueError:
             pass
     value = headers.get("retry-after")
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
+        return _bounded(float(value))
     except ValueError:
         pass
     try:
@@ -43,7 +53,7 @@ def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) ->
         return None
     if when is None:
         return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+    return _bounded(when.timestamp() - (time.time() if now is None else now))
 
 
 #: (remaining, reset) header pairs: OpenAI's resets are durations ("1s", "6m0s", "250ms"),
@@ -57,7 +67,7 @@ _ANTHROPIC_LIMITS = tuple(
 )
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|h|m|s)")
 _DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-MAX_PAUSE = 3600.0  # seconds: a reset further away than this is not believed
+MAX_PAUSE = MAX_SERVER_PAUSE  # seconds: a reset further away is not believed, a delay is cut
 
 
 def parse_duration(text: str) -> float | None:

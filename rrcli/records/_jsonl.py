@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,8 @@ def open_error(what: str, path: Path, exc: OSError, fix: str) -> UsageError:
 class LineFile:
     """An append-only sink of encoded lines (each ``bytes`` ends with a newline).
 
-    ``path`` None writes to standard output. ``append`` False truncates an existing file.
+    ``path`` None writes to standard output. The file is always opened in append mode, so lines
+    never land over another writer's; ``append`` False truncates it first.
     """
 
     __slots__ = ("_buf", "_fd", "_path", "_stdout")
@@ -59,11 +61,12 @@ class LineFile:
         self._fd = -1
         if path is None:
             return
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
         try:
-            self._fd = os.open(path, flags, 0o644)
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:
             raise open_error(what, path, exc, "check the folder exists and is writable") from exc
+        if not append and stat.S_ISREG(os.fstat(self._fd).st_mode):
+            os.ftruncate(self._fd, 0)
 
     def write(self, line: bytes) -> None:
         """Queue one whole line; flush when enough has gathered."""

@@ -95,9 +95,13 @@ def prepare_output(
             f"{path} already exists — pass --resume to skip the jobs that already succeeded, "
             "or --overwrite to start over"
         )
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_APPEND)
     try:
-        os.close(os.open(path, flags, 0o644))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            if overwrite:
+                os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
         return _scan(path, fmt) if resume and existing else ResumeState()
     except OSError as exc:
         raise open_error(

@@ -55,7 +55,8 @@ local function ms(x) return math.ceil(x * 1000) end
 """
 
 # KEYS slots queue qexp seq aimd pause; ARGV token ticket('' = try, no queuing) max_cap lease
-# ticket_lease. Returns {admitted, cap, pause_remaining, ahead, free}.
+# ticket_lease max_pause. A pause longer than max_pause (left by a run with a longer bound) is cut
+# to it. Returns {admitted, cap, pause_remaining, ahead, free}.
 ACQUIRE = Script(
     ("slots", "queue", "qexp", "seq", "aimd", "pause"),
     """
@@ -69,8 +70,13 @@ end
 local cap = tonumber(redis.call('HGET', KEYS[5], 'cap') or max_cap)
 if cap > max_cap then cap = max_cap end
 if cap < 1 then cap = 1 end
+local max_pause = tonumber(ARGV[6])
 local pause = tonumber(redis.call('GET', KEYS[6]) or 0) - now
 if pause < 0 then pause = 0 end
+if not (pause <= max_pause) then
+  pause = max_pause
+  redis.call('SET', KEYS[6], fmt(now + pause), 'PX', ms(pause) + 1000)
+end
 local used = redis.call('ZCARD', KEYS[1])
 local admitted, ahead = 0, 0
 if redis.call('ZSCORE', KEYS[1], token) then

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rrcli.config.profile import MAX_IN_FLIGHT
 from rrcli.errors import UsageError
 
 __all__ = ["STDOUT", "RunOptions"]
@@ -51,6 +52,11 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.resume and self.overwrite:
             raise UsageError("--resume and --overwrite contradict each other — pass one of them")
+        if self.concurrency is not None and not 1 <= self.concurrency <= MAX_IN_FLIGHT:
+            raise UsageError(
+                f"--concurrency {self.concurrency}: must be at most {MAX_IN_FLIGHT} (calls in "
+                "flight at once) and at least 1"
+            )
 
     @property
     def out_file(self) -> Path | None:

@@ -58,9 +58,10 @@ class RedisGate:
     gate alone sets them; the router reads them. All times are seconds.
     """
 
-    def __init__(self, hub: Hub, limits: ScopeLimits) -> None:
+    def __init__(self, hub: Hub, limits: ScopeLimits, max_pause: float) -> None:
         self.hub = hub
         self.limits = limits
+        self.max_pause = max_pause  # seconds: the longest pause this process waits out
         self.scope = limits.scope
         self.keys = lua.scope_keys(limits.scope)
         self.held: list[str] = []
@@ -84,8 +85,9 @@ class RedisGate:
         """One admission step; returns (admitted, tickets ahead, free slots, pause seconds)."""
         hub = self.hub
         reply = await hub.run(
-            lua.ACQUIRE, self.keys, token, ticket, self.max_cap, hub.lease, hub.ticket_lease
-        )
+            lua.ACQUIRE, self.keys, token, ticket, self.max_cap, hub.lease, hub.ticket_lease,
+            self.max_pause,
+        )  # fmt: skip
         admitted, cap, pause, ahead, free = reply
         self.cap = int(cap)
         pause = float(pause)
@@ -267,5 +269,5 @@ def make_redis_gates(
     check_reachable(settings.url)
     hub = Hub(settings, rng=rng, clock=clock, sleep=sleep)
     for limits in scope_limits(profile.backends):
-        hub.gates[limits.scope] = RedisGate(hub, limits)
+        hub.gates[limits.scope] = RedisGate(hub, limits, profile.retry.max_server_pause)
     return RedisGates(hub, hub.gates)

@@ -6,8 +6,9 @@ decided where the error was made), a retry count and a total time budget, and a 
 exponential backoff with full jitter that cannot overflow however large the retry number.
 
 A server-given delay (``retry-after-ms`` / ``Retry-After``) wins when ``respect_retry_after``,
-even above ``backoff_max``: the server knows when it will take calls again. A server delay that
-would end past ``max_retry_time`` ends the call now. The jittered backoff is drawn from
+even above ``backoff_max``: the server knows when it will take calls again; but never beyond
+``max_server_pause`` (a server cannot hold a call forever). A server delay that would end past
+``max_retry_time`` ends the call now. The jittered backoff is drawn from
 [0, min(cap, time left)], so it never overruns the budget and the call ends only when no time is
 left. All times are seconds.
 """
@@ -55,7 +56,7 @@ class RetryPolicy:
         if left <= 0:
             return None
         if s.respect_retry_after and error.retry_after is not None:
-            wait = max(0.0, error.retry_after)
+            wait = min(max(0.0, error.retry_after), s.max_server_pause)
             return wait if wait <= left else None
         cap = backoff_cap(retry, s.backoff_initial, s.backoff_max)
         return self.rng.uniform(0.0, min(cap, left))

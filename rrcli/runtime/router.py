@@ -28,6 +28,7 @@ from rrcli.errors import NoBackendError, ProviderError
 from rrcli.runtime.gate import Clock, Gate, Sleep
 from rrcli.runtime.lease import BackendState, Lease
 from rrcli.runtime.strategies import Candidate, FirstAvailable, make_strategy
+from rrcli.tokens import plausible_call_tokens
 
 if TYPE_CHECKING:
     from rrcli.runtime.attempt import Attempt
@@ -76,6 +77,7 @@ class Router:
         self._clock = clock
         self._sleep = sleep
         self._sessions = profile.binding == "session"
+        self._max_pause = profile.retry.max_server_pause  # the longest a server may hold a backend
         self._bindings: dict[str, tuple[BackendState, str]] = {}
         self._saved: dict[str, str] = {}
         self._queue: deque[_Waiter] = deque()
@@ -151,7 +153,8 @@ class Router:
     async def observe(self, attempt: Attempt) -> None:
         """One attempt, while it still holds its slot: display counters, EWMA latency, cooldowns,
         AIMD, a server-given pause (a 429's Retry-After; a success's rate-limit headers saying a
-        budget is spent until its reset), and the tpm booking corrected by the reply's usage."""
+        budget is spent until its reset; never longer than ``max_server_pause``), and the tpm
+        booking corrected by the reply's usage (never above what the call could have cost)."""
         state = self._by_id[attempt.backend.id]
         reply, error = attempt.reply, attempt.error
         if reply is None:
@@ -164,12 +167,13 @@ class Router:
         state.ewma_latency_ms = latency_ms if old is None else old + EWMA_ALPHA * (latency_ms - old)
         state.gate.record(False)
         if reply.pause_s:
-            until = self._clock() + reply.pause_s
+            until = self._clock() + min(reply.pause_s, self._max_pause)
             self._cool(state, until, "rate_limit_headers")
             state.gate.pause_until(until)
         if reply.input_tokens is not None or reply.output_tokens is not None:
             actual = (reply.input_tokens or 0) + (reply.output_tokens or 0)
-            await state.gate.settle(attempt.estimate, actual)
+            most = plausible_call_tokens(attempt.estimate, state.backend.tpm)
+            await state.gate.settle(attempt.estimate, min(actual, most))
 
     @property
     def bindings(self) -> dict[str, str]:
@@ -201,9 +205,10 @@ class Router:
         if error.rate_limited:
             state.gate.record(True)
             if error.retry_after is not None:
-                self._cool(state, now + error.retry_after, "retry_after")
+                until = now + min(error.retry_after, self._max_pause)
+                self._cool(state, until, "retry_after")
                 if self.profile.retry.respect_retry_after:
-                    state.gate.pause_until(now + error.retry_after)
+                    state.gate.pause_until(until)
         if error.transient:
             state.failures_in_a_row += 1
             limit = self.profile.cooldown.consecutive_failures

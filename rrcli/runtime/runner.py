@@ -18,10 +18,11 @@ import asyncio
 import os
 import random
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -30,6 +31,7 @@ import structlog
 from rrcli.config.profile import Profile
 from rrcli.errors import UsageError
 from rrcli.providers import make_provider
+from rrcli.records.claim import STDIN, OutputClaim, refuse_same_files
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs, shard_of
 from rrcli.records.results import ResultWriter, ResumeState, prepare_output
 from rrcli.records.trace import TraceWriter, new_run_id
@@ -37,6 +39,7 @@ from rrcli.runtime.control import RunControl, RunSummary
 from rrcli.runtime.engine import Engine
 from rrcli.runtime.options import RunOptions
 from rrcli.runtime.router import Router
+from rrcli.runtime.workers import JobFeed, StoppableReader
 
 __all__ = ["RunControl", "RunOptions", "RunSummary", "run", "run_sync"]
 
@@ -80,8 +83,9 @@ def select_jobs(
 
 
 def count_lines(path: Path | None) -> int | None:
-    """Lines in the jobs file (an upper bound of jobs, for the progress display's ETA)."""
-    if path is None:
+    """Lines in the jobs file (an upper bound of jobs, for the progress display's ETA); None
+    unless it is a regular file: a pipe read here would have no jobs left to run."""
+    if path is None or not path.is_file():
         return None
     count = 0
     with open(path, "rb") as f:
@@ -112,9 +116,10 @@ async def run(
     rng = random.Random(seed)
     keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}  # UsageError if unset
     with ExitStack() as stack:
+        _refuse_clobbering(options)
         source, stream = open_jobs(options, stack)
         lines = iter_jobs(stream, source)  # UsageError when the input is not JSON Lines
-        resume = _prepare_results(options)
+        resume = _prepare_results(options, stack)
         summary = RunSummary(new_run_id(), total=len(options.prompts) or count_lines(options.jobs))
         router, gates = make_router(profile, rng)
         if resume is not None and resume.sessions:
@@ -135,7 +140,8 @@ async def run(
             on_start(summary, router)
         log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.label)
         try:
-            await _drive(engine, jobs, run_concurrency(options, profile))
+            reader = stream if isinstance(stream, StoppableReader) else None
+            await _drive(engine, jobs, run_concurrency(options, profile), reader)
         finally:
             summary.interrupted = control.stopping
             await _close(engine, gates)
@@ -153,9 +159,21 @@ def _selected(
     return select_jobs(lines, done=done, summary=summary, shard=options.shard, limit=options.limit)
 
 
-def _prepare_results(options: RunOptions) -> ResumeState | None:
-    """The results file made ready before anything is sent (None: results go to a callback);
+def _refuse_clobbering(options: RunOptions) -> None:
+    """UsageError when an output is the jobs file or the other output (records/claim.py)."""
+    jobs = STDIN if options.jobs is None and not options.prompts else options.jobs
+    out = options.out_file if options.on_result is None else None
+    refuse_same_files(jobs, [("--out", out), ("--traces", options.traces)])
+
+
+def _prepare_results(options: RunOptions, stack: ExitStack) -> ResumeState | None:
+    """The results file made ready before anything is sent (None: results go to a callback):
+    it and the traces file locked for this run until ``stack`` closes (records/claim.py), then
     on --resume, what it already holds, in the format asked for."""
+    out = options.out_file if options.on_result is None else None
+    claim = stack.enter_context(closing(OutputClaim()))
+    claim.take(out, "results")
+    claim.take(options.traces, "traces")
     if options.on_result is not None:
         return None
     return prepare_output(
@@ -226,7 +244,10 @@ async def _close_gates(gates: Mapping[str, Any]) -> None:
         await close()
 
 
-def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO]:
+def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO | StoppableReader]:
+    """The jobs' name and stream. A stream that may wait for its writer (a pipe, a terminal, a
+    device) comes as a StoppableReader, to be read by a thread (workers.py); ``stack`` closes a
+    regular file, the reader thread anything else it opened."""
     if options.prompts:
         import io
 
@@ -238,22 +259,37 @@ def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO]:
         )
         return "--prompt", io.BytesIO(lines)
     if options.jobs is None:
-        return "<stdin>", sys.stdin.buffer
-    try:
-        return str(options.jobs), stack.enter_context(open(options.jobs, "rb"))
-    except OSError as exc:
-        raise UsageError(f"{options.jobs}: cannot read the jobs file: {exc.strerror}") from exc
+        stream = sys.stdin.buffer
+    else:
+        try:
+            stream = open(options.jobs, "rb")  # noqa: SIM115 (closed by stack or the reader)
+        except OSError as exc:
+            raise UsageError(f"{options.jobs}: cannot read the jobs file: {exc.strerror}") from exc
+    source = "<stdin>" if options.jobs is None else str(options.jobs)
+    if stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+        if options.jobs is not None:
+            stack.enter_context(stream)
+        return source, stream
+    return source, StoppableReader(stream, close=options.jobs is not None)
 
 
-async def _drive(engine: Engine, jobs: Iterator[Job | InvalidJob], concurrency: int) -> None:
-    """Run ``concurrency`` workers over one job iterator; flush outputs as they go.
+async def _drive(
+    engine: Engine,
+    jobs: Iterator[Job | InvalidJob],
+    concurrency: int,
+    reader: StoppableReader | None = None,
+) -> None:
+    """Run up to ``concurrency`` workers over one job iterator (read by a thread from ``reader``
+    when there is one: workers.py); flush outputs as they go.
 
     Returns normally however the run is stopped: a call cancelled in flight leaves no result
     line, so ``--resume`` runs its job again. A worker's own failure (a bug) is raised.
     """
     control = engine.control
-    workers = [asyncio.create_task(engine.worker(jobs)) for _ in range(concurrency)]
-    everything = asyncio.gather(*workers)
+    feed = JobFeed(engine.worker, concurrency, control)
+    everything = asyncio.ensure_future(
+        feed.pull(jobs) if reader is None else feed.read(jobs, reader)
+    )
     control._cancel = everything.cancel
     flusher = asyncio.create_task(_flush_periodically(engine))
     try:

@@ -1,0 +1,197 @@
+"""The run's workers, started as jobs come, and the one feed of jobs they all pull from.
+
+A worker is started only when a job is handed out while there is room for one more, so there are
+never more workers than ``concurrency``, nor more than the jobs in flight plus the one pulling the
+next: a cap of thousands costs nothing until thousands of jobs are in flight.
+
+Jobs from a regular file (or ``--prompt``) are pulled by the workers themselves, in the event loop:
+a read from disk never waits long. Jobs from a pipe, a terminal or a device are read by a thread
+into a bounded buffer, because such a read can wait for its writer forever: the event loop never
+blocks on it, so calls in flight go on and Ctrl-C and SIGTERM are obeyed (``rrcli run /dev/zero``
+reads a line that never ends). A worker that finds the buffer empty ends; the next job to arrive
+starts one. The thread stops reading when the run ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, BinaryIO, NoReturn
+
+from rrcli.records.jobs import InvalidJob, Job
+from rrcli.runtime.control import RunControl
+
+__all__ = ["BUFFERED_JOBS", "JobFeed", "StoppableReader"]
+
+BUFFERED_JOBS = 1024  # jobs read ahead from a pipe at the most
+_POLL = 0.25  # seconds between looks at the run's stop switch while no worker runs
+
+Worker = Callable[[Iterator[Job | InvalidJob]], Coroutine[Any, Any, None]]
+
+
+class StoppableReader:
+    """A stream whose ``readline`` returns end of file once ``stop()`` was called, so a reader
+    thread skipping an endless line ends with the run."""
+
+    __slots__ = ("_close", "_stream", "stopped")
+
+    def __init__(self, stream: BinaryIO, *, close: bool) -> None:
+        self._stream = stream
+        self._close = close
+        self.stopped = False
+
+    def readline(self, size: int = -1) -> bytes:
+        return b"" if self.stopped else self._stream.readline(size)
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def close(self) -> None:
+        """Close the stream if it was opened for the run (standard input stays open)."""
+        if self._close:
+            self._stream.close()
+
+
+class JobFeed:
+    """The iterator every worker pulls from; see the module docstring.
+
+    Once ``control`` is stopping, no job is handed out and the run ends when the workers in
+    flight have."""
+
+    def __init__(self, worker: Worker, concurrency: int, control: RunControl) -> None:
+        self._worker = worker
+        self._concurrency = max(1, concurrency)
+        self._control = control
+        self._jobs: Iterator[Job | InvalidJob] | None = None  # pulled in the loop
+        self._buffer: deque[Job | InvalidJob] = deque()  # filled by the reader thread
+        self._space = threading.Condition()
+        self._pulling: set[asyncio.Task[None]] = set()  # workers that will pull again
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ended = False  # no job will come any more
+        self._failed: BaseException | None = None
+        self._reader: StoppableReader | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._settled: asyncio.Event  # the workers are all gone, one failed, or the jobs ended
+
+    # -- the workers' side -------------------------------------------------------------------
+
+    def __iter__(self) -> JobFeed:
+        return self
+
+    def __next__(self) -> Job | InvalidJob:
+        if self._control.stopping:
+            return self._leave()
+        if self._jobs is not None:
+            job = next(self._jobs, None)
+            if job is None:
+                self._ended = True
+                return self._leave()
+        elif self._buffer:
+            job = self._buffer.popleft()
+            if len(self._buffer) == BUFFERED_JOBS - 1:
+                with self._space:
+                    self._space.notify()
+        else:
+            return self._leave()
+        if len(self._pulling) < self._concurrency and (self._jobs is not None or self._buffer):
+            self._spawn()
+        return job
+
+    def _leave(self) -> NoReturn:
+        self._pulling.discard(asyncio.current_task())  # type: ignore[arg-type]
+        raise StopIteration
+
+    def _spawn(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._worker(self))
+        self._pulling.add(task)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._pulling.discard(task)
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None and self._failed is None:
+            self._failed = task.exception()
+        if not self._tasks or self._failed is not None:
+            self._settled.set()
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def pull(self, jobs: Iterator[Job | InvalidJob]) -> None:
+        """Run workers over ``jobs``, pulled in the event loop, until every job is done."""
+        self._jobs = jobs
+        await self._run()
+
+    async def read(self, jobs: Iterator[Job | InvalidJob], reader: StoppableReader) -> None:
+        """Run workers over ``jobs``, read from ``reader`` by a thread, until every job is done
+        or the run stops."""
+        self._loop = asyncio.get_running_loop()
+        self._reader = reader
+        thread = threading.Thread(target=self._read, args=(jobs,), daemon=True, name="rrcli-jobs")
+        thread.start()
+        try:
+            await self._run()
+        finally:
+            reader.stop()
+            with self._space:
+                self._space.notify()
+
+    async def _run(self) -> None:
+        self._settled = asyncio.Event()
+        if self._jobs is not None:
+            self._spawn()
+        try:
+            while self._tasks or not (self._ended or self._control.stopping):
+                if self._failed is not None:
+                    raise self._failed
+                self._settled.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._settled.wait(), _POLL)
+                self._arrived()
+            if self._failed is not None:
+                raise self._failed
+        except asyncio.CancelledError:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            raise
+
+    # -- the reader thread's side ------------------------------------------------------------
+
+    def _read(self, jobs: Iterator[Job | InvalidJob]) -> None:
+        assert self._loop is not None and self._reader is not None
+        try:
+            for job in jobs:
+                with self._space:
+                    while len(self._buffer) >= BUFFERED_JOBS and not self._reader.stopped:
+                        self._space.wait()
+                if self._reader.stopped:
+                    return
+                self._buffer.append(job)
+                if len(self._buffer) == 1:
+                    self._call_soon(self._arrived)
+        except BaseException as exc:  # handed to the loop: the run fails as a worker would
+            self._failed = exc
+        finally:
+            self._reader.close()
+            self._call_soon(self._end)
+
+    def _call_soon(self, callback: Callable[[], None]) -> None:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(callback)
+        except RuntimeError:  # the run is over and its loop closed
+            pass
+
+    def _arrived(self) -> None:
+        """Jobs are waiting: start a worker if none will pull them."""
+        if self._buffer and not self._control.stopping and len(self._pulling) < self._concurrency:
+            self._spawn()
+
+    def _end(self) -> None:
+        self._arrived()
+        self._ended = True
+        self._settled.set()
