@@ -33,14 +33,7 @@ def result_line(outcome: CallOutcome, keep_response: bool = False) -> dict[str, 
     (``_endpoint_line``)."""
     job = outcome.job
     if type(job) is InvalidJob:
-        line: dict[str, Any] = {
-            "id": job.id,
-            "status": "invalid",
-            "error": {"type": "invalid_job", "message": job.message},
-        }
-        if job.duplicate_of is not None:
-            line["duplicate_of"] = job.duplicate_of
-        return line
+        return _invalid_line(job)
     attempt, reply, turns = outcome.attempt, outcome.reply, outcome.turns
     if outcome.status == "error":
         line = _error_line(outcome, job)
@@ -49,30 +42,52 @@ def result_line(outcome: CallOutcome, keep_response: bool = False) -> dict[str, 
         return _endpoint_line(job, outcome, attempt, reply, keep_response)
     else:
         assert attempt is not None and reply is not None
-        line = {
-            "id": job.id,
-            "status": "ok",
-            "deployment": attempt.backend.id,
-            "model": attempt.backend.model,
-            "output": reply.output,
-        }
-        if not turns:
-            _answer(line, reply)
-        line["finish_reason"] = reply.finish_reason
-        line["usage"] = _usage(turns) if turns else _tokens(reply)
-        line["attempts"] = _attempts(turns) if turns else outcome.attempts
-        line["latency_ms"] = _latency_ms(turns) if turns else attempt.latency_ms
-        if reply.request_id is not None:
-            line["request_id"] = reply.request_id
-        if reply.system_fingerprint is not None and not turns:
-            line["system_fingerprint"] = reply.system_fingerprint
-        line["metadata"] = job.metadata or {}
-        if not turns:
-            _details(line, reply, keep_response)
+        line = _chat_line(job, outcome, attempt, reply, keep_response)
     if outcome.session is not None:
         line["session"] = outcome.session
     if turns:
         line["turns"] = [_turn(t, keep_response) for t in turns]
+    return line
+
+
+def _invalid_line(job: InvalidJob) -> dict[str, Any]:
+    """The ``invalid`` line of a job that could not be read or sent."""
+    line: dict[str, Any] = {
+        "id": job.id,
+        "status": "invalid",
+        "error": {"type": "invalid_job", "message": job.message},
+    }
+    if job.duplicate_of is not None:
+        line["duplicate_of"] = job.duplicate_of
+    return line
+
+
+def _chat_line(
+    job: Job, outcome: CallOutcome, attempt: Attempt, reply: Reply, keep_response: bool
+) -> dict[str, Any]:
+    """The ``ok`` line of a chat job, up to ``metadata`` and the bulky fields after it; a
+    session's sums come from its turns."""
+    turns = outcome.turns
+    line: dict[str, Any] = {
+        "id": job.id,
+        "status": "ok",
+        "deployment": attempt.backend.id,
+        "model": attempt.backend.model,
+        "output": reply.output,
+    }
+    if not turns:
+        _answer(line, reply)
+    line["finish_reason"] = reply.finish_reason
+    line["usage"] = _usage(turns) if turns else _tokens(reply)
+    line["attempts"] = _attempts(turns) if turns else outcome.attempts
+    line["latency_ms"] = _latency_ms(turns) if turns else attempt.latency_ms
+    if reply.request_id is not None:
+        line["request_id"] = reply.request_id
+    if reply.system_fingerprint is not None and not turns:
+        line["system_fingerprint"] = reply.system_fingerprint
+    line["metadata"] = job.metadata or {}
+    if not turns:
+        _details(line, reply, keep_response)
     return line
 
 

@@ -124,10 +124,7 @@ async def run(
         router, gates = make_router(profile, rng)
         if resume is not None and resume.sessions:
             router.restore_bindings(resume.sessions)
-        providers = {
-            b.id: make_provider(b, keys[b.id], retry=profile.retry, seed=seed)
-            for b in profile.backends
-        }
+        providers = make_providers(profile, keys, seed)
         results, traces = open_outputs(options, summary.run_id, stack)
         traces.run(profile)
         engine = Engine(
@@ -179,6 +176,15 @@ def _prepare_results(options: RunOptions, stack: ExitStack) -> ResumeState | Non
     return prepare_output(
         options.out_file, resume=options.resume, overwrite=options.overwrite, fmt=options.fmt
     )
+
+
+def make_providers(
+    profile: Profile, keys: Mapping[str, str | None], seed: int | None
+) -> dict[str, Any]:
+    """One provider (one HTTP client) per backend, each with its own key."""
+    return {
+        b.id: make_provider(b, keys[b.id], retry=profile.retry, seed=seed) for b in profile.backends
+    }
 
 
 def open_outputs(
