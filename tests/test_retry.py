@@ -44,17 +44,18 @@ def test_delay_invariants(settings, retry, elapsed, retry_after, transient, seed
     """For any settings and inputs the delay is None or a wait that ends within max_retry_time;
     None exactly when the error is not transient, the retries are spent, no time is left, or a
     server delay would end past the budget; a server delay is honoured as given (even above
-    backoff_max); otherwise the wait is within the clamped backoff. Huge retry numbers never
-    overflow."""
+    backoff_max) but cut to max_server_pause; otherwise the wait is within the clamped backoff.
+    Huge retry numbers never overflow."""
     policy = RetryPolicy(settings, random.Random(seed))
     delay = policy.delay(retry, _error(transient, retry_after), elapsed)
     left = settings.max_retry_time - elapsed
     server = settings.respect_retry_after and retry_after is not None
+    server_wait = min(retry_after, settings.max_server_pause) if server else None
     should_stop = (
         not transient
         or not 1 <= retry <= settings.max_retries
         or left <= 0
-        or (server and retry_after > left)
+        or (server and server_wait > left)
     )
     assert should_stop == (delay is None)
     if delay is None:
@@ -62,7 +63,7 @@ def test_delay_invariants(settings, retry, elapsed, retry_after, transient, seed
     assert 0.0 <= delay
     assert elapsed + delay <= settings.max_retry_time + 1e-9
     if server:
-        assert retry_after == delay
+        assert server_wait == delay
     else:
         assert delay <= backoff_cap(retry, settings.backoff_initial, settings.backoff_max)
 
