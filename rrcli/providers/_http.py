@@ -22,6 +22,7 @@ from rrcli.providers._sse import SSEEvent, SSEParser
 from rrcli.providers.base import (
     Call,
     Reply,
+    error_body,
     error_from_status,
     invalid_response,
     stream_error,
@@ -29,6 +30,7 @@ from rrcli.providers.base import (
 )
 from rrcli.providers.ratelimit import rate_limit_pause
 from rrcli.providers.registry import info, server_address
+from rrcli.providers.vocabulary import tool_arguments, tool_call
 from rrcli.tokens import MAX_USAGE_TOKENS
 
 __all__ = [
@@ -253,3 +255,18 @@ def parse_event_json(event: SSEEvent) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise invalid_response("a stream event is not a JSON object")
     return data
+
+
+def checked_tool_call(
+    call_id: object, name: object, raw: object, fault: str, data: object, key: str | None
+) -> dict[str, Any]:
+    """A tool call in the result's shape, its arguments ``raw`` checked to be a JSON object's
+    text (``vocabulary.tool_arguments``); otherwise the answer is invalid, the error saying
+    ``fault`` and the text, the body (``data``, the key masked) kept in it."""
+    arguments = tool_arguments(raw)
+    if arguments is None:
+        raise invalid_response(
+            f"{fault}: {repr(raw)[:80]}",
+            body=error_body(orjson.dumps(data), key),
+        )
+    return tool_call(call_id, name, arguments)

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from rrcli.errors import UntranslatableError
-from rrcli.providers._to_openai import text_of
+from rrcli.providers._to_openai import apply_rules, text_of
 
 __all__ = ["EXPRESSIBLE", "answer_name", "to_anthropic"]
 
@@ -67,15 +67,7 @@ EXPRESSIBLE: dict[str, Callable[[Any], bool]] = {
 def to_anthropic(messages: list[dict[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
     """An OpenAI-shaped request as a Messages body, without ``model``, ``stream`` or the default
     ``max_tokens`` (the adapter's)."""
-    body: dict[str, Any] = {}
-    for key, value in params.items():
-        rule = _RULES.get(key)
-        if value is None:  # a null says nothing, and may be no field of the other API
-            continue
-        if rule is None:
-            body[key] = value
-        else:
-            rule(body, key, value)
+    body = apply_rules(_RULES, params)
     _answer_tool(body, params)
     if params.get("parallel_tool_calls") is False and body.get("tools"):
         choice = body.get("tool_choice")

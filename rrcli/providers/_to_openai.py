@@ -45,18 +45,28 @@ EXPRESSIBLE: dict[str, Callable[[Any], bool]] = {
 }  # fmt: skip
 
 
-def to_openai(messages: list[dict[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
-    """An Anthropic-shaped request as a chat completions body, without ``model`` or
-    ``stream``; ``cache_control`` removed everywhere."""
+def apply_rules(
+    rules: Mapping[str, Callable[[dict[str, Any], str, Any], None]], params: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A body from ``params``: each field through its rule (which writes what the other API
+    says for it), a field without one as it is, a null dropped (it says nothing, and may be no
+    field of the other API)."""
     body: dict[str, Any] = {}
     for key, value in params.items():
-        rule = _RULES.get(key)
-        if value is None:  # a null says nothing, and may be no field of the other API
+        if value is None:
             continue
+        rule = rules.get(key)
         if rule is None:
             body[key] = value
         else:
             rule(body, key, value)
+    return body
+
+
+def to_openai(messages: list[dict[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
+    """An Anthropic-shaped request as a chat completions body, without ``model`` or
+    ``stream``; ``cache_control`` removed everywhere."""
+    body = apply_rules(_RULES, params)
     system = params.get("system")
     if system is not None:
         messages = [{"role": "system", "content": text_of(system, "system")}, *messages]

@@ -18,13 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from rrcli.errors import ProviderError
-from rrcli.providers._http import StreamFold, parse_event_json, token_sum, usage_detail
+from rrcli.providers._http import (
+    StreamFold,
+    checked_tool_call,
+    parse_event_json,
+    token_sum,
+    usage_detail,
+)
 from rrcli.providers._sse import SSEEvent
-from rrcli.providers.base import Call, Reply, error_body, invalid_response, stream_error
-from rrcli.providers.vocabulary import tool_arguments, tool_call
+from rrcli.providers.base import Call, Reply, invalid_response, stream_error
 
 __all__ = ["ENDPOINT_APIS", "EndpointAPI", "count_inputs", "endpoint_request"]
 
@@ -195,14 +198,14 @@ def _parts(parts: object, kind: str, field: str = "text") -> list[str]:
 def _tool_call(item: dict[str, Any], data: dict[str, Any], key: str | None) -> dict[str, Any]:
     """A Responses ``function_call`` item in chat's ``tool_calls`` shape; arguments that are not
     a JSON object make the answer invalid."""
-    arguments = tool_arguments(item.get("arguments"))
-    if arguments is None:
-        text = repr(item.get("arguments"))[:80]
-        raise invalid_response(
-            f"function_call {item.get('name')!r} has arguments that are not a JSON object: {text}",
-            body=error_body(orjson.dumps(data), key),
-        )
-    return tool_call(item.get("call_id") or item.get("id"), item.get("name"), arguments)
+    return checked_tool_call(
+        item.get("call_id") or item.get("id"),
+        item.get("name"),
+        item.get("arguments"),
+        f"function_call {item.get('name')!r} has arguments that are not a JSON object",
+        data,
+        key,
+    )
 
 
 class _ResponsesStream:

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from rrcli.providers._http import (
     HTTPProvider,
     NewStream,
     Parse,
+    checked_tool_call,
     parse_event_json,
     token_sum,
     usage_detail,
@@ -30,13 +29,11 @@ from rrcli.providers._sse import SSEEvent
 from rrcli.providers.base import (
     Call,
     Reply,
-    error_body,
     invalid_response,
     stream_error,
 )
 from rrcli.providers.endpoints import endpoint_request
 from rrcli.providers.translate import to_openai
-from rrcli.providers.vocabulary import tool_arguments, tool_call
 
 __all__ = ["OpenAIProvider"]
 
@@ -173,14 +170,16 @@ def _tool_calls(
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict):
             raise invalid_response(f"{where}[{i}] has no function")
-        arguments = tool_arguments(function.get("arguments"))
-        if arguments is None:
-            text = repr(function.get("arguments"))[:80]
-            raise invalid_response(
-                f"{where}[{i}].function.arguments is not a JSON object: {text}",
-                body=error_body(orjson.dumps(data), key),
+        out.append(
+            checked_tool_call(
+                call.get("id"),
+                function.get("name"),
+                function.get("arguments"),
+                f"{where}[{i}].function.arguments is not a JSON object",
+                data,
+                key,
             )
-        out.append(tool_call(call.get("id"), function.get("name"), arguments))
+        )
     return out
 
 
