@@ -270,3 +270,14 @@ def checked_tool_call(
             body=error_body(orjson.dumps(data), key),
         )
     return tool_call(call_id, name, arguments)
+
+
+def openai_chunk(event: SSEEvent, key: str | None) -> dict[str, Any] | None:
+    """One event of an OpenAI-style stream as its JSON chunk; None for the closing ``[DONE]``;
+    an ``error`` chunk raised as the stream's error (the key masked)."""
+    if event.data == "[DONE]":
+        return None
+    chunk = parse_event_json(event)
+    if chunk.get("error"):
+        raise stream_error(chunk["error"], key, body=event.data)
+    return chunk

@@ -22,6 +22,7 @@ from rrcli.errors import ProviderError
 from rrcli.providers._http import (
     StreamFold,
     checked_tool_call,
+    openai_chunk,
     parse_event_json,
     token_sum,
     usage_detail,
@@ -287,12 +288,10 @@ class _CompletionsStream:
         self.head: dict[str, Any] = {}
 
     def add(self, event: SSEEvent) -> str | None:
-        if event.data == "[DONE]":
+        chunk = openai_chunk(event, self._key)
+        if chunk is None:
             self.done = True
             return None
-        chunk = parse_event_json(event)
-        if chunk.get("error"):
-            raise stream_error(chunk["error"], self._key, body=event.data)
         if not self.head:
             self.head = {k: chunk.get(k) for k in ("id", "object", "created", "model")}
         if chunk.get("usage"):

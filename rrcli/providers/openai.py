@@ -21,7 +21,7 @@ from rrcli.providers._http import (
     NewStream,
     Parse,
     checked_tool_call,
-    parse_event_json,
+    openai_chunk,
     token_sum,
     usage_detail,
 )
@@ -30,7 +30,6 @@ from rrcli.providers.base import (
     Call,
     Reply,
     invalid_response,
-    stream_error,
 )
 from rrcli.providers.endpoints import endpoint_request
 from rrcli.providers.translate import to_openai
@@ -227,12 +226,10 @@ class _OpenAIStream:
     def add(self, event: SSEEvent) -> str | None:
         """The event's output text for the first choice ("" when it carried only other
         generated text: reasoning, a refusal, tool call arguments, another choice's text)."""
-        if event.data == "[DONE]":
+        chunk = openai_chunk(event, self._key)
+        if chunk is None:
             self.done = True
             return None
-        chunk = parse_event_json(event)
-        if chunk.get("error"):
-            raise stream_error(chunk["error"], self._key, body=event.data)
         if self.id is None:  # the first chunk's: the response's
             self.id = chunk.get("id")
             self.created = chunk.get("created")
