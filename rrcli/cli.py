@@ -152,6 +152,8 @@ def run(
         )
     if not quiet and answers is None:
         _render.print_summary(summary, options.out_file, options.traces)
+    if summary.halted is not None:  # shown even with -q: the run did not finish
+        click.echo(f"rrcli: {summary.halted.message}", err=True)
     sys.exit(summary.exit_code)
 
 

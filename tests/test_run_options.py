@@ -79,3 +79,23 @@ def test_rrcli_run_is_the_run_function_after_the_runtime_is_imported():
     from rrcli.runtime.runner import run
 
     assert run is rrcli.run
+
+
+def test_a_halted_run_sends_nothing_more_and_exits_with_the_halt_code(tmp_path, monkeypatch):
+    """A run halted by itself before its first job (as a dead pool or a spent budget halts
+    it) writes no result for the jobs it never started, is not "interrupted", and its exit
+    code is the halt's."""
+    from rrcli.runtime.control import Halt, RunControl
+
+    jobs = write_jobs(tmp_path / "x.jsonl", 5)
+    monkeypatch.chdir(tmp_path)
+    profile = rrcli.load_profile(demo_profile_path(), environ={})
+    control = RunControl()
+    halt = Halt(3, "budget", "budget reached")
+    on_start = lambda summary, router: control.halt(halt)  # noqa: E731
+    summary = asyncio.run(
+        rrcli.run(profile, RunOptions(jobs=jobs), control=control, on_start=on_start)
+    )
+    assert (halt, False, 3) == (summary.halted, summary.interrupted, summary.exit_code)
+    assert [] == read_jsonl(tmp_path / "x.results.jsonl")
+    assert 0 == sum(record["event"] == "call" for record in read_jsonl(tmp_path / "x.traces.jsonl"))

@@ -37,6 +37,7 @@ from rrcli.runtime.lease import Lease
 from rrcli.runtime.retry import RetryPolicy
 from rrcli.runtime.router import Router
 from rrcli.runtime.serving import RouteRules
+from rrcli.runtime.turns import assistant_message, join_paused
 from rrcli.tokens import estimate_call_tokens
 
 __all__ = ["Engine", "ResultSink"]
@@ -132,7 +133,7 @@ class Engine:
             if outcome.status == "error":
                 return replace(outcome, turns=tuple(turns))
             assert outcome.reply is not None
-            history.append(_assistant_message(outcome.reply))
+            history.append(assistant_message(outcome.reply))
             turns.append(outcome)
         return replace(turns[-1], turns=tuple(turns))
 
@@ -221,7 +222,7 @@ class Engine:
                 queued = time.monotonic()
                 continue
             if reply is not None and paused is not None:  # the end of a paused turn
-                reply = _join(paused, reply)
+                reply = join_paused(paused, reply)
             if reply is None or reply.continuation is None:
                 await self.router.release(lease)
                 return self._outcome(job, attempt, reply)
@@ -319,59 +320,6 @@ def _decide(error: ProviderError | None, backoff: float | None, failover: bool) 
     if backoff is not None:
         return "retry"
     return "failover" if failover and error.transient else "error"
-
-
-def _assistant_message(reply: Reply) -> dict[str, Any]:
-    """The reply as the history's assistant message (``Call.messages``' OpenAI shape: its tool
-    calls included; each adapter writes it in its API's words)."""
-    message: dict[str, Any] = {"role": "assistant", "content": reply.output}
-    if reply.tool_calls:
-        message["tool_calls"] = reply.tool_calls
-    if reply.reasoning_content:
-        message["reasoning_content"] = reply.reasoning_content
-    return message
-
-
-def _join(first: Reply, rest: Reply) -> Reply:
-    """A turn continued after Anthropic's pause_turn: one output, the usage of both calls."""
-
-    def add(a: int | None, b: int | None) -> int | None:
-        return None if a is None and b is None else (a or 0) + (b or 0)
-
-    body = rest.body
-    if first.body is not None and rest.body is not None:  # batch formats write the body
-        body = _join_bodies(first.body, rest.body)
-    reasoning = rest.reasoning_content
-    if first.reasoning_content:
-        reasoning = first.reasoning_content + (rest.reasoning_content or "")
-    calls = rest.tool_calls
-    if first.tool_calls:
-        calls = first.tool_calls + (rest.tool_calls or [])
-    return replace(
-        rest,
-        output=first.output + rest.output,
-        input_tokens=add(first.input_tokens, rest.input_tokens),
-        output_tokens=add(first.output_tokens, rest.output_tokens),
-        cached_input_tokens=add(first.cached_input_tokens, rest.cached_input_tokens),
-        reasoning_content=reasoning,
-        ttft_ms=first.ttft_ms if rest.ttft_ms is None else rest.ttft_ms,
-        body=body,
-        tool_calls=calls,
-    )
-
-
-def _join_bodies(first: dict[str, Any], rest: dict[str, Any]) -> dict[str, Any]:
-    """One Anthropic message of a paused turn's two: both parts' content blocks, usage summed."""
-    joined = dict(rest)
-    if isinstance(first.get("content"), list) and isinstance(rest.get("content"), list):
-        joined["content"] = first["content"] + rest["content"]
-    a, b = first.get("usage"), rest.get("usage")
-    if isinstance(a, dict) and isinstance(b, dict):
-        joined["usage"] = {
-            k: a.get(k, 0) + v if isinstance(v, int) and isinstance(a.get(k, 0), int) else v
-            for k, v in b.items()
-        }
-    return joined
 
 
 def _log_failure(outcome: CallOutcome) -> None:

@@ -140,7 +140,8 @@ async def run(
             reader = stream if isinstance(stream, StoppableReader) else None
             await _drive(engine, jobs, run_concurrency(options, profile), reader)
         finally:
-            summary.interrupted = control.stopping
+            summary.halted = control.halted
+            summary.interrupted = control.stopping and control.halted is None
             await _close(engine, gates)
     return summary
 
