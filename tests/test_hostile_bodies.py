@@ -209,3 +209,17 @@ def test_a_server_closing_idle_connections_needs_no_retry(tmp_path, hostile_serv
     assert 0 == result.returncode, result.stderr
     assert {("ok", 1)} == {(r["status"], r["attempts"]) for r in lines}
     assert 300 == len(lines) == len(calls(tmp_path / "jobs.traces.jsonl"))
+
+
+def test_the_new_limits_are_validated(tmp_path):
+    """``stream_idle_timeout`` must be a number above 0 and ``max_response_bytes`` an integer of
+    at least 1: each wrong value is an error naming its key, in a backend or in [defaults]."""
+    profile = write_profile(
+        tmp_path / "p.toml",
+        [{"id": "a", "base_url": "http://127.0.0.1:9/v1", "stream_idle_timeout": 0}],
+        defaults={"max_response_bytes": 0.5},
+    )
+    result = rrcli("validate", profile, cwd=tmp_path)
+    assert 1 == result.returncode, result.stdout
+    assert "stream_idle_timeout: must be greater than 0" in result.stdout
+    assert "defaults.max_response_bytes: expected an integer" in result.stdout
