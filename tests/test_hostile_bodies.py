@@ -145,7 +145,7 @@ HOSTILE_BODIES = {
         200, STREAM_HEADERS, chunks=itertools.repeat(b"data: " + b"x" * 2**16)
     ),
     "gzip-bomb": lambda: Canned(
-        200, {"content-type": "application/json", "content-encoding": "gzip"}, gzip_bomb(2**30)
+        200, {"content-type": "application/json", "content-encoding": "gzip"}, gzip_bomb(2**28)
     ),
     "huge": lambda: Canned(200, {"content-type": "application/json"}, spaces(70 * 2**20)),
 }
@@ -155,7 +155,7 @@ HOSTILE_BODIES = {
 def test_a_body_past_max_response_bytes_is_response_too_large_in_bounded_memory(
     tmp_path, hostile_server, kind
 ):
-    """An endless body (plain or a stream line that never ends), a gzip bomb of 1 GiB from 1 MB
+    """An endless body (plain or a stream line that never ends), a gzip bomb of 256 MiB from 256 KB
     and a 70 MiB body, four at once, under a 3 GiB address space: each attempt fails as
     ``response_too_large`` past the default 64 MiB (counted decompressed), not retried, and
     the run ends without a MemoryError or a traceback."""

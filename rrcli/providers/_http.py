@@ -6,7 +6,7 @@ measures the time to the first generated text, and routes every failure through 
 translation in ``base.py``. A streaming request answered with one plain JSON body (some gateways
 do that) is read as the whole response.
 
-One ``asyncio.timeout`` is the attempt's deadline: ``timeout``, or for a stream once its text
+Each attempt has one deadline (``_deadline.py``): ``timeout``, or for a stream once its text
 began, ``stream_idle_timeout`` from each event that carries output. Bodies are read in chunks
 counted against ``max_response_bytes`` (``_body.py``).
 """
@@ -30,6 +30,7 @@ from rrcli.providers._body import (
     read_head,
     too_large,
 )
+from rrcli.providers._deadline import Deadline, Deadlines
 from rrcli.providers._sse import SSEEvent, SSEParser
 from rrcli.providers.base import (
     Call,
@@ -106,10 +107,12 @@ class HTTPProvider:
         headers = {**backend.headers, "content-type": "application/json", **self.api_headers}
         if api_key and entry.auth_header:
             headers[entry.auth_header] = self.auth_value(api_key)
-        self._idle_timeout = backend.stream_idle_timeout or backend.timeout
-        # the attempt's deadline is an asyncio.timeout around it (send); the client's own limits
-        # only name which phase was slow
-        timeout = httpx2.Timeout(backend.timeout, read=max(backend.timeout, self._idle_timeout))
+        self._idle = backend.stream_idle_timeout or backend.timeout
+        # the attempt's deadline is kept by ``_deadlines`` (send); the client's own limits only
+        # name which phase was slow
+        timeout = httpx2.Timeout(backend.timeout, read=max(backend.timeout, self._idle))
+        # kept to a twentieth of the shorter limit (at most 1 s, at least 10 ms)
+        self._deadlines = Deadlines(min(1.0, max(0.01, min(backend.timeout, self._idle) / 20)))
         limits = httpx2.Limits(max_connections=cap, max_keepalive_connections=cap)
         self._transport = transport or httpx2.AsyncHTTPTransport(limits=limits)
         self._client = httpx2.AsyncClient(
@@ -158,21 +161,30 @@ class HTTPProvider:
         content = orjson.dumps(body)
         try:
             request = self._client.build_request("POST", url, content=content)
-            if call.stream:
-                return await self._send_streamed(request, on_text, parse, new_stream)
-            async with asyncio.timeout(self.backend.timeout):
-                response = await self._open(request)
-                try:
-                    if not 200 <= response.status_code < 300:
-                        raise self._status_error(response, await read_head(response))
-                    content = await read_body(response, self.backend.max_response_bytes)
-                finally:
-                    await response.aclose()
-        except TimeoutError:
-            raise timed_out(self.backend.timeout) from None
+            deadline = self._deadlines.enter(self.backend.timeout)
+            try:
+                if call.stream:
+                    return await self._send_streamed(request, deadline, on_text, parse, new_stream)
+                response, content = await self._send_plain(request)
+            except asyncio.CancelledError:
+                if self._deadlines.leave(deadline):
+                    raise self._timed_out(deadline) from None
+                raise
+            finally:
+                self._deadlines.leave(deadline)
         except httpx2.HTTPError as exc:
             raise translate_transport_error(exc, self._key, self.backend.timeout) from exc
         return self._read_plain(response, content, parse)
+
+    async def _send_plain(self, request: httpx2.Request) -> tuple[httpx2.Response, bytes]:
+        """The answer and its whole body (a status error with the body's first bytes)."""
+        response = await self._open(request)
+        try:
+            if not 200 <= response.status_code < 300:
+                raise self._status_error(response, await read_head(response))
+            return response, await read_body(response, self.backend.max_response_bytes)
+        finally:
+            await response.aclose()
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -222,6 +234,7 @@ class HTTPProvider:
     async def _send_streamed(
         self,
         request: httpx2.Request,
+        deadline: Deadline,
         on_text: Callable[[str], None] | None,
         parse: Parse,
         new_stream: NewStream,
@@ -230,29 +243,22 @@ class HTTPProvider:
         each gap between such events is bounded by ``stream_idle_timeout`` (comments and
         keep-alive events never count)."""
         started = self._clock()
+        response = await self._open(request)
         try:
-            async with asyncio.timeout(self.backend.timeout) as deadline:
-                first = deadline.when()
-                response = await self._open(request)
-                try:
-                    if not 200 <= response.status_code < 300:
-                        raise self._status_error(response, await read_head(response))
-                    if "text/event-stream" not in response.headers.get("content-type", ""):
-                        content = await read_body(response, self.backend.max_response_bytes)
-                        return self._read_plain(response, content, parse)
-                    reply = await self._fold(response, deadline, new_stream(), on_text, started)
-                    return self._finish(reply, response)
-                finally:
-                    await response.aclose()
-        except TimeoutError:
-            if deadline.when() == first:
-                raise timed_out(self.backend.timeout) from None
-            raise timed_out(self._idle_timeout, "stream_idle_timeout") from None
+            if not 200 <= response.status_code < 300:
+                raise self._status_error(response, await read_head(response))
+            if "text/event-stream" not in response.headers.get("content-type", ""):
+                content = await read_body(response, self.backend.max_response_bytes)
+                return self._read_plain(response, content, parse)
+            reply = await self._fold(response, deadline, new_stream(), on_text, started)
+            return self._finish(reply, response)
+        finally:
+            await response.aclose()
 
     async def _fold(
         self,
         response: httpx2.Response,
-        deadline: asyncio.Timeout,
+        deadline: Deadline,
         fold: StreamFold,
         on_text: Callable[[str], None] | None,
         started: float,
@@ -261,7 +267,7 @@ class HTTPProvider:
         ``stream_idle_timeout`` from now. The bytes read count against max_response_bytes."""
         parser = SSEParser()
         ttft_ms: float | None = None
-        limit, idle = self.backend.max_response_bytes, self._idle_timeout
+        limit, idle = self.backend.max_response_bytes, self._idle
         loop = asyncio.get_running_loop()
         size = 0
         try:
@@ -275,12 +281,13 @@ class HTTPProvider:
                     if piece is None:
                         continue
                     progress = True
-                    if ttft_ms is None:
+                    if ttft_ms is None:  # the first output: from now on, gaps are bounded
                         ttft_ms = (self._clock() - started) * 1000.0
+                        deadline.key = "stream_idle_timeout"
                     if piece and on_text is not None:
                         on_text(piece)
                 if progress:
-                    deadline.reschedule(loop.time() + idle)
+                    deadline.when = loop.time() + idle
         except httpx2.TimeoutException:
             raise
         except httpx2.TransportError as exc:
@@ -292,6 +299,10 @@ class HTTPProvider:
         reply = fold.reply()
         reply.ttft_ms = ttft_ms
         return reply
+
+    def _timed_out(self, deadline: Deadline) -> ProviderError:
+        idle = deadline.key == "stream_idle_timeout"
+        return timed_out(self._idle if idle else self.backend.timeout, deadline.key)
 
     def _broken(self, why: str) -> StreamBrokenError:
         return StreamBrokenError(
