@@ -101,7 +101,14 @@ class HostileServer:
         started.set()
         self._loop.run_forever()
         server.close()
+        # connections still answering (an endless body) end here, not in a finalizer after the
+        # loop is gone
+        tasks = asyncio.all_tasks(self._loop)
+        for task in tasks:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         self._loop.run_until_complete(server.wait_closed())
+        self._loop.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         wait = None  # the first request may take its time; then ``idle_close`` applies

@@ -108,9 +108,10 @@ class HTTPProvider:
         if api_key and entry.auth_header:
             headers[entry.auth_header] = self.auth_value(api_key)
         self._idle = backend.stream_idle_timeout or backend.timeout
-        # the attempt's deadline is kept by ``_deadlines`` (send); the client's own limits only
-        # name which phase was slow
-        timeout = httpx2.Timeout(backend.timeout, read=max(backend.timeout, self._idle))
+        # the attempt's deadline is kept by ``_deadlines`` (send); the client only times the
+        # connect and the wait for a pooled connection (``connect_timeout``, ``pool_timeout``),
+        # not each read and write (a timer per socket operation)
+        timeout = httpx2.Timeout(backend.timeout, read=None, write=None)
         # kept to a twentieth of the shorter limit (at most 1 s, at least 10 ms)
         self._deadlines = Deadlines(min(1.0, max(0.01, min(backend.timeout, self._idle) / 20)))
         limits = httpx2.Limits(max_connections=cap, max_keepalive_connections=cap)
