@@ -8,10 +8,11 @@ Each server test starts a real loopback server that answers with the shape under
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import orjson
 import pytest
-from hostile import Canned
+from hostile import Canned, chat
 from runkit import calls, read_jsonl, rrcli, write_jobs, write_profile
 
 
@@ -72,3 +73,113 @@ def test_max_continuations_is_validated(tmp_path):
         assert 1 == result.returncode
         assert "retry.max_continuations" in result.stdout + result.stderr
         assert "1000" in result.stdout + result.stderr
+
+
+# --- 15. a 200 that carries no answer ---------------------------------------------------------
+
+
+def openai_message(message: dict, finish_reason: str | None = "stop") -> Canned:
+    choice = {"index": 0, "message": message, "finish_reason": finish_reason}
+    return json_answer({"id": "chatcmpl-hostile", "model": "m", "choices": [choice]})
+
+
+def openai_stream(*deltas: dict, finish_reason: str = "stop") -> Canned:
+    """A chat stream of ``deltas``, then a chunk with ``finish_reason``, then [DONE]."""
+    chunks = [{"index": 0, "delta": d, "finish_reason": None} for d in deltas]
+    chunks.append({"index": 0, "delta": {}, "finish_reason": finish_reason})
+    events = b"".join(
+        b"data: " + orjson.dumps({"id": "c", "model": "m", "choices": [c]}) + b"\n\n"
+        for c in chunks
+    )
+    return Canned(200, {"content-type": "text/event-stream"}, events + b"data: [DONE]\n\n")
+
+
+TOOL_CALL = {"id": "t1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+NONSENSE = {
+    "openai-empty-message": ("openai", openai_message({})),
+    "openai-null-content": ("openai", openai_message({"role": "assistant", "content": None})),
+    "openai-stream-of-nothing": ("openai", openai_stream({"role": "assistant"}, finish_reason="")),
+    "anthropic-no-content": ("anthropic", anthropic_message(...)),
+    "anthropic-empty-content": ("anthropic", anthropic_message([])),
+    "anthropic-null-content": ("anthropic", anthropic_message(None)),
+}
+
+LEGITIMATE = {
+    "empty-stop": (openai_message({"role": "assistant", "content": ""}), "", "stop"),
+    "empty-length": (openai_message({"content": ""}, "length"), "", "length"),
+    "tool-call-only": (
+        openai_message({"content": None, "tool_calls": [TOOL_CALL]}, "tool_calls"),
+        "",
+        "tool_calls",
+    ),
+    "refusal": (openai_message({"content": None, "refusal": "no"}), "", "stop"),
+    "streamed-empty-stop": (openai_stream({"role": "assistant"}), "", "stop"),
+    "anthropic-tool-use": (
+        anthropic_message([{"type": "tool_use", "id": "t", "name": "f", "input": {}}], "tool_use"),
+        "",
+        "tool_calls",
+    ),
+}
+
+
+def one_backend(tmp_path: Path, server, provider: str, **retry: object) -> Path:
+    url = server.openai_url if provider == "openai" else server.url
+    backend = {"id": "h", "provider": provider, "base_url": url}
+    return write_profile(tmp_path / "p.toml", [backend], retry=retry)
+
+
+@pytest.mark.parametrize("shape", NONSENSE)
+def test_a_200_with_no_answer_is_an_invalid_response_retried_then_resumed(
+    tmp_path, hostile_server, shape
+):
+    """A 200 whose message is ``{}``, whose content is null without tool calls, a stream that
+    ends with none, or an Anthropic message with no content blocks: each attempt fails as
+    ``invalid_response`` (transient: retried), the job ends as that error after its retries,
+    and --resume sends it again (here to a server that now answers, so it ends ok)."""
+    provider, nonsense = NONSENSE[shape]
+    answers = {"now": nonsense}
+    server = hostile_server(lambda _: answers["now"])
+    profile = one_backend(tmp_path, server, provider, max_retries=2)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 1)
+    stream = ("--stream",) if "stream" in shape else ()
+    result = rrcli("run", jobs, "-p", profile, *stream, cwd=tmp_path)
+    assert 1 == result.returncode, result.stderr
+    traced = calls(tmp_path / "jobs.traces.jsonl")
+    assert ["retry", "retry", "error"] == [c["outcome"] for c in traced]
+    assert {"invalid_response"} == {c["error_type"] for c in traced}
+    [line] = read_jsonl(tmp_path / "jobs.results.jsonl")
+    assert ("error", "invalid_response", True, 3) == (
+        line["status"],
+        line["error"]["type"],
+        line["error"]["retryable"],
+        line["attempts"],
+    )
+    answers["now"] = (
+        chat() if provider == "openai" else anthropic_message([{"type": "text", "text": "ok"}])
+    )
+    resumed = rrcli("run", jobs, "-p", profile, *stream, "--resume", cwd=tmp_path)
+    assert 0 == resumed.returncode, resumed.stderr
+    assert ["error", "ok"] == [r["status"] for r in read_jsonl(tmp_path / "jobs.results.jsonl")]
+    assert "ok" == read_jsonl(tmp_path / "jobs.results.jsonl")[-1]["output"]
+
+
+@pytest.mark.parametrize("shape", LEGITIMATE)
+def test_a_legitimate_empty_answer_stays_ok(tmp_path, hostile_server, shape):
+    """An empty text that finished (``stop`` or ``length``), a reply that is only tool calls or
+    a refusal, a stream that finished with no text: real answers, ok at the first attempt."""
+    answer, output, finish_reason = LEGITIMATE[shape]
+    server = hostile_server(lambda _: answer)
+    provider = "anthropic" if shape.startswith("anthropic") else "openai"
+    profile = one_backend(tmp_path, server, provider)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 1)
+    stream = ("--stream",) if "stream" in shape else ()
+    result = rrcli("run", jobs, "-p", profile, *stream, cwd=tmp_path)
+    assert 0 == result.returncode, result.stderr
+    [line] = read_jsonl(tmp_path / "jobs.results.jsonl")
+    assert ("ok", output, finish_reason, 1) == (
+        line["status"],
+        line["output"],
+        line["finish_reason"],
+        line["attempts"],
+    )
