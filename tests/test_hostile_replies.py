@@ -1,20 +1,26 @@
 """Hostile replies through the CLI: a server that pauses a turn forever, 200s that carry no
-answer, and trace files whose numbers make no sense (docs/reliability.md).
+answer, adaptive state an earlier run left in Redis, and trace files whose numbers make no sense
+(docs/reliability.md).
 
 Each server test starts a real loopback server that answers with the shape under test
-(tests/hostile.py) and runs ``rrcli run`` against it as a user would.
+(tests/hostile.py) and runs ``rrcli run`` against it as a user would; the Redis test a real
+redis-server.
 """
 
 from __future__ import annotations
 
+import itertools
 import resource
+import threading
 import time
 from pathlib import Path
 
 import orjson
 import pytest
-from hostile import Canned, chat
+import redis
+from hostile import Canned, chat, error
 from runkit import calls, read_jsonl, rrcli, write_jobs, write_profile
+from test_redis_gate import _server
 
 from rrcli.records.traceschema import rfc3339
 
@@ -254,3 +260,52 @@ def test_stats_of_50000_deployments_takes_seconds(tmp_path):
     for start, end in ((before, middle), (middle, after)):
         cpu = end.ru_utime + end.ru_stime - start.ru_utime - start.ru_stime
         assert cpu < 8.0
+
+
+# --- 11. stale shared state ------------------------------------------------------------------
+
+
+@pytest.fixture
+def redis_url():
+    for server in _server():
+        yield server.url
+
+
+def after_429s(count: int):
+    """An answer: a 429 (no Retry-After) to the first ``count`` requests, then a success held
+    0.3 s, so calls overlap."""
+    seen, lock = itertools.count(), threading.Lock()
+
+    def answer(_):
+        with lock:
+            n = next(seen)
+        return error(429) if n < count else chat(delay=0.3)
+
+    return answer
+
+
+def test_an_adaptive_cap_left_in_redis_never_limits_a_later_run(
+    tmp_path, hostile_server, redis_url
+):
+    """An ``adaptive = true`` run whose 429s shrink the shared cap (kept in Redis for an hour)
+    leaves it there; a later run of the same backend with ``adaptive = false`` uses its whole
+    ``max_concurrency`` (the server sees 4 at once), and an adaptive run with another
+    ``max_concurrency`` starts from that cap, not from state computed for the old one."""
+
+    def run(server, cap: int, adaptive: bool, jobs: int) -> None:
+        backend = {"id": "h", "base_url": server.openai_url, "max_concurrency": cap}
+        gate = {"kind": "redis", "url": redis_url, "adaptive": adaptive}
+        profile = write_profile(tmp_path / "p.toml", [backend], gate=gate, retry={"max_retries": 6})
+        path = write_jobs(tmp_path / "jobs.jsonl", jobs)
+        result = rrcli("run", path, "-p", profile, "--overwrite", "-q", cwd=tmp_path)
+        assert 0 == result.returncode, result.stderr
+
+    run(hostile_server(after_429s(4)), 4, True, 4)
+    with redis.Redis.from_url(redis_url) as client:
+        assert int(client.hget("rrcli:{h}:aimd:4", "cap")) < 4  # the adaptive run shrank it
+    plain = hostile_server(after_429s(0))
+    run(plain, 4, False, 8)
+    assert 4 == plain.peak
+    wider = hostile_server(after_429s(0))
+    run(wider, 6, True, 12)
+    assert 6 == wider.peak
