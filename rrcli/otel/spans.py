@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
@@ -128,9 +128,9 @@ class SpanMaker:
     """Turns trace records into spans; keeps the jobs whose parent span is not made yet."""
 
     def __init__(self, resource: Resource | None = None) -> None:
-        self.resource = resource or Resource.create(
-            {"service.name": "rrcli", "service.version": __version__}
-        )
+        # service.name is rrcli unless OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES say otherwise
+        ours = Resource.create({"service.name": "rrcli", "service.version": __version__})
+        self.resource = resource or ours.merge(OTELResourceDetector().detect())
         self.scope = InstrumentationScope("rrcli", __version__)
         self._jobs: dict[tuple[str, str], _Job] = {}
 
