@@ -4,8 +4,10 @@ The trace writer hands every record to ``LiveSender.put`` (one ``len`` and one `
 hot path); a daemon thread turns them into spans every ``interval`` seconds and sends them in
 batches through the SDK's OTLP/HTTP exporter. When the collector is slow or gone the queue fills
 and further records are dropped and counted, never waited for. ``close`` gives the thread time to
-send what is left while it makes progress (at most ``drain_s``; at once when the last batch
-failed or one hangs for ``stall_s``) and reports what was sent and what was not.
+send what is left while it makes progress and reports what was sent and what was not: it gives
+up when the last batch failed, after ``drain_s``, or when a batch hangs for ``stall_s`` (only
+``dead_s`` when the collector has taken nothing yet: a collector that never answered does not
+hold up the end of the run).
 """
 
 from __future__ import annotations
@@ -94,10 +96,11 @@ class LiveSender:
         shipper: Shipper,
         run_id: str,
         *,
-        queue_max: int = 1 << 16,
+        queue_max: int = 1 << 14,
         interval: float = 0.5,
-        drain_s: float = 5.0,
-        stall_s: float = 0.5,
+        drain_s: float = 10.0,
+        stall_s: float = 3.0,
+        dead_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._shipper = shipper
@@ -106,7 +109,8 @@ class LiveSender:
         self._queue: deque[Any] = deque()
         self._max = queue_max
         self._overflow = 0
-        self._interval, self._drain_s, self._stall_s = interval, drain_s, stall_s
+        self._interval, self._drain_s = interval, drain_s
+        self._stall_s, self._dead_s = stall_s, dead_s
         self._clock = clock
         self._wake = threading.Event()
         self._lock = threading.Lock()  # held by the thread except while a batch is sent
@@ -178,7 +182,8 @@ class LiveSender:
         while self._thread.is_alive():
             self._thread.join(0.02)
             since, now = self._sending_since, self._clock()
-            hung = since is not None and now - since > self._stall_s
+            stall = self._stall_s if self._shipper.sent else self._dead_s
+            hung = since is not None and now - since > stall
             if now > deadline or hung or self._shipper.last_failed:
                 break
         with self._lock:

@@ -48,12 +48,8 @@ _OPTIONAL = (
     ("error_type", "error.type"),
     ("http_status", "http.response.status_code"),
     ("queue_ms", "rrcli.queue_ms"),
-    ("latency_ms", "rrcli.latency_ms"),
     ("ttft_ms", "rrcli.ttft_ms"),
-    ("retry_after_ms", "rrcli.retry_after_ms"),
-    ("backoff_ms", "rrcli.backoff_ms"),
     ("session", "rrcli.session"),
-    ("binding", "rrcli.binding"),
 )
 
 
@@ -116,6 +112,8 @@ class _Job:
 
     run_id: str
     job_id: Any
+    trace_id: int
+    span_id: int
     start: int
     end: int
     calls: int
@@ -159,7 +157,8 @@ class SpanMaker:
         model, outcome = record["model"], record["outcome"]
         operation = OPERATIONS.get(record.get("endpoint") or "chat", record.get("endpoint"))
         job = self._job(run_id, job_id, start, end, model, operation)
-        trace_id, span_id = span_ids(run_id, job_id, job.calls)
+        trace_id, parent = job.trace_id, job.span_id
+        span_id = _hash(8, run_id, _job_key(job_id), "call", job.calls)
         job.calls += 1
         job.outcome, job.model, job.end = outcome, model, max(job.end, end)
         attributes = {
@@ -167,14 +166,13 @@ class SpanMaker:
             "gen_ai.provider.name": record["provider"],
             "gen_ai.request.model": model,
             **_server(record.get("server_address")),
-            "rrcli.run_id": run_id,
             "rrcli.job_id": str(job_id),
             "rrcli.deployment": record["deployment"],
-            "rrcli.turn": record.get("turn") or 0,
             "rrcli.attempt": record["attempt"],
             "rrcli.outcome": outcome,
-            "rrcli.stream": bool(record.get("stream")),
         }
+        if record.get("turn"):
+            attributes["rrcli.turn"] = record["turn"]
         for field, name in _OPTIONAL:
             value = record.get(field)
             if value is not None:
@@ -182,7 +180,7 @@ class SpanMaker:
         failed = outcome in ("retry", "error")
         status = Status(StatusCode.ERROR, record.get("error_type")) if failed else Status()
         return self._span(
-            f"{operation} {model}", trace_id, span_id, job_id, run_id, attributes,
+            f"{operation} {model}", trace_id, span_id, parent, attributes,
             start, end, SpanKind.CLIENT, status,
         )  # fmt: skip
 
@@ -192,7 +190,9 @@ class SpanMaker:
         key = (run_id, _job_key(job_id))
         job = self._jobs.get(key)
         if job is None:
-            job = self._jobs[key] = _Job(run_id, job_id, start, end, 0, "", model, operation)
+            trace_id, span_id = span_ids(run_id, job_id)
+            job = _Job(run_id, job_id, trace_id, span_id, start, end, 0, "", model, operation)
+            self._jobs[key] = job
         job.start = min(job.start, start)
         return job
 
@@ -212,7 +212,6 @@ class SpanMaker:
         return [self._job_span(job) for job in jobs.values()]
 
     def _job_span(self, job: _Job) -> ReadableSpan:
-        trace_id, span_id = span_ids(job.run_id, job.job_id)
         attributes = {
             "gen_ai.operation.name": job.operation,
             "gen_ai.request.model": job.model,
@@ -223,7 +222,7 @@ class SpanMaker:
         }
         status = Status(StatusCode.ERROR) if job.outcome == "error" else Status()
         return self._span(
-            JOB_SPAN, trace_id, span_id, None, job.run_id, attributes,
+            JOB_SPAN, job.trace_id, job.span_id, None, attributes,
             job.start, job.end, SpanKind.INTERNAL, status,
         )  # fmt: skip
 
@@ -232,18 +231,15 @@ class SpanMaker:
         name: str,
         trace_id: int,
         span_id: int,
-        parent_of: Any,
-        run_id: str,
+        parent_id: int | None,
         attributes: dict[str, Any],
         start: int,
         end: int,
         kind: SpanKind,
         status: Status,
     ) -> ReadableSpan:
-        """A finished span; ``parent_of`` a job id makes it a child of that job's span."""
-        parent = None
-        if parent_of is not None:
-            parent = SpanContext(trace_id, span_ids(run_id, parent_of)[1], False, _SAMPLED)
+        """A finished span, the child of span ``parent_id`` of its trace when one is given."""
+        parent = None if parent_id is None else SpanContext(trace_id, parent_id, False, _SAMPLED)
         return ReadableSpan(
             name=name,
             context=SpanContext(trace_id, span_id, False, _SAMPLED),
