@@ -128,3 +128,22 @@ def test_a_run_without_otlp_never_imports_opentelemetry(tmp_path):
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     ).stdout.split()  # fmt: skip
     assert ["0", "False"] == out
+
+
+def test_otlp_without_a_url_takes_the_environments_even_with_no_trace_file(
+    tmp_path,
+    sim_server,
+    otlp_receiver,  # noqa: F811
+):
+    """`--otlp` alone sends to OTEL_EXPORTER_OTLP_ENDPOINT with OTEL_EXPORTER_OTLP_HEADERS; a
+    --prompt run, which writes no trace file, still sends its call's span and its job's."""
+    server, receiver = sim_server(), otlp_receiver()
+    profile = write_profile(tmp_path / "p.toml", [{"id": "a", "base_url": server.openai_url}])
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_EXPORTER_OTLP_HEADERS": "x-k=v"}
+    done = rrcli("run", "--prompt", "hi", "-p", profile, "--otlp", cwd=tmp_path, env=env)
+    assert 0 == done.returncode, done.stderr
+    assert [] == list(tmp_path.glob("*.traces.jsonl"))
+    assert [("chat sim", "prompt-1"), (JOB_SPAN, "prompt-1")] == [
+        (s.name, s.attributes["rrcli.job_id"]) for s in receiver.spans
+    ]
+    assert {"v"} == {h["x-k"] for h in receiver.headers}

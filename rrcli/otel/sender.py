@@ -108,7 +108,8 @@ class LiveSender:
         self._maker = SpanMaker()
         self._queue: deque[Any] = deque()
         self._max = queue_max
-        self._overflow = 0
+        self._overflow = 0  # calls the full queue turned away (counted by put)
+        self._unmade = 0  # records that made no span (counted by the thread)
         self._interval, self._drain_s = interval, drain_s
         self._stall_s, self._dead_s = stall_s, dead_s
         self._clock = clock
@@ -165,7 +166,10 @@ class LiveSender:
                 if span is not None:
                     pending.append(span)
             else:
-                pending.extend(maker.feed(item))
+                try:
+                    pending.extend(maker.feed(item))
+                except (KeyError, TypeError, ValueError):  # not a span: never the thread's end
+                    self._unmade += 1
 
     def _send(self, batch: list[ReadableSpan]) -> bool:
         """Send a batch outside the lock; False when the sender was abandoned meanwhile."""
@@ -195,5 +199,5 @@ class LiveSender:
         shipper = self._shipper
         if not self._thread.is_alive():
             shipper.close()
-        dropped = shipper.failed + self._overflow + left
+        dropped = shipper.failed + self._overflow + self._unmade + left
         return SendReport(shipper.endpoint, shipper.sent, dropped, shipper.error)
