@@ -49,6 +49,20 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     return index, count
 
 
+def _usd(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        amount = float(value.strip().removeprefix("$"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an amount of USD — write e.g. 5 or 2.50") from (
+            None
+        )
+    if not 0 <= amount < float("inf"):
+        raise click.BadParameter(f"{value!r}: the budget must be 0 or more USD, e.g. 5 or 2.50")
+    return amount
+
+
 @main.command()
 @click.argument("jobs", required=False, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option(
@@ -90,6 +104,12 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 )
 @click.option("--seed", type=int, help="Seed for random choices and jitter.")
 @click.option("--dry-run", is_flag=True, help="Parse, validate and route on paper; send nothing.")
+@click.option(
+    "--max-cost",
+    callback=_usd,
+    metavar="USD",
+    help="Stop before the run's spend would pass USD (exit 3); with --resume, earlier runs count.",
+)
 @click.option("--stream", is_flag=True, help="Stream responses (records time to first token).")
 @click.option(
     "--keep-response",

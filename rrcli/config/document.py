@@ -15,8 +15,15 @@ from urllib.parse import urlsplit, urlunsplit
 from rrcli.config.addresses import Resolver, UrlCheck, check_base_urls
 from rrcli.config.backends import build_backend
 from rrcli.config.diagnostic import Diagnostic
-from rrcli.config.profile import Backend, CooldownSettings, GateSettings, Profile, RetrySettings
-from rrcli.config.schema import COOLDOWN, GATE, RETRY, TOP, as_floats
+from rrcli.config.profile import (
+    Backend,
+    BudgetSettings,
+    CooldownSettings,
+    GateSettings,
+    Profile,
+    RetrySettings,
+)
+from rrcli.config.schema import BUDGET, COOLDOWN, GATE, RETRY, TOP, as_floats
 from rrcli.config.walk import Checker
 from rrcli.providers.registry import info
 
@@ -70,9 +77,11 @@ def check_document(
 
 
 def _settings(check: Checker, top: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``[retry]``, ``[gate]`` and ``[cooldown]`` sections."""
+    """The ``[retry]``, ``[gate]``, ``[cooldown]`` and ``[budget]`` sections."""
     cooldown = as_floats(check.table(top.get("cooldown", {}), COOLDOWN, "cooldown"), COOLDOWN)
+    budget = as_floats(check.table(top.get("budget", {}), BUDGET, "budget"), BUDGET)
     return {
+        "budget": BudgetSettings(**budget),
         "retry": _retry(check, check.table(top.get("retry", {}), RETRY, "retry")),
         "gate": _gate(check, check.table(top.get("gate", {}), GATE, "gate")),
         "cooldown": CooldownSettings(**cooldown),

@@ -35,6 +35,7 @@ from rrcli.records.claim import STDIN, OutputClaim, refuse_same_files
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs, shard_of
 from rrcli.records.results import ResultWriter, ResumeState, prepare_output
 from rrcli.records.trace import TraceWriter, new_run_id
+from rrcli.runtime.budget import final_halt, make_budget
 from rrcli.runtime.control import RunControl, RunSummary
 from rrcli.runtime.engine import Engine
 from rrcli.runtime.options import RunOptions
@@ -122,6 +123,7 @@ async def run(
         resume = _prepare_results(options, stack)
         summary = RunSummary(new_run_id(), total=len(options.prompts) or count_lines(options.jobs))
         router, gates = make_router(profile, rng)
+        router.budget = await make_budget(profile, options, control, gates)  # UsageError: unpriced
         if resume is not None and resume.sessions:
             router.restore_bindings(resume.sessions)
         providers = make_providers(profile, keys, seed)
@@ -136,11 +138,13 @@ async def run(
         if on_start is not None:
             on_start(summary, router)
         log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.label)
+        reader = stream if isinstance(stream, StoppableReader) else None
         try:
-            reader = stream if isinstance(stream, StoppableReader) else None
             await _drive(engine, jobs, run_concurrency(options, profile), reader)
         finally:
             summary.halted = control.halted
+            if summary.halted and summary.halted.reason == "budget" and router.budget:
+                summary.halted = final_halt(router.budget, summary, None if reader else jobs)
             summary.interrupted = control.stopping and control.halted is None
             await _close(engine, gates)
     return summary
@@ -217,8 +221,10 @@ def run_concurrency(options: RunOptions, profile: Profile) -> int:
 async def _close(engine: Engine, gates: Mapping[str, Any]) -> None:
     """The run's end, however it ended: the run_end record, outputs flushed, connections and
     shared leases given back, the end logged."""
-    summary = engine.summary
-    engine.traces.run_end(summary.jobs, summary.interrupted)
+    summary, budget = engine.summary, engine.router.budget
+    engine.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record())
+    if budget is not None:
+        await budget.ledger.close()
     engine.results.flush()
     engine.traces.flush()
     for provider in engine.providers.values():
