@@ -67,9 +67,11 @@ class Ledger(Protocol):
 
     spent: float
 
-    async def reserve(self, cost: float) -> bool: ...
+    async def reserve(self, cost: float) -> str | None:
+        """Set ``cost`` aside; its token, or None when it would pass the limit."""
 
-    async def settle(self, reserved: float, actual: float) -> None: ...
+    async def settle(self, token: str, reserved: float, actual: float) -> None:
+        """Replace the reservation ``token`` of ``reserved`` by ``actual``."""
 
     async def close(self) -> None: ...
 
@@ -80,13 +82,13 @@ class LocalLedger:
     def __init__(self, limit: float, spent: float = 0.0) -> None:
         self.limit, self.spent, self.reserved = limit, spent, 0.0
 
-    async def reserve(self, cost: float) -> bool:
+    async def reserve(self, cost: float) -> str | None:
         if self.spent + self.reserved + cost > self.limit + _EPSILON:
-            return False
+            return None
         self.reserved += cost
-        return True
+        return ""
 
-    async def settle(self, reserved: float, actual: float) -> None:
+    async def settle(self, token: str, reserved: float, actual: float) -> None:
         self.reserved = max(0.0, self.reserved - reserved)
         self.spent += actual
 
@@ -115,20 +117,21 @@ class Budget:
         """Set the attempt's worst case aside on ``lease``, or halt the run and raise Halted."""
         price = self._prices[lease.state.backend.id]
         cost = attempt_ceiling(price, tokens, call.params, call.endpoint)
-        if not await self.ledger.reserve(cost):
+        token = await self.ledger.reserve(cost)
+        if token is None:
             self.refused += 1
             self._control.halt(self.halt(None))
             raise Halted
-        lease.reserved = cost
+        lease.reservation = (token, cost)
 
     async def settle(self, attempt: Attempt, lease: Lease) -> None:
         """Replace the lease's reservation by what the attempt cost."""
-        reserved, lease.reserved = lease.reserved, 0.0
+        if lease.reservation is None:
+            return
+        (token, reserved), lease.reservation = lease.reservation, None
         reply = attempt.reply
-        actual = None if reply is None else reply_cost(self._prices[attempt.backend.id], reply)
-        if reply is None:
-            actual = 0.0
-        await self.ledger.settle(reserved, reserved if actual is None else actual)
+        actual = 0.0 if reply is None else reply_cost(self._prices[attempt.backend.id], reply)
+        await self.ledger.settle(token, reserved, reserved if actual is None else actual)
 
     def halt(self, not_run: int | None) -> Halt:
         """The halt of a run that reached its budget; ``not_run``: jobs left without a result

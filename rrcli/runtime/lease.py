@@ -48,10 +48,10 @@ class BackendState:
 
 @dataclass(slots=True, eq=False)
 class Lease:
-    """A routed call. While ``held`` it holds one slot of ``state.gate``; ``reserved`` is the
-    USD its attempt in flight set aside from the run's budget (budget.py)."""
+    """A routed call. While ``held`` it holds one slot of ``state.gate``. ``reservation``: the
+    token and USD its attempt in flight set aside from the run's budget (budget.py)."""
 
     state: BackendState
     binding: str | None = None  # "new" | "kept" | "rebound" | None (binding = "request")
     held: bool = True
-    reserved: float = 0.0
+    reservation: tuple[str, float] | None = None
