@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from rich.text import Text
 
 if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
+    from rrcli.config.prices import KnownPrice
     from rrcli.config.profile import Profile
     from rrcli.runtime.checks import CheckReport, JobsReport, ProbeResult
     from rrcli.runtime.control import RunControl, RunSummary
@@ -191,11 +192,29 @@ def print_check(report: CheckReport) -> None:
 
 
 def _extra_check_lines(report: CheckReport) -> list[str]:
-    lines = []
+    lines = price_lines(report.prices or {})
     if report.jobs is not None:
         lines += jobs_report_lines(report.jobs)
     if report.probes is not None:
         lines += probe_lines(report.probes)
+    return lines
+
+
+def price_lines(prices: Mapping[str, KnownPrice | None]) -> list[str]:
+    """``validate``: the prices looked up in genai-prices, and the backends with none."""
+    lines = [
+        f"price: {bid}: ${known.price.input:g} / ${known.price.output:g} per million input / "
+        f"output tokens ({known.source})"
+        for bid, known in prices.items()
+        if known is not None and known.source != "profile"
+    ]
+    unpriced = [bid for bid, known in prices.items() if known is None]
+    if unpriced:
+        lines.append(
+            f"price: no price for {', '.join(unpriced)} — add price = {{ input = ..., output = "
+            "... } (USD per million tokens): stats counts their calls unpriced and --max-cost "
+            "refuses to run"
+        )
     return lines
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rrcli.config.load import ValidationReport, resolve_profile_path, validate_profile
+from rrcli.config.prices import KnownPrice, price_of
 from rrcli.config.profile import Backend, Profile, RetrySettings
 from rrcli.errors import ProviderError, UsageError
 from rrcli.providers import make_provider
@@ -79,6 +80,7 @@ class CheckReport:
     profile: ValidationReport
     jobs: JobsReport | None = None
     probes: tuple[ProbeResult, ...] | None = None
+    prices: Mapping[str, KnownPrice | None] | None = None  # by backend id (config/prices.py)
 
     @property
     def failed(self) -> bool:
@@ -98,6 +100,11 @@ class CheckReport:
             document["jobs"] = self.jobs.as_dict()
         if self.probes is not None:
             document["probe"] = [asdict(p) for p in self.probes]
+        if self.prices is not None:
+            document["prices"] = {
+                bid: None if known is None else {**asdict(known.price), "source": known.source}
+                for bid, known in self.prices.items()
+            }
         return document
 
 
@@ -120,7 +127,8 @@ def validate(
     probes = None
     if probe_backends and report.ok and report.profile is not None:
         probes = tuple(asyncio.run(probe(report.profile, environ)))
-    return CheckReport(report, jobs_report, probes)
+    prices = {b.id: price_of(b) for b in backends} if report.profile is not None else None
+    return CheckReport(report, jobs_report, probes, prices)
 
 
 def _probe_call(backend: Backend) -> Call:
