@@ -342,10 +342,29 @@ def _stats_row(group: dict[str, Any]) -> list[str]:
         _ms(group["ttft_ms"]),
         _ms(group["tpot_ms"]),
         f"{group['input_tokens']:,}/{group['output_tokens']:,}",
-        "-" if group["cost_usd"] is None else f"{group['cost_usd']:.4f}",
+        _cost(group),
         _number(group["output_tokens_per_s"]),
         str(group["peak_in_flight"]),
     ]
+
+
+def _cost(group: dict[str, Any]) -> str:
+    """A group's cost, with the share of its calls priced when some had no price."""
+    if group["cost_usd"] is None:
+        return "-"
+    text = f"{group['cost_usd']:.4f}"
+    if group["priced_calls"] < group["calls"]:
+        text += f" ({_priced_share(group)} priced)"
+    return text
+
+
+def _priced_share(group: dict[str, Any]) -> str:
+    """The share of a group's calls that had a price, in whole percent (99 % until all are,
+    "<1 %" while any is)."""
+    share = group["priced_calls"] / group["calls"] * 100
+    if 0 < share < 1:
+        return "<1 %"
+    return f"{min(round(share), 99) if share < 100 else 100} %"
 
 
 def _ms(percentiles: dict[str, float | None]) -> str:
@@ -362,6 +381,11 @@ def _stats_footer(summary: dict[str, Any]) -> Text:
     open_runs = sum(not r["ended"] for r in runs)
     interrupted = sum(bool(r["interrupted"]) for r in runs)
     text = Text(f"jobs: {jobs}   runs: {len(runs)}")
+    total = summary["total"]
+    if total["cost_usd"] is not None:
+        text.append(f"   cost {total['cost_usd']:.2f} ({_priced_share(total)} of calls priced)")
+    elif total["calls"]:
+        text.append("   cost unknown (no call priced)", "yellow")
     if open_runs or interrupted:
         text.append(f" ({open_runs} without run_end, {interrupted} interrupted)", "yellow")
     malformed = summary["malformed_lines"]
