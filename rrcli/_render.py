@@ -18,6 +18,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from rrcli.tokens import UNCAPPED_OUTPUT
+
 if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
     from rrcli.config.prices import KnownPrice
@@ -244,28 +246,51 @@ def jobs_report_lines(report: JobsReport) -> list[str]:
 
 
 def print_plan(profile: Profile, plan: Plan) -> None:
-    """``run --dry-run``: jobs per deployment, estimated input tokens and cost."""
+    """``run --dry-run``: calls per deployment, estimated input and output tokens and cost, a
+    total row, and where the output estimate came from."""
     table = Table(title=f"plan: {plan.jobs:,} jobs ({plan.invalid:,} invalid), nothing sent")
-    table.add_column("deployment")
-    table.add_column("model")
-    table.add_column("calls", justify="right")
-    table.add_column("est. input tokens", justify="right")
-    if plan.input_cost is not None:
-        table.add_column("est. input cost (USD)", justify="right")
+    for name in ("deployment", "model", "calls", "est. input tokens", "est. output tokens"):
+        table.add_column(name, justify="left" if name in ("deployment", "model") else "right")
+    priced = plan.input_cost is not None and plan.output_cost is not None
+    if priced:
+        for name in ("est. input USD", "est. output USD", "est. USD"):
+            table.add_column(name, justify="right")
     for backend in profile.backends:
-        row = [
-            backend.id,
-            backend.model,
-            f"{plan.calls[backend.id]:,}",
-            f"{plan.input_tokens[backend.id]:,}",
-        ]
-        if plan.input_cost is not None:
-            cost = plan.input_cost.get(backend.id)
-            row.append("-" if cost is None else f"{cost:.4f}")
+        bid = backend.id
+        row = [bid, backend.model, f"{plan.calls[bid]:,}", f"{plan.input_tokens[bid]:,}",
+               f"{plan.output_tokens[bid]:,}"]  # fmt: skip
+        if priced:
+            row += _plan_costs(plan.input_cost.get(bid), plan.output_cost.get(bid))  # type: ignore[union-attr]
         table.add_row(*row)
+    table.add_section()
+    total = ["total", "", f"{sum(plan.calls.values()):,}", f"{sum(plan.input_tokens.values()):,}",
+             f"{sum(plan.output_tokens.values()):,}"]  # fmt: skip
+    if priced:
+        total += _plan_costs(sum(plan.input_cost.values()), sum(plan.output_cost.values()))  # type: ignore[union-attr]
+    table.add_row(*total, style="bold")
     stdout.print(table)
+    stdout.print(_output_note(plan), markup=False, highlight=False)
     for message in plan.refused:
         stdout.print(f"invalid: {message}", markup=False, highlight=False)
+
+
+def _plan_costs(input_cost: float | None, output_cost: float | None) -> list[str]:
+    if input_cost is None or output_cost is None:
+        return ["-", "-", "no price"]
+    return [f"{input_cost:.4f}", f"{output_cost:.4f}", f"{input_cost + output_cost:.4f}"]
+
+
+def _output_note(plan: Plan) -> str:
+    """Where the output estimate came from: each call at its output cap, the most it costs."""
+    parts = {"job": "the job's max tokens", "backend": "the backend's params",
+             "default": f"the default of {UNCAPPED_OUTPUT:,} (no cap set)"}  # fmt: skip
+    counted = [f"{n:,} from {parts[k]}" for k, n in plan.output_from.items() if n]
+    note = "output estimated at each call's cap, the most it may cost: " + (
+        "; ".join(counted) or "no call"
+    )
+    if plan.input_cost is not None and len(plan.input_cost) < len(plan.calls):
+        note += "; the total counts priced deployments only"
+    return note
 
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow"}

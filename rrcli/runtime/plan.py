@@ -1,11 +1,17 @@
 """``rrcli run --dry-run``: parse, validate and route every selected job on paper; send nothing.
 
 The plan is what a user checks before spending money: calls per deployment, estimated input
-tokens and, where backends have a ``price``, the estimated input cost; and the jobs a run would
+tokens and output tokens and, where backends have a price (config/prices.py), the estimated
+input and output cost, with a total; and the jobs a run would
 find invalid because no backend can take them: none serves their endpoint, or none whose API
 can express their params (``refused``, one message each; each job is routed only among the
 backends that can take it). It writes and repairs no file, so it does not read a results file
 either: with ``--resume`` it still plans every selected job (the run skips those already ``ok``).
+
+A call's output is taken at its cap, the most it may cost (as a budget reserves it): the job's
+``max_tokens`` / ``max_completion_tokens`` / ``max_output_tokens``, else the backend's params',
+else ``tokens.UNCAPPED_OUTPUT`` (16,384); embeddings and moderations have none. ``output_from``
+counts the calls by which of the three it was.
 """
 
 from __future__ import annotations
@@ -14,13 +20,15 @@ import random
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from rrcli.config.profile import Profile
+from rrcli.config.prices import pool_prices
+from rrcli.config.profile import Backend, Profile
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
+from rrcli.runtime.budget import NO_OUTPUT
 from rrcli.runtime.control import RunSummary
 from rrcli.runtime.router import Router
 from rrcli.runtime.runner import RunOptions, make_router, open_jobs, select_jobs
 from rrcli.runtime.serving import RouteRules
-from rrcli.tokens import estimate_input_tokens, estimate_value_tokens
+from rrcli.tokens import UNCAPPED_OUTPUT, estimate_input_tokens, estimate_value_tokens, output_cap
 
 __all__ = ["Plan", "plan"]
 
@@ -33,8 +41,22 @@ class Plan:
     invalid: int = 0
     calls: dict[str, int] = field(default_factory=dict)
     input_tokens: dict[str, int] = field(default_factory=dict)
-    input_cost: dict[str, float] | None = None
+    output_tokens: dict[str, int] = field(default_factory=dict)  # at each call's cap
+    input_cost: dict[str, float] | None = None  # USD, priced deployments only; None: none is
+    output_cost: dict[str, float] | None = None
+    output_from: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTPUT_FROM, 0))
     refused: list[str] = field(default_factory=list)  # "line N: no backend serves ..."
+
+    @property
+    def total_cost(self) -> float | None:
+        """USD of every priced deployment, input and output; None when none is priced."""
+        if self.input_cost is None or self.output_cost is None:
+            return None
+        return sum(self.input_cost.values()) + sum(self.output_cost.values())
+
+
+#: where a call's output estimate came from: the job's cap, the backend's, or the default
+OUTPUT_FROM = ("job", "backend", "default")
 
 
 async def plan(profile: Profile, options: RunOptions) -> Plan:
@@ -43,6 +65,7 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
     router, _ = make_router(profile, random.Random(seed), local=True)
     result = Plan(calls={b.id: 0 for b in profile.backends})
     result.input_tokens = dict.fromkeys(result.calls, 0)
+    result.output_tokens = dict.fromkeys(result.calls, 0)
     summary = RunSummary("dry-run")
     session_binding = profile.binding == "session"
     rules = RouteRules(profile.backends)
@@ -61,10 +84,13 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
                 continue
             result.jobs += 1
             await _route(router, job, excluded, session_binding, result)
-    prices = {b.id: b.price for b in profile.backends if b.price is not None}
+    prices = {bid: p for bid, p in pool_prices(profile.backends).items() if p is not None}
     if prices:
         result.input_cost = {
-            bid: result.input_tokens[bid] * price.input / 1e6 for bid, price in prices.items()
+            bid: result.input_tokens[bid] * p.input / 1e6 for bid, p in prices.items()
+        }
+        result.output_cost = {
+            bid: result.output_tokens[bid] * p.output / 1e6 for bid, p in prices.items()
         }
     return result
 
@@ -80,10 +106,26 @@ async def _route(
         session = job.session if session_binding else None
         lease = await router.acquire(session=session, exclude=excluded)
         await router.release(lease)
-        backend_id = lease.state.backend.id
+        backend = lease.state.backend
+        backend_id = backend.id
         result.calls[backend_id] += 1
+        result.output_tokens[backend_id] += _output(job, backend, result.output_from)
         result.input_tokens[backend_id] += (
             estimate_input_tokens(history)
             if job.input is None
             else estimate_value_tokens(job.input)
         )
+
+
+def _output(job: Job, backend: Backend, output_from: dict[str, int]) -> int:
+    """The output tokens a call of ``job`` on ``backend`` may take at most, counted by where the
+    cap came from in ``output_from``."""
+    if job.endpoint in NO_OUTPUT:
+        return 0
+    for where, params in (("job", job.params), ("backend", backend.params)):
+        cap = output_cap(params)
+        if cap is not None:
+            output_from[where] += 1
+            return cap
+    output_from["default"] += 1
+    return UNCAPPED_OUTPUT
