@@ -123,6 +123,9 @@ class RunDisplay:
         head += f"  invalid {summary.invalid:,}"
         if summary.skipped:
             head += f"  skipped {summary.skipped:,}"
+        budget = router.budget
+        if budget is not None:
+            head += f"  spent ${budget.spent:,.2f} of ${budget.limit:,.2f}"
         table = Table(box=None, pad_edge=False)
         for name, justify in [
             ("deployment", "left"),

@@ -159,14 +159,11 @@ def final_halt(budget: Budget, summary: RunSummary, rest: Iterator[object] | Non
     return budget.halt(budget.refused + left)
 
 
-async def make_budget(
-    profile: Profile, options: RunOptions, control: RunControl, gates: Mapping[str, Any]
-) -> Budget | None:
-    """The run's budget: ``--max-cost``, else the profile's ``[budget] max_cost_usd``, else none.
-    Raises UsageError (nothing sent) when a backend has no price. With ``--resume`` the spend
-    of the earlier runs in the traces counts; on a Redis gate the ledger is shared."""
-    limit = options.max_cost if options.max_cost is not None else profile.budget.max_cost_usd
-    if limit is None:
+def budget_prices(profile: Profile, options: RunOptions) -> dict[str, Price] | None:
+    """The prices a budget reserves at, by backend id; None when the run has no budget
+    (``--max-cost``, else the profile's ``[budget] max_cost_usd``). Raises UsageError when a
+    backend has no price: checked before anything is sent or written."""
+    if _limit(profile, options) is None:
         return None
     prices = pool_prices(profile.backends)
     unpriced = [bid for bid, price in prices.items() if price is None]
@@ -176,6 +173,26 @@ async def make_budget(
             "give each a price = { input = ..., output = ... } (USD per million tokens), or "
             'pip install "rrcli[prices]" for the prices of known models'
         )
+    return {bid: price for bid, price in prices.items() if price is not None}
+
+
+def _limit(profile: Profile, options: RunOptions) -> float | None:
+    return options.max_cost if options.max_cost is not None else profile.budget.max_cost_usd
+
+
+async def make_budget(
+    profile: Profile,
+    options: RunOptions,
+    prices: Mapping[str, Price] | None,
+    control: RunControl,
+    gates: Mapping[str, Any],
+) -> Budget | None:
+    """The run's budget at ``prices`` (``budget_prices``; None: no budget). With ``--resume``
+    the spend of the earlier runs in the traces counts; on a Redis gate the ledger is
+    shared."""
+    limit = _limit(profile, options)
+    if prices is None or limit is None:
+        return None
     earlier = traces_cost(options.traces, prices) if options.resume else 0.0
     hub = getattr(gates, "hub", None)
     ledger: Ledger
@@ -185,4 +202,4 @@ async def make_budget(
         from rrcli.runtime._redis_budget import RedisLedger
 
         ledger = await RedisLedger.join(hub, profile, limit, earlier)
-    return Budget(limit, {k: v for k, v in prices.items() if v is not None}, ledger, control)
+    return Budget(limit, prices, ledger, control)

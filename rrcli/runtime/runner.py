@@ -35,7 +35,7 @@ from rrcli.records.claim import STDIN, OutputClaim, refuse_same_files
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs, shard_of
 from rrcli.records.results import ResultWriter, ResumeState, prepare_output
 from rrcli.records.trace import TraceWriter, new_run_id
-from rrcli.runtime.budget import final_halt, make_budget
+from rrcli.runtime.budget import budget_prices, final_halt, make_budget
 from rrcli.runtime.control import RunControl, RunSummary
 from rrcli.runtime.engine import Engine
 from rrcli.runtime.options import RunOptions
@@ -116,6 +116,7 @@ async def run(
     seed = options.seed if options.seed is not None else profile.seed
     rng = random.Random(seed)
     keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}  # UsageError if unset
+    prices = budget_prices(profile, options)  # UsageError: a budget with an unpriced backend
     with ExitStack() as stack:
         _refuse_clobbering(options)
         source, stream = open_jobs(options, stack)
@@ -123,7 +124,7 @@ async def run(
         resume = _prepare_results(options, stack)
         summary = RunSummary(new_run_id(), total=len(options.prompts) or count_lines(options.jobs))
         router, gates = make_router(profile, rng)
-        router.budget = await make_budget(profile, options, control, gates)  # UsageError: unpriced
+        router.budget = await make_budget(profile, options, prices, control, gates)
         if resume is not None and resume.sessions:
             router.restore_bindings(resume.sessions)
         providers = make_providers(profile, keys, seed)
