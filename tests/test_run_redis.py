@@ -166,7 +166,6 @@ def test_four_processes_share_one_budget_and_spend_no_more(tmp_path, sim_server,
     it (the cost of every trace's call records), each one that was refused exits 3, and the
     budget's keys are gone once the last process left."""
     import redis
-
     from test_run_budget import PRICE, traces_cost, write_capped_jobs
 
     servers = [sim_server(latency_ms=20, output_tokens=30, seed=i) for i in range(2)]

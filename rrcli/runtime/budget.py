@@ -17,7 +17,7 @@ same results file (``--resume``) is read from the traces first (``records.spend`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rrcli.config.prices import pool_prices
@@ -63,7 +63,8 @@ def reply_cost(price: Price, reply: Reply) -> float | None:
 
 
 class Ledger(Protocol):
-    """Where spend is kept. ``spent``: settled USD as last seen (shared ones: by everyone)."""
+    """Where spend is kept, shared by several processes. ``spent``: settled USD, as last seen
+    (by everyone)."""
 
     spent: float
 
@@ -77,18 +78,19 @@ class Ledger(Protocol):
 
 
 class LocalLedger:
-    """This process's spend: ``spent`` settled, ``reserved`` set aside for calls in flight."""
+    """This process's spend: ``spent`` settled, ``reserved`` set aside for calls in flight.
+    Its steps do not wait, so they are plain calls: no coroutine on the hot path."""
 
     def __init__(self, limit: float, spent: float = 0.0) -> None:
         self.limit, self.spent, self.reserved = limit, spent, 0.0
 
-    async def reserve(self, cost: float) -> str | None:
+    def reserve(self, cost: float) -> str | None:
         if self.spent + self.reserved + cost > self.limit + _EPSILON:
             return None
         self.reserved += cost
         return ""
 
-    async def settle(self, token: str, reserved: float, actual: float) -> None:
+    def settle(self, token: str, reserved: float, actual: float) -> None:
         self.reserved = max(0.0, self.reserved - reserved)
         self.spent += actual
 
@@ -101,37 +103,58 @@ class Budget:
     attempt. ``refused`` counts the jobs an attempt refused ended (they have no result)."""
 
     def __init__(
-        self, limit: float, prices: Mapping[str, Price], ledger: Ledger, control: RunControl
+        self,
+        limit: float,
+        prices: Mapping[str, Price],
+        ledger: LocalLedger | Ledger,
+        control: RunControl,
     ) -> None:
         self.limit = limit
         self.ledger = ledger
         self.refused = 0
         self._prices = prices
         self._control = control
+        self._local = ledger if isinstance(ledger, LocalLedger) else None
 
     @property
     def spent(self) -> float:
         return self.ledger.spent
 
-    async def reserve(self, lease: Lease, tokens: int, call: Call) -> None:
-        """Set the attempt's worst case aside on ``lease``, or halt the run and raise Halted."""
+    def reserve(self, lease: Lease, tokens: int, call: Call) -> Awaitable[None] | None:
+        """Set the attempt's worst case aside on ``lease``, or halt the run and raise Halted.
+        A local ledger does it now (None); a shared one returns the step to await."""
         price = self._prices[lease.state.backend.id]
         cost = attempt_ceiling(price, tokens, call.params, call.endpoint)
-        token = await self.ledger.reserve(cost)
+        if self._local is None:
+            return self._reserve_shared(lease, cost)
+        self._took(lease, self._local.reserve(cost), cost)
+        return None
+
+    async def _reserve_shared(self, lease: Lease, cost: float) -> None:
+        assert not isinstance(self.ledger, LocalLedger)
+        self._took(lease, await self.ledger.reserve(cost), cost)
+
+    def _took(self, lease: Lease, token: str | None, cost: float) -> None:
         if token is None:
             self.refused += 1
             self._control.halt(self.halt(None))
             raise Halted
         lease.reservation = (token, cost)
 
-    async def settle(self, attempt: Attempt, lease: Lease) -> None:
-        """Replace the lease's reservation by what the attempt cost."""
+    def settle(self, attempt: Attempt, lease: Lease) -> Awaitable[None] | None:
+        """Replace the lease's reservation by what the attempt cost: now with a local ledger
+        (None), else the step to await."""
         if lease.reservation is None:
-            return
+            return None
         (token, reserved), lease.reservation = lease.reservation, None
         reply = attempt.reply
         actual = 0.0 if reply is None else reply_cost(self._prices[attempt.backend.id], reply)
-        await self.ledger.settle(token, reserved, reserved if actual is None else actual)
+        if actual is None:
+            actual = reserved
+        if self._local is not None:
+            self._local.settle(token, reserved, actual)
+            return None
+        return self.ledger.settle(token, reserved, actual)  # type: ignore[return-value]
 
     def halt(self, not_run: int | None) -> Halt:
         """The halt of a run that reached its budget; ``not_run``: jobs left without a result
@@ -195,7 +218,7 @@ async def make_budget(
         return None
     earlier = traces_cost(options.traces, prices) if options.resume else 0.0
     hub = getattr(gates, "hub", None)
-    ledger: Ledger
+    ledger: LocalLedger | Ledger
     if hub is None:
         ledger = LocalLedger(limit, earlier)
     else:

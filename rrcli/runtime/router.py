@@ -148,14 +148,15 @@ class Router:
         attempt starts here. Without a budget, a lease holding its slot awaits the gate's
         reservation itself: no coroutine between."""
         if self.budget is not None:
-            return self._admit_within_budget(lease, tokens, call)
+            shared = self.budget.reserve(lease, tokens, call)
+            if shared is not None:
+                return self._admit_after(shared, lease, tokens)
         if lease.held:
             return lease.state.gate.reserve(tokens)
         return self._readmit(lease, tokens)
 
-    async def _admit_within_budget(self, lease: Lease, tokens: int, call: Call) -> None:
-        assert self.budget is not None
-        await self.budget.reserve(lease, tokens, call)
+    async def _admit_after(self, step: Awaitable[None], lease: Lease, tokens: int) -> None:
+        await step
         if not lease.held:
             await self.reacquire(lease)
         await lease.state.gate.reserve(tokens)
@@ -171,7 +172,9 @@ class Router:
         booking corrected by the reply's usage (never above what the call could have cost), and
         the budget's reservation settled at what the reply cost."""
         if self.budget is not None and lease is not None:
-            await self.budget.settle(attempt, lease)
+            shared = self.budget.settle(attempt, lease)
+            if shared is not None:
+                await shared
         state = self._by_id[attempt.backend.id]
         reply, error = attempt.reply, attempt.error
         if reply is None:
