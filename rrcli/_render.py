@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,11 +18,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from rrcli.tokens import UNCAPPED_OUTPUT
-
 if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
-    from rrcli.config.prices import KnownPrice
     from rrcli.config.profile import Profile
     from rrcli.runtime.checks import CheckReport, JobsReport, ProbeResult
     from rrcli.runtime.control import RunControl, RunSummary
@@ -197,29 +194,11 @@ def print_check(report: CheckReport) -> None:
 
 
 def _extra_check_lines(report: CheckReport) -> list[str]:
-    lines = price_lines(report.prices or {})
+    lines = report.price_lines()
     if report.jobs is not None:
         lines += jobs_report_lines(report.jobs)
     if report.probes is not None:
         lines += probe_lines(report.probes)
-    return lines
-
-
-def price_lines(prices: Mapping[str, KnownPrice | None]) -> list[str]:
-    """``validate``: the prices looked up in genai-prices, and the backends with none."""
-    lines = [
-        f"price: {bid}: ${known.price.input:g} / ${known.price.output:g} per million input / "
-        f"output tokens ({known.source})"
-        for bid, known in prices.items()
-        if known is not None and known.source != "profile"
-    ]
-    unpriced = [bid for bid, known in prices.items() if known is None]
-    if unpriced:
-        lines.append(
-            f"price: no price for {', '.join(unpriced)} — add price = {{ input = ..., output = "
-            "... } (USD per million tokens): stats counts their calls unpriced and --max-cost "
-            "refuses to run"
-        )
     return lines
 
 
@@ -251,49 +230,18 @@ def jobs_report_lines(report: JobsReport) -> list[str]:
 def print_plan(profile: Profile, plan: Plan) -> None:
     """``run --dry-run``: calls per deployment, estimated input and output tokens and cost, a
     total row, and where the output estimate came from."""
+    head, rows = plan.rows(profile.backends)
     table = Table(title=f"plan: {plan.jobs:,} jobs ({plan.invalid:,} invalid), nothing sent")
-    for name in ("deployment", "model", "calls", "est. input tokens", "est. output tokens"):
-        table.add_column(name, justify="left" if name in ("deployment", "model") else "right")
-    priced = plan.input_cost is not None and plan.output_cost is not None
-    if priced:
-        for name in ("est. input USD", "est. output USD", "est. USD"):
-            table.add_column(name, justify="right")
-    for backend in profile.backends:
-        bid = backend.id
-        row = [bid, backend.model, f"{plan.calls[bid]:,}", f"{plan.input_tokens[bid]:,}",
-               f"{plan.output_tokens[bid]:,}"]  # fmt: skip
-        if priced:
-            row += _plan_costs(plan.input_cost.get(bid), plan.output_cost.get(bid))  # type: ignore[union-attr]
+    for i, name in enumerate(head):
+        table.add_column(name, justify="left" if i < 2 else "right")
+    for row in rows[:-1]:
         table.add_row(*row)
     table.add_section()
-    total = ["total", "", f"{sum(plan.calls.values()):,}", f"{sum(plan.input_tokens.values()):,}",
-             f"{sum(plan.output_tokens.values()):,}"]  # fmt: skip
-    if priced:
-        total += _plan_costs(sum(plan.input_cost.values()), sum(plan.output_cost.values()))  # type: ignore[union-attr]
-    table.add_row(*total, style="bold")
+    table.add_row(*rows[-1], style="bold")
     stdout.print(table)
-    stdout.print(_output_note(plan), markup=False, highlight=False)
+    stdout.print(plan.output_note(), markup=False, highlight=False)
     for message in plan.refused:
         stdout.print(f"invalid: {message}", markup=False, highlight=False)
-
-
-def _plan_costs(input_cost: float | None, output_cost: float | None) -> list[str]:
-    if input_cost is None or output_cost is None:
-        return ["-", "-", "no price"]
-    return [f"{input_cost:.4f}", f"{output_cost:.4f}", f"{input_cost + output_cost:.4f}"]
-
-
-def _output_note(plan: Plan) -> str:
-    """Where the output estimate came from: each call at its output cap, the most it costs."""
-    parts = {"job": "the job's max tokens", "backend": "the backend's params",
-             "default": f"the default of {UNCAPPED_OUTPUT:,} (no cap set)"}  # fmt: skip
-    counted = [f"{n:,} from {parts[k]}" for k, n in plan.output_from.items() if n]
-    note = "output estimated at each call's cap, the most it may cost: " + (
-        "; ".join(counted) or "no call"
-    )
-    if plan.input_cost is not None and len(plan.input_cost) < len(plan.calls):
-        note += "; the total counts priced deployments only"
-    return note
 
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow"}

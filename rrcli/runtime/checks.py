@@ -30,7 +30,9 @@ from rrcli.runtime.serving import RouteRules
 if TYPE_CHECKING:
     from rrcli.providers.base import Call
 
-__all__ = ["CheckReport", "JobsReport", "ProbeResult", "check_jobs", "probe", "validate"]
+__all__ = [
+    "CheckReport", "JobsReport", "ProbeResult", "check_jobs", "price_lines", "probe", "validate",
+]  # fmt: skip
 
 PROBE_MESSAGES = [{"role": "user", "content": "Reply with the word ok."}]
 #: what a probe sends to a backend that serves no chat: its first endpoint, a tiny input
@@ -106,6 +108,10 @@ class CheckReport:
                 for bid, known in self.prices.items()
             }
         return document
+
+    def price_lines(self) -> list[str]:
+        """The prices looked up in genai-prices and the backends with none, as text lines."""
+        return price_lines(self.prices or {})
 
 
 def validate(
@@ -196,3 +202,21 @@ def check_jobs(path: Path, backends: Sequence[Backend] = ()) -> JobsReport:
             report.kinds[job.kind] += 1
             report.endpoints[job.endpoint] += 1
     return report
+
+
+def price_lines(prices: Mapping[str, KnownPrice | None]) -> list[str]:
+    """``validate``: the prices looked up in genai-prices, and the backends with none."""
+    lines = [
+        f"price: {bid}: ${known.price.input:g} / ${known.price.output:g} per million input / "
+        f"output tokens ({known.source})"
+        for bid, known in prices.items()
+        if known is not None and known.source != "profile"
+    ]
+    unpriced = [bid for bid, known in prices.items() if known is None]
+    if unpriced:
+        lines.append(
+            f"price: no price for {', '.join(unpriced)} — add price = {{ input = ..., output = "
+            "... } (USD per million tokens): stats counts their calls unpriced and --max-cost "
+            "refuses to run"
+        )
+    return lines

@@ -17,6 +17,7 @@ counts the calls by which of the three it was.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
@@ -47,12 +48,36 @@ class Plan:
     output_from: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTPUT_FROM, 0))
     refused: list[str] = field(default_factory=list)  # "line N: no backend serves ..."
 
-    @property
-    def total_cost(self) -> float | None:
-        """USD of every priced deployment, input and output; None when none is priced."""
-        if self.input_cost is None or self.output_cost is None:
-            return None
-        return sum(self.input_cost.values()) + sum(self.output_cost.values())
+    def rows(self, backends: Sequence[Backend]) -> tuple[list[str], list[list[str]]]:
+        """The plan as a table of text: its header, and a row per deployment then the total
+        (the cost columns when any deployment is priced)."""
+        counts = (self.calls, self.input_tokens, self.output_tokens)
+        head = ["deployment", "model", "calls", "est. input tokens", "est. output tokens"]
+        inputs, outputs = self.input_cost, self.output_cost
+        if inputs is not None and outputs is not None:
+            head += ["est. input USD", "est. output USD", "est. USD"]
+        rows = []
+        for b in backends:
+            row = [b.id, b.model, *(f"{c[b.id]:,}" for c in counts)]
+            if inputs is not None and outputs is not None:
+                row += _costs(inputs.get(b.id), outputs.get(b.id))
+            rows.append(row)
+        total = ["total", "", *(f"{sum(c.values()):,}" for c in counts)]
+        if inputs is not None and outputs is not None:
+            total += _costs(sum(inputs.values()), sum(outputs.values()))
+        return head, [*rows, total]
+
+    def output_note(self) -> str:
+        """The line under the plan: where each call's output estimate came from."""
+        parts = {"job": "the job's max tokens", "backend": "the backend's params",
+                 "default": f"the default of {UNCAPPED_OUTPUT:,} (no cap set)"}  # fmt: skip
+        counted = [f"{n:,} from {parts[k]}" for k, n in self.output_from.items() if n]
+        note = "output estimated at each call's cap, the most it may cost: " + (
+            "; ".join(counted) or "no call"
+        )
+        if self.input_cost is not None and len(self.input_cost) < len(self.calls):
+            note += "; the total counts priced deployments only"
+        return note
 
 
 #: where a call's output estimate came from: the job's cap, the backend's, or the default
@@ -129,3 +154,10 @@ def _output(job: Job, backend: Backend, output_from: dict[str, int]) -> int:
             return cap
     output_from["default"] += 1
     return UNCAPPED_OUTPUT
+
+
+def _costs(input_cost: float | None, output_cost: float | None) -> list[str]:
+    """The cost cells of a row: input, output and their sum, in USD."""
+    if input_cost is None or output_cost is None:
+        return ["-", "-", "no price"]
+    return [f"{input_cost:.4f}", f"{output_cost:.4f}", f"{input_cost + output_cost:.4f}"]

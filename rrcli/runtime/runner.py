@@ -106,10 +106,9 @@ async def run(
     """Run every selected job of ``options.jobs`` across ``profile``'s pool, writing results and
     traces where ``options`` says, SPEC §1's defaults filled in (``RunOptions.with_defaults``).
 
-    Raises UsageError (nothing sent) when the outputs cannot be prepared, a key is missing or
-    the jobs are not JSON Lines.
-    ``on_start`` is called once the router exists (the CLI starts its live display there).
-    """
+    Raises UsageError (nothing sent) when the outputs cannot be prepared, a key or a budget's
+    price is missing, or the jobs are not JSON Lines. ``on_start`` is called once the router
+    exists (the CLI starts its live display there)."""
     options = options.with_defaults()
     environ = os.environ if environ is None else environ
     control = control or RunControl()
@@ -143,12 +142,21 @@ async def run(
         try:
             await _drive(engine, jobs, run_concurrency(options, profile), reader)
         finally:
-            summary.halted = control.halted
-            if summary.halted and summary.halted.reason == "budget" and router.budget:
-                summary.halted = final_halt(router.budget, summary, None if reader else jobs)
-            summary.interrupted = control.stopping and control.halted is None
+            _ended(summary, control, router, None if reader else jobs)
             await _close(engine, gates)
     return summary
+
+
+def _ended(
+    summary: RunSummary, control: RunControl, router: Router, rest: Iterator[Any] | None
+) -> None:
+    """How the run ended, on its summary: interrupted, or halted (a budget's halt says the
+    spend and the jobs not run once the calls in flight finished; ``rest``: the jobs never
+    handed out, None when they came from a pipe)."""
+    summary.halted = control.halted
+    if summary.halted and summary.halted.reason == "budget" and router.budget:
+        summary.halted = final_halt(router.budget, summary, rest)
+    summary.interrupted = control.stopping and control.halted is None
 
 
 def _selected(
