@@ -231,3 +231,23 @@ def test_validate_names_the_backends_without_a_price(tmp_path, sim_server):
     assert "price: no price for b —" in text.stdout
     document = orjson.loads(rrcli("validate", profile, "--json", cwd=tmp_path).stdout)
     assert {"a": {**PRICE, "source": "profile"}, "b": None} == document["prices"]
+
+
+def test_a_profile_budget_over_an_unpriced_backend_is_a_profile_error(tmp_path, sim_server):
+    """`[budget] max_cost_usd` with a backend that has no price: validate reports an error at
+    budget.max_cost_usd naming the backend, and run refuses the profile (exit 2), nothing sent."""
+    server = sim_server()
+    profile = write_profile(
+        tmp_path / "p.toml",
+        [{"id": "a", "base_url": server.openai_url, "price": PRICE},
+         {"id": "b", "base_url": server.openai_url}],
+        budget={"max_cost_usd": 1.0},
+    )  # fmt: skip
+    report = orjson.loads(rrcli("validate", profile, "--json", cwd=tmp_path).stdout)
+    assert ["budget.max_cost_usd"] == [e["path"] for e in report["errors"]]
+    assert "no price for b" in report["errors"][0]["message"]
+    jobs = write_capped_jobs(tmp_path / "jobs.jsonl", 3)
+    done = rrcli("run", jobs, "-p", profile, cwd=tmp_path)
+    assert 2 == done.returncode
+    assert "no price for b" in done.stderr
+    assert 0 == server.stats()["requests"]

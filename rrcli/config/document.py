@@ -15,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 from rrcli.config.addresses import Resolver, UrlCheck, check_base_urls
 from rrcli.config.backends import build_backend
 from rrcli.config.diagnostic import Diagnostic
+from rrcli.config.prices import price_of, unpriced_budget
 from rrcli.config.profile import (
     Backend,
     BudgetSettings,
@@ -215,6 +216,10 @@ def _pool(check: Checker, profile: Profile) -> None:
             "pool_of_one",
         )
     _same_model(check, profile)
+    if profile.budget.max_cost_usd is not None:
+        unpriced = [b.id for b in backends if price_of(b) is None]
+        if unpriced:
+            check.add("error", "budget.max_cost_usd", *unpriced_budget(unpriced), "unpriced")
     if profile.strategy == "weighted" and backends and all(b.weight == 0 for b in backends):
         check.add(
             "error",

@@ -18,7 +18,10 @@ from functools import cache
 
 from rrcli.config.profile import Backend, Price
 
-__all__ = ["LIBRARY", "KnownPrice", "library_installed", "lookup_price", "pool_prices", "price_of"]
+__all__ = [
+    "LIBRARY", "KnownPrice", "library_installed", "lookup_price", "pool_prices", "price_of",
+    "unpriced_budget",
+]  # fmt: skip
 
 LIBRARY = "genai-prices"
 _SAMPLE = 1000  # tokens of each kind priced to read the per-token prices of the first tier
@@ -66,6 +69,15 @@ def lookup_price(provider: str, base_url: str, model: str) -> Price | None:
         return None
     per_million = 1_000_000 / _SAMPLE
     return Price(float(found.input_price) * per_million, float(found.output_price) * per_million)
+
+
+def unpriced_budget(unpriced: Iterable[str]) -> tuple[str, str]:
+    """What is wrong and the fix, for a budget over backends with no price."""
+    return (
+        f"a budget needs a price for every backend; no price for {', '.join(unpriced)}",
+        "give each a price = { input = ..., output = ... } (USD per million tokens), or "
+        'pip install "rrcli[prices]" for the prices of known models',
+    )
 
 
 def library_installed() -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rrcli.config.prices import pool_prices
+from rrcli.config.prices import pool_prices, unpriced_budget
 from rrcli.config.profile import Price, Profile
 from rrcli.errors import UsageError
 from rrcli.records.spend import traces_cost
@@ -191,11 +191,7 @@ def budget_prices(profile: Profile, options: RunOptions) -> dict[str, Price] | N
     prices = pool_prices(profile.backends)
     unpriced = [bid for bid, price in prices.items() if price is None]
     if unpriced:
-        raise UsageError(
-            f"a budget needs a price for every backend; no price for {', '.join(unpriced)} — "
-            "give each a price = { input = ..., output = ... } (USD per million tokens), or "
-            'pip install "rrcli[prices]" for the prices of known models'
-        )
+        raise UsageError(" — ".join(unpriced_budget(unpriced)))
     return {bid: price for bid, price in prices.items() if price is not None}
 
 
