@@ -64,7 +64,7 @@ def test_validate_report_is_built_by_the_library(tmp_path):
     jobs.write_text('{"prompt": "a"}\nnope\n')
     report = validate("demo", environ={}, jobs=jobs)
     document = report.as_dict()
-    assert ["ok", "errors", "warnings", "profile", "jobs"] == list(document)
+    assert ["ok", "errors", "warnings", "profile", "jobs", "prices"] == list(document)
     assert (False, 1, 1) == (
         document["ok"],
         document["jobs"]["jobs"],
