@@ -6,8 +6,9 @@ server, in the same process, alternating.
 
 Two priced backends of cap concurrency/2 on one server; with the budget, every attempt reserves
 its worst case at the router's admit and settles at its usage (runtime/budget.py), with a limit
-no run reaches. Prints each round's jobs/s and the median ratio (budget / none); the bar is
->= 0.9.
+no run reaches. Each round runs none, budget, budget, none (so a load that drifts during a round
+weighs on both alike) and prints jobs/s and this process's CPU µs a job of each; then the median
+ratio of throughput (budget / none; the bar is >= 0.9) and of CPU a job.
 """
 
 from __future__ import annotations
@@ -45,15 +46,26 @@ def profile(base_url: str, concurrency: int) -> Profile:
     )
 
 
-async def timed(pool: Profile, jobs: Path, tmp: Path, max_cost: float | None) -> float:
+async def timed(
+    pool: Profile, jobs: Path, tmp: Path, max_cost: float | None
+) -> tuple[float, float]:
+    """(jobs/s, CPU µs a job of this process) of one run."""
     options = RunOptions(
         jobs=jobs, out=tmp / "r.jsonl", traces=tmp / "t.jsonl", overwrite=True, max_cost=max_cost
     )
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     summary = await run(pool, options, environ={})
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     assert summary.ok == summary.total, summary.jobs
-    return summary.ok / elapsed
+    return summary.ok / elapsed, cpu / summary.ok * 1e6
+
+
+def pair(pool: Profile, jobs: Path, tmp: Path) -> tuple[float, float, float, float]:
+    """One round, none-budget-budget-none: (jobs/s, CPU µs a job) without, then with."""
+    a1, b1, b2, a2 = (asyncio.run(timed(pool, jobs, tmp, cost)) for cost in (None, 1e6, 1e6, None))
+    return (
+        (a1[0] + a2[0]) / 2, (a1[1] + a2[1]) / 2, (b1[0] + b2[0]) / 2, (b1[1] + b2[1]) / 2
+    )  # fmt: skip
 
 
 def main() -> None:
@@ -72,17 +84,21 @@ def main() -> None:
         pool = profile(url, args.concurrency)
         print(f"{args.jobs} jobs, concurrency {args.concurrency}, server {args.latency_ms} ms")
         asyncio.run(timed(pool, jobs, tmp, None))  # warm up
-        ratios = []
+        ratios, cpu_ratios = [], []
         for i in range(args.rounds):
-            plain = asyncio.run(timed(pool, jobs, tmp, None))
-            budgeted = asyncio.run(timed(pool, jobs, tmp, 1e6))
+            plain, plain_cpu, budgeted, budget_cpu = pair(pool, jobs, tmp)
             ratios.append(budgeted / plain)
+            cpu_ratios.append(budget_cpu / plain_cpu)
             print(
-                f"round {i + 1}: no budget {plain:8.0f} jobs/s | budget {budgeted:8.0f} jobs/s "
+                f"round {i + 1}: no budget {plain:6.0f} jobs/s, {plain_cpu:5.0f} µs CPU a job | "
+                f"budget {budgeted:6.0f} jobs/s, {budget_cpu:5.0f} µs CPU a job "
                 f"(ratio {budgeted / plain:.3f})",
                 flush=True,
             )
-        print(f"median ratio {statistics.median(ratios):.3f} (bar: >= 0.9)")
+        print(
+            f"median throughput ratio {statistics.median(ratios):.3f} (bar: >= 0.9); "
+            f"median CPU a job ratio {statistics.median(cpu_ratios):.3f}"
+        )
 
 
 if __name__ == "__main__":
