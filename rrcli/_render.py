@@ -18,6 +18,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from rrcli.stats.text import cost_cell, cost_line
+
 if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
     from rrcli.config.profile import Profile
@@ -120,9 +122,8 @@ class RunDisplay:
         head += f"  invalid {summary.invalid:,}"
         if summary.skipped:
             head += f"  skipped {summary.skipped:,}"
-        budget = router.budget
-        if budget is not None:
-            head += f"  spent ${budget.spent:,.2f} of ${budget.limit:,.2f}"
+        if router.budget is not None:
+            head += f"  {router.budget.progress()}"
         table = Table(box=None, pad_edge=False)
         for name, justify in [
             ("deployment", "left"),
@@ -228,8 +229,7 @@ def jobs_report_lines(report: JobsReport) -> list[str]:
 
 
 def print_plan(profile: Profile, plan: Plan) -> None:
-    """``run --dry-run``: calls per deployment, estimated input and output tokens and cost, a
-    total row, and where the output estimate came from."""
+    """``run --dry-run``: the plan's table (each deployment, then the total) and its notes."""
     head, rows = plan.rows(profile.backends)
     table = Table(title=f"plan: {plan.jobs:,} jobs ({plan.invalid:,} invalid), nothing sent")
     for i, name in enumerate(head):
@@ -342,29 +342,10 @@ def _stats_row(group: dict[str, Any]) -> list[str]:
         _ms(group["ttft_ms"]),
         _ms(group["tpot_ms"]),
         f"{group['input_tokens']:,}/{group['output_tokens']:,}",
-        _cost(group),
+        cost_cell(group),
         _number(group["output_tokens_per_s"]),
         str(group["peak_in_flight"]),
     ]
-
-
-def _cost(group: dict[str, Any]) -> str:
-    """A group's cost, with the share of its calls priced when some had no price."""
-    if group["cost_usd"] is None:
-        return "-"
-    text = f"{group['cost_usd']:.4f}"
-    if group["priced_calls"] < group["calls"]:
-        text += f" ({_priced_share(group)} priced)"
-    return text
-
-
-def _priced_share(group: dict[str, Any]) -> str:
-    """The share of a group's calls that had a price, in whole percent (99 % until all are,
-    "<1 %" while any is)."""
-    share = group["priced_calls"] / group["calls"] * 100
-    if 0 < share < 1:
-        return "<1 %"
-    return f"{min(round(share), 99) if share < 100 else 100} %"
 
 
 def _ms(percentiles: dict[str, float | None]) -> str:
@@ -381,11 +362,9 @@ def _stats_footer(summary: dict[str, Any]) -> Text:
     open_runs = sum(not r["ended"] for r in runs)
     interrupted = sum(bool(r["interrupted"]) for r in runs)
     text = Text(f"jobs: {jobs}   runs: {len(runs)}")
-    total = summary["total"]
-    if total["cost_usd"] is not None:
-        text.append(f"   cost {total['cost_usd']:.2f} ({_priced_share(total)} of calls priced)")
-    elif total["calls"]:
-        text.append("   cost unknown (no call priced)", "yellow")
+    cost = cost_line(summary["total"])
+    if cost is not None:
+        text.append(f"   {cost}", "" if summary["total"]["cost_usd"] is not None else "yellow")
     if open_runs or interrupted:
         text.append(f" ({open_runs} without run_end, {interrupted} interrupted)", "yellow")
     malformed = summary["malformed_lines"]

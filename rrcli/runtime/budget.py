@@ -167,6 +167,10 @@ class Budget:
             "run — raise --max-cost and --resume",
         )
 
+    def progress(self) -> str:
+        """What the live display says of the budget."""
+        return f"spent ${self.spent:,.2f} of ${self.limit:,.2f}"
+
     def record(self) -> dict[str, float]:
         """The run_end record's ``budget``."""
         return {"limit": self.limit, "spent": round(self.spent, 6)}
