@@ -49,20 +49,6 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     return index, count
 
 
-def _usd(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        amount = float(value.strip().removeprefix("$"))
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not an amount of USD — write e.g. 5 or 2.50") from (
-            None
-        )
-    if not 0 <= amount < float("inf"):
-        raise click.BadParameter(f"{value!r}: the budget must be 0 or more USD, e.g. 5 or 2.50")
-    return amount
-
-
 @main.command()
 @click.argument("jobs", required=False, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option(
@@ -106,7 +92,7 @@ def _usd(ctx: click.Context, param: click.Parameter, value: str | None) -> float
 @click.option("--dry-run", is_flag=True, help="Parse, validate and route on paper; send nothing.")
 @click.option(
     "--max-cost",
-    callback=_usd,
+    type=float,
     metavar="USD",
     help="Stop before the run's spend would pass USD (exit 3); with --resume, earlier runs count.",
 )

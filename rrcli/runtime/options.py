@@ -54,7 +54,7 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.max_cost is not None and not 0 <= self.max_cost < float("inf"):
             raise UsageError(
-                f"--max-cost {self.max_cost}: expected an amount of USD, 0 or more (e.g. 5 or 2.50)"
+                f"--max-cost {self.max_cost:g}: expected an amount of USD, 0 or more (e.g. 5)"
             )
         if self.resume and self.overwrite:
             raise UsageError("--resume and --overwrite contradict each other — pass one of them")
