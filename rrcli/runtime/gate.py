@@ -207,7 +207,7 @@ class LocalGate:
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
                 self._free_slot()  # handed a slot just as we were cancelled: pass it on
-            else:
+            elif future in self._waiters:  # a release since may have dropped it already
                 self._waiters.remove(future)
             raise
 
