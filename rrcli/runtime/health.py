@@ -13,9 +13,8 @@ never comes here.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BackendDown",
-    "GateWaits",
     "Health",
     "NoHealthyBackend",
     "check_hint",
@@ -67,46 +65,6 @@ def no_backend(
             f"no backend left to route to: already tried {', '.join(sorted(exclude))}"
         )
     return NoBackendError("no backend can be chosen: every weight is 0")
-
-
-class GateWaits:
-    """Calls waiting at a backend's gate, which ``wake`` ends when the backend goes down.
-
-    ``slot`` registers the waiting task on the backend's state; ``wake`` cancels each one, and
-    ``slot`` takes that cancellation back (``Task.uncancel``) unless another was asked too
-    (Ctrl-C): the gate's own cancellation handling leaves no slot held or lost."""
-
-    __slots__ = ("_woken",)
-
-    def __init__(self) -> None:
-        self._woken: set[asyncio.Task[Any]] = set()
-
-    async def slot(self, state: BackendState) -> bool:
-        """Wait for a slot at ``state``'s gate: True once held; False, holding nothing, when its
-        backend is or goes down meanwhile."""
-        if state.down is not None:
-            return False
-        task = asyncio.current_task()
-        waiting = state.waiting
-        waiting.add(task)  # type: ignore[arg-type]
-        try:
-            await state.gate.acquire()
-        except asyncio.CancelledError:
-            if task not in self._woken:
-                raise
-            self._woken.discard(task)  # type: ignore[arg-type]
-            if task.uncancel():  # type: ignore[union-attr]
-                raise
-            return False
-        finally:
-            waiting.discard(task)  # type: ignore[arg-type]
-        return True
-
-    def wake(self, state: BackendState) -> None:
-        """End every wait at ``state``'s gate for its backend (it went down)."""
-        for task in state.waiting:
-            self._woken.add(task)
-            task.cancel()
 
 
 def check_hint(backend: Backend, reason: str) -> str:

@@ -8,9 +8,7 @@ that changes them.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
-from typing import Any
 
 from rrcli.config.profile import Backend
 from rrcli.runtime.gate import Clock, Gate
@@ -35,8 +33,6 @@ class BackendState:
     cooldown_until: float = 0.0
     failures_in_a_row: int = 0
     down: str | None = None  # why it left the pool for the rest of the run (SPEC §15), or None
-    # the tasks waiting at its gate for this backend: woken when it goes down
-    waiting: set[asyncio.Task[Any]] = field(default_factory=set, repr=False)
 
     @property
     def errors(self) -> int:

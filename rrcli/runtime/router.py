@@ -26,8 +26,8 @@ import structlog
 
 from rrcli.config.profile import Profile
 from rrcli.errors import ProviderError
-from rrcli.runtime.gate import Clock, Gate, Sleep
-from rrcli.runtime.health import BackendDown, GateWaits, no_backend
+from rrcli.runtime.gate import Clock, Gate, Sleep, WaitEnded
+from rrcli.runtime.health import BackendDown, no_backend
 from rrcli.runtime.lease import BackendState, Lease
 from rrcli.runtime.strategies import Candidate, FirstAvailable, make_strategy
 from rrcli.tokens import plausible_call_tokens
@@ -83,7 +83,6 @@ class Router:
         self._bindings: dict[str, tuple[BackendState, str]] = {}
         self._saved: dict[str, str] = {}
         self._queue: deque[_Waiter] = deque()
-        self._waits = GateWaits()  # calls waiting at a gate, woken when their backend goes down
         self._poller: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()  # replaced per poller: an Event binds to one loop
         self._quiet = False
@@ -100,9 +99,8 @@ class Router:
     ) -> Lease:
         """One routing decision, returning holding ONE slot on the chosen backend's gate.
 
-        With ``binding = "session"`` a session routes at its first call and stays there (until
-        its backend goes down); ``exclude`` names backends not to use (failover). Raises
-        NoBackendError when no backend is left (``health.no_backend``)."""
+        With ``binding = "session"`` a session routes at its first call and stays there while
+        its backend is up; ``exclude`` names backends not to use. Raises NoBackendError."""
         if not (self._sessions and session is not None):
             return self._grant(await self._route(exclude), None)
         bound = self._bindings.get(session)
@@ -114,7 +112,7 @@ class Router:
                 tag = "rebound"
         if bound is not None:
             state, tag = bound
-            if state.backend.id not in exclude and await self._waits.slot(state):
+            if state.backend.id not in exclude and await self._slot(state):
                 return self._grant(state, tag)
             tag = "rebound"  # failover, or its backend went down: the session moves
         state = await self._route(exclude)
@@ -127,7 +125,7 @@ class Router:
         if lease.held:
             raise RuntimeError("reacquire of a lease that still holds its slot")
         state = lease.state
-        if not await self._waits.slot(state):
+        if not await self._slot(state):
             raise BackendDown(state.backend.id)
         state.retries += 1
         self._grant(state, lease.binding, lease)
@@ -198,19 +196,17 @@ class Router:
         return len(self._admitted)
 
     def take_down(self, state: BackendState, reason: str) -> bool:
-        """Take ``state``'s backend out of the pool for the rest of the run (False: it already
-        was): no later decision chooses it, calls waiting at its gate for it are routed again,
-        first_available requests left with no backend fail (``health.no_backend``). Calls in
-        flight there finish."""
+        """Take ``state``'s backend out of the pool for the run (False: it already was); calls
+        waiting at its gate choose again, calls in flight there finish."""
         if state.down is not None:
             return False
         state.down = reason
         self._admitted = tuple(s for s in self._admitted if s is not state)
-        self._waits.wake(state)
-        for waiter in self._queue:
-            if not waiter.granted.done() and not self._allowed(waiter.exclude):
-                error = no_backend(self.states, bool(self._admitted), waiter.exclude)
-                waiter.granted.set_exception(error)
+        state.gate.wake_waiters()
+        healthy = {s.backend.id for s in self._admitted}
+        for waiter in self._queue:  # first_available requests left with no backend fail
+            if not (waiter.granted.done() or healthy - waiter.exclude):
+                waiter.granted.set_exception(no_backend(self.states, bool(healthy), waiter.exclude))
         return True
 
     # -- internals ---------------------------------------------------------------------------
@@ -249,15 +245,22 @@ class Router:
                 "rrcli.backend_cooling", backend=state.backend.id, reason=reason, seconds=seconds
             )
 
-    def _allowed(self, exclude: frozenset[str]) -> Sequence[BackendState]:
-        """The backends a decision excluding ``exclude`` may choose (healthy, weighted in)."""
-        admitted = self._admitted
-        return tuple(s for s in admitted if s.backend.id not in exclude) if exclude else admitted
+    async def _slot(self, state: BackendState) -> bool:
+        """Wait for a slot at ``state``'s gate: True once held, False (holding none) once down."""
+        while state.down is None:
+            try:
+                await state.gate.acquire()
+            except WaitEnded:  # sent away: its backend went down, or another of its scope
+                continue
+            return True
+        return False
 
     def _candidates(self, exclude: frozenset[str]) -> tuple[Sequence[BackendState], float | None]:
         """The backends this decision may use, and, when every one of them is cooling, the time
         the first recovers (then the list is empty)."""
-        allowed = self._allowed(exclude)
+        allowed = self._admitted
+        if exclude:
+            allowed = tuple(s for s in allowed if s.backend.id not in exclude)
         if not allowed:
             raise no_backend(self.states, bool(self._admitted), exclude)
         if not self._skip_cooling:
@@ -269,20 +272,13 @@ class Router:
         if self._fixed is not None:
             return [self._fixed[s.position] for s in states]
         return [
-            Candidate(
-                s.position,
-                s.backend.weight,
-                s.gate.in_flight,
-                s.gate.waiting,
-                max(1, s.gate.cap),
-                s.ewma_latency_ms,
-            )
+            Candidate(s.position, s.backend.weight, s.gate.in_flight, s.gate.waiting,
+                      max(1, s.gate.cap), s.ewma_latency_ms)
             for s in states
-        ]
+        ]  # fmt: skip
 
     async def _route(self, exclude: frozenset[str]) -> BackendState:
-        """Choose a backend and take one slot on its gate (choosing again if the backend goes
-        down while the call waits there)."""
+        """Choose a backend and take one slot on its gate."""
         while True:
             candidates, recovery = self._candidates(exclude)
             if not candidates:
@@ -292,8 +288,11 @@ class Router:
             if isinstance(self._strategy, FirstAvailable):
                 return await self._first_available(exclude)
             state = candidates[self._strategy.choose(self._snapshot(candidates))]
-            if await self._waits.slot(state):
-                return state
+            try:
+                await state.gate.acquire()
+            except WaitEnded:  # its backend, or another of its scope, went down: choose again
+                continue
+            return state
 
     async def _sweep(self, exclude: frozenset[str], refused: set[int]) -> BackendState | None:
         """Try the eligible gates in a fresh shuffle; the first that admits without queuing gives
