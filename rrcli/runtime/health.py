@@ -78,7 +78,7 @@ def check_hint(backend: Backend, reason: str) -> str:
     else:
         key = "the credentials (it sends no key: set credentials.api_key_env)"
     if reason == "insufficient_quota":
-        return f"the account of {key} is out of credit or quota: add funds or use another key"
+        return f"check the credit and quota of the account behind {key}"
     if reason == "http_403":
         return f"check that {key} may use model {backend.model!r} (project, organisation, region)"
     if reason == "http_404":
