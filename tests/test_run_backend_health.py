@@ -57,17 +57,18 @@ def records(traces: Path, event: str) -> list[dict]:
     return [r for r in read_jsonl(traces) if r["event"] == event]
 
 
-@pytest.mark.parametrize("strategy", ["least_loaded", "round_robin"])
+@pytest.mark.parametrize(("strategy", "failover"), [("least_loaded", False), ("round_robin", True)])
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_a_dead_backend_leaves_the_pool_and_every_job_ends_ok(
-    tmp_path, sim_server, fault, strategy
+    tmp_path, sim_server, fault, strategy, failover
 ):
     """A pool of three where one backend is dead (its key revoked, its account out of quota,
-    its model missing): every job ends ok, exit 0, and the dead backend is sent at most twice
-    its cap of calls (counted at its server) although it answers at once and looks the least
-    loaded. The trace has one ``backend`` record for it, the jobs that met it were routed again
-    (their failed attempt traced ``retry``, their attempts counting on), and even with ``-q``
-    the warning names it and what to check, never the key itself."""
+    its model missing), with or without ``failover``: every job ends ok, exit 0, and the dead
+    backend is sent at most twice its cap of calls (counted at its server) although it answers
+    at once and looks the least loaded. The trace has one ``backend`` record for it, the jobs
+    that met it were routed again (their failed attempt traced ``retry``, their attempts
+    counting on), and even with ``-q`` the warning names it and what to check, never the key
+    itself."""
     options, settings, reason, hint = FAULTS[fault]
     healthy = [sim_server(latency_ms=20) for _ in range(2)]
     dead = sim_server(**options)
@@ -76,7 +77,8 @@ def test_a_dead_backend_leaves_the_pool_and_every_job_ends_ok(
         for i, s in enumerate(healthy)
     ]
     backends.append({"id": "c", "base_url": dead.openai_url, "max_concurrency": CAP, **settings})
-    profile = write_profile(tmp_path / "p.toml", backends, strategy=strategy)
+    retry = {"failover": failover}
+    profile = write_profile(tmp_path / "p.toml", backends, strategy=strategy, retry=retry)
     jobs = write_jobs(tmp_path / "jobs.jsonl", 60)
     env = {KEY_VAR: REVOKED_KEY}
     result = rrcli("run", jobs, "-p", profile, "-q", "--concurrency", "8", cwd=tmp_path, env=env)
