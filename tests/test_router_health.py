@@ -20,8 +20,8 @@ def test_no_strategy_chooses_a_down_backend(strategy):
 
     async def main() -> set[str]:
         router = _router(_profile(strategy))
-        assert router.take_down(router.states[1], "http_401")
-        assert not router.take_down(router.states[1], "http_401")  # once
+        assert router.states[1] is router.take_down("b1", "http_401")
+        assert None is router.take_down("b1", "http_401")  # once
         chosen = set()
         for _ in range(30):
             lease = await router.acquire()
@@ -44,7 +44,7 @@ def test_a_call_waiting_at_a_down_backends_gate_is_routed_again():
         third = asyncio.ensure_future(router.acquire())
         await _settle()
         waited = not third.done()
-        router.take_down(router.states[0], "http_401")
+        router.take_down("b0", "http_401")
         moved = await third
         held = [s.in_flight for s in router.states]
         for lease in (first, second, moved):
@@ -66,7 +66,7 @@ def test_a_retry_waiting_for_its_down_backend_is_told_and_holds_nothing():
         blocker = await router.acquire(exclude=frozenset({"b0"}))
         waiting = asyncio.ensure_future(router.reacquire(retry))
         await _settle()
-        router.take_down(router.states[1], "insufficient_quota")
+        router.take_down("b1", "insufficient_quota")
         with pytest.raises(BackendDown):
             await waiting
         with pytest.raises(BackendDown):
@@ -87,7 +87,7 @@ def test_a_cancel_from_elsewhere_is_kept_when_the_backend_goes_down_too():
         await router.acquire()
         waiting = asyncio.ensure_future(router.acquire(exclude=frozenset({"b1"})))
         await _settle()
-        router.take_down(router.states[0], "http_401")
+        router.take_down("b0", "http_401")
         waiting.cancel()
         try:
             await waiting
@@ -110,11 +110,11 @@ def test_first_available_waiters_fail_at_once_when_no_backend_is_left():
         only_b0 = asyncio.ensure_future(router.acquire(exclude=frozenset({"b1"})))
         anywhere = asyncio.ensure_future(router.acquire())
         await _settle()
-        router.take_down(router.states[0], "http_404")
+        router.take_down("b0", "http_404")
         await _settle()
         first = only_b0.exception()
         pending = anywhere.done()
-        router.take_down(router.states[1], "http_401")
+        router.take_down("b1", "http_401")
         await _settle()
         return [type(first), str(first), pending, type(anywhere.exception()), router.healthy]
 
@@ -130,7 +130,7 @@ def test_a_session_bound_to_a_down_backend_is_rebound():
         router = _router(_profile(caps=(2, 2), binding="session"))
         first = await router.acquire(session="s")
         await router.release(first)
-        router.take_down(first.state, "http_401")
+        router.take_down(first.state.backend.id, "http_401")
         again = await router.acquire(session="s")
         return [first.state.backend.id, again.state.backend.id, again.binding]
 

@@ -238,8 +238,6 @@ class Engine:
                 decision, backoff,
             )  # fmt: skip
             await self._observe(attempt, provider.server_address)
-            if error is not None and error.backend_down:
-                self.health.down(lease.state, error)
             if backoff is not None:
                 await self._back_off(lease, attempt, backoff)
                 queued = time.monotonic()
@@ -275,10 +273,14 @@ class Engine:
         return self.policy.delay(retry, error, elapsed)
 
     def _observe(self, attempt: Attempt, server_address: str | None) -> Awaitable[None]:
-        """Hand the attempt to each observer: the trace, with -v the log, and the router
-        (counters, cooldowns, AIMD, pauses, the tpm settlement), whose coroutine is returned
-        for the loop to await (one coroutine an attempt fewer on the hot path)."""
+        """Hand the attempt to each observer: the trace, with -v the log, health (an answer
+        saying its backend serves no call), and the router (counters, cooldowns, AIMD, pauses,
+        the tpm settlement), whose coroutine is returned for the loop to await (one coroutine an
+        attempt fewer on the hot path)."""
         self.traces.call(attempt, server_address)
+        error = attempt.error
+        if error is not None and error.backend_down:
+            self.health.down(attempt.backend.id, error)
         if self._log_calls:
             log.debug(
                 "rrcli.call",

@@ -109,11 +109,12 @@ class Health:
         self.traces = traces
         self.control = control
 
-    def down(self, state: BackendState, error: ProviderError) -> None:
-        """``error`` says ``state``'s backend serves no call: out of the pool for the rest of
-        the run (a second such answer from it changes nothing)."""
+    def down(self, deployment: str, error: ProviderError) -> None:
+        """``error`` says backend ``deployment`` serves no call: out of the pool for the rest
+        of the run (a second such answer from it changes nothing)."""
         reason = error.type
-        if not self.router.take_down(state, reason):
+        state = self.router.take_down(deployment, reason)
+        if state is None:
             return
         backend = state.backend
         message = f"{error.message} — {check_hint(backend, reason)}"

@@ -195,11 +195,11 @@ class Router:
         """How many backends a decision may choose: neither down nor weighted out."""
         return len(self._admitted)
 
-    def take_down(self, state: BackendState, reason: str) -> bool:
-        """Take ``state``'s backend out of the pool for the run (False: it already was); calls
-        waiting at its gate choose again, calls in flight there finish."""
-        if state.down is not None:
-            return False
+    def take_down(self, deployment: str, reason: str) -> BackendState | None:
+        """Take backend ``deployment`` out of the pool for the run, its state returned (None: it
+        already was out); calls waiting at its gate choose again, calls in flight finish."""
+        if (state := self._by_id[deployment]).down is not None:
+            return None
         state.down = reason
         self._admitted = tuple(s for s in self._admitted if s is not state)
         state.gate.wake_waiters()
@@ -207,7 +207,7 @@ class Router:
         for waiter in self._queue:  # first_available requests left with no backend fail
             if not (waiter.granted.done() or healthy - waiter.exclude):
                 waiter.granted.set_exception(no_backend(self.states, bool(healthy), waiter.exclude))
-        return True
+        return state
 
     # -- internals ---------------------------------------------------------------------------
 
