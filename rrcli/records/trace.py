@@ -2,9 +2,10 @@
 
 Append-only, one JSON object a line, every line with ``event`` and ``run_id``: one ``run`` record
 when the run starts (the pool, never its credentials or headers), one ``call`` record per HTTP
-attempt, one ``run_end`` record. ``call`` is on the hot path: the attempt's fields straight into a
-dict literal in the SPEC's field order, one ``orjson.dumps``, timestamps formatted from a cache of
-the current second. All times given are epoch seconds; the ``*_ms`` fields are milliseconds.
+attempt, a ``backend`` record when a backend leaves the pool, one ``run_end`` record. ``call`` is on
+the hot path: the attempt's fields straight into a dict literal in the SPEC's field order, one
+``orjson.dumps``, timestamps formatted from a cache of the current second. All times given are epoch
+seconds; the ``*_ms`` fields are milliseconds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from rrcli import __version__
+from rrcli.config.prices import price_of
 from rrcli.providers.registry import server_address
 from rrcli.records._jsonl import LineFile
 from rrcli.records.traceschema import CALL_FIELDS, JOB_COUNTS, rfc3339
@@ -42,7 +44,8 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def _backend_record(backend: Backend) -> dict[str, Any]:
-    price = backend.price
+    known = price_of(backend)
+    price = None if known is None else known.price
     return {
         "id": backend.id,
         "provider": backend.provider,
@@ -138,8 +141,28 @@ class TraceWriter:
             },
         )
 
-    def run_end(self, jobs: Mapping[str, int], interrupted: bool) -> None:
-        """The ``run_end`` record: jobs by outcome (ok, error, invalid, skipped; 0 if absent)."""
+    def backend(self, deployment: str, state: str, reason: str, message: str) -> None:
+        """The ``backend`` record: ``deployment`` is now ``state`` (``down``) for ``reason``."""
+        self._put(
+            {
+                "event": "backend",
+                "run_id": self.run_id,
+                "ts": rfc3339(self._clock()),
+                "deployment": deployment,
+                "state": state,
+                "reason": reason,
+                "message": message,
+            }
+        )
+
+    def run_end(
+        self,
+        jobs: Mapping[str, int],
+        interrupted: bool,
+        budget: Mapping[str, float] | None = None,
+    ) -> None:
+        """The ``run_end`` record: jobs by outcome (ok, error, invalid, skipped; 0 if absent),
+        and the run's ``budget`` (``{"limit", "spent"}`` in USD; None without one)."""
         self._put(
             {
                 "event": "run_end",
@@ -147,6 +170,7 @@ class TraceWriter:
                 "ts": rfc3339(self._clock()),
                 "jobs": {k: int(jobs.get(k, 0)) for k in JOB_COUNTS},
                 "interrupted": interrupted,
+                "budget": None if budget is None else dict(budget),
             }
         )
 
