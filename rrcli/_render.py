@@ -168,6 +168,8 @@ def print_summary(summary: RunSummary, out: Path | None, traces: Path | None) ->
     """One closing line on stderr: the counts and where the outputs are."""
     jobs = summary.jobs
     line = ", ".join(f"{count:,} {name}" for name, count in jobs.items())
+    if summary.cached:
+        line += f" ({summary.cached:,} calls answered from the cache)"
     if out is not None:
         line += f" → {out}"
     if traces is not None:
@@ -292,7 +294,7 @@ def render_stats(summary: dict[str, Any]) -> None:
     console = _console()
     table = Table(title=f"rrcli stats by {summary['by']}", title_justify="left")
     table.add_column(summary["by"], no_wrap=True)
-    for name in ("calls", "ok", "retried", "errors", "share"):
+    for name in ("calls", "ok", "retried", "errors", "cached", "share"):
         table.add_column(name, justify="right")
     table.add_column("latency ms\np50/p95/p99", justify="right")
     table.add_column("TTFT ms\np50/p95", justify="right")
@@ -318,6 +320,7 @@ def _stats_row(group: dict[str, Any]) -> list[str]:
         f"{group['ok']:,}",
         f"{group['retried']:,}",
         f"{group['errors']:,}",
+        f"{group['cached']:,}",
         "-" if share is None else f"{share:.1%}",
         _ms(group["latency_ms"]),
         _ms(group["ttft_ms"]),

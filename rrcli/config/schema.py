@@ -14,11 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rrcli.config.profile import BINDINGS, GATE_KINDS, MAX_IN_FLIGHT, MAX_SERVER_PAUSE, STRATEGIES
+from rrcli.config.profile import (
+    BINDINGS,
+    CACHE_MODES,
+    GATE_KINDS,
+    MAX_IN_FLIGHT,
+    MAX_SERVER_PAUSE,
+    STRATEGIES,
+)
 from rrcli.providers.registry import ENDPOINTS, NAMES, REGISTRY
 
 __all__ = [
     "BACKEND",
+    "CACHE",
     "COOLDOWN",
     "CREDENTIALS",
     "EXPECTED",
@@ -120,6 +128,7 @@ TOP = {
     "retry": Field("table"),
     "gate": Field("table"),
     "cooldown": Field("table"),
+    "cache": Field("table"),
     "backends": Field("tables"),
 }
 BACKEND = {
@@ -169,6 +178,7 @@ COOLDOWN = {
     "duration": Field("number", above(0)),
     "round_robin": Field("bool"),
 }
+CACHE = {"path": Field("str", NOT_EMPTY), "mode": Field("str", choices=CACHE_MODES)}
 PRICE = {"input": Field("number", at_least(0)), "output": Field("number", at_least(0))}
 SIM = {
     "latency_ms": Field("number", at_least(0)),

@@ -48,6 +48,8 @@ class RunOptions:
     prompts: tuple[str, ...] = ()  # --prompt: jobs given on the command line
     on_text: Callable[[str], None] | None = None  # --prompt --stream: text as it arrives
     on_result: Callable[[dict[str, Any]], None] | None = None  # results to a callback, not a file
+    cache: Path | None = None  # --cache: the response cache file (None: the profile's, if any)
+    cache_mode: str | None = None  # --cache-mode (None: the profile's, else readwrite)
 
     def __post_init__(self) -> None:
         if self.resume and self.overwrite:

@@ -10,7 +10,7 @@ form goes through ``datetime.fromisoformat``. Times are float milliseconds since
 
 Malformed (counted, skipped): not JSON, not an object, no ``event``, a run, call or run_end
 record missing a field or with a wrong type (a call needs ``run_id``, ``deployment``, ``outcome``
-in ok|retry|error and two timestamps with ts_end >= ts_start). Blank lines and records of an
+in ok|retry|error|cached and two timestamps with ts_end >= ts_start). Blank lines and records of an
 unknown event (a newer rrcli) are skipped without counting.
 """
 
@@ -26,7 +26,7 @@ import numpy as np
 from rrcli.records.traceschema import CALL, OUTCOMES, parse_rfc3339
 
 _BLOCK_BYTES = 1 << 22
-_OUTCOMES = {name: code for code, name in enumerate(OUTCOMES)}  # ok 0, retry 1, error 2
+_OUTCOMES = {name: code for code, name in enumerate(OUTCOMES)}  # ok 0, retry 1, error 2, cached 3
 KEY_FIELDS = {
     "deployment": "deployment",
     "model": "model",
@@ -109,7 +109,8 @@ class RunInfo:
 @dataclass(frozen=True, slots=True)
 class Columns:
     """Call records as columns, one entry per call. Codes index a TraceReader's ``run_ids``,
-    ``deployments`` and ``keys``; outcome is 0 ok, 1 retry, 2 error; NaN is a null number."""
+    ``deployments`` and ``keys``; outcome is 0 ok, 1 retry, 2 error, 3 cached; NaN is a null
+    number."""
 
     run: np.ndarray
     deployment: np.ndarray

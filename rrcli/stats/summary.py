@@ -7,6 +7,9 @@ SPEC §10 and the CLI renders it. Reading lines into columns is ``_tracecols``'s
 the arithmetic on the columns.
 
 Definitions (where SPEC §10 is silent):
+- a call answered by the response cache (outcome ``cached``) counts in ``cached`` only: not in
+  ``calls``, ``share``, latency, tokens, cost, throughput or peak in flight (no HTTP call was
+  made);
 - latency, TTFT and TPOT percentiles are over ``ok`` calls; percentiles are numpy's default
   linear method (type 7); no samples → None;
 - TPOT is (latency − TTFT) / (output tokens − 1), over streamed ok calls with a TTFT and more
@@ -38,7 +41,7 @@ import numpy as np
 import orjson
 
 from rrcli.errors import UsageError
-from rrcli.records.traceschema import JOB_COUNTS, parse_rfc3339, rfc3339
+from rrcli.records.traceschema import JOB_COUNTS, OUTCOMES, parse_rfc3339, rfc3339
 from rrcli.stats.columns import KEY_FIELDS, Columns, TraceReader
 
 __all__ = ["BY_FIELDS", "parse_since", "summarize"]
@@ -46,6 +49,7 @@ __all__ = ["BY_FIELDS", "parse_since", "summarize"]
 BY_FIELDS = tuple(KEY_FIELDS)  # what --by groups on
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
 _PARALLEL_BYTES = 64 << 20
+_CACHED = OUTCOMES.index("cached")  # the outcome code of a call answered by the response cache
 _FIRST_LINE_BYTES = 1 << 20  # what is read of a file to tell a results file from a trace
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
@@ -87,7 +91,7 @@ def summarize(
     summary = {
         "by": by,
         "groups": _groups(reader, cols, price_in, price_out, runs),
-        "total": _stats("total", cols, price_in, price_out, len(cols.t0)),
+        "total": _stats("total", cols, price_in, price_out, _sent(cols)),
         "jobs": _jobs(reader, runs),
         "runs": [_run_row(reader, cols, r, starts[r]) for r in runs],
         "malformed_lines": reader.malformed,
@@ -249,7 +253,7 @@ def _groups(reader, cols, price_in, price_out, runs) -> list[dict[str, Any]]:
     for rows in np.split(order, bounds) if len(order) else []:
         take = cols.take(rows)
         key = values[int(take.key[0])]
-        groups.append(_stats(key, take, price_in[rows], price_out[rows], len(cols.t0)))
+        groups.append(_stats(key, take, price_in[rows], price_out[rows], _sent(cols)))
     if reader.by == "run":
         rank = {r: i for i, r in enumerate(runs)}
         return sorted(groups, key=lambda g: rank[g["key"]])
@@ -257,7 +261,13 @@ def _groups(reader, cols, price_in, price_out, runs) -> list[dict[str, Any]]:
 
 
 def _stats(key, c: Columns, price_in, price_out, total: int) -> dict[str, Any]:
-    """The SPEC §10 fields of one group of calls."""
+    """The SPEC §10 fields of one group of calls; answers from the response cache are counted
+    apart (``cached``) and nowhere else: they made no HTTP call, took no time and cost nothing."""
+    from_cache = c.outcome == _CACHED
+    cached = int(from_cache.sum())
+    if cached:
+        sent = np.flatnonzero(~from_cache)
+        c, price_in, price_out = c.take(sent), price_in[sent], price_out[sent]
     ok = c.outcome == 0
     with_ttft = ok & ~np.isnan(c.ttft)
     streamed = with_ttft & c.stream & ~np.isnan(c.latency) & (c.tokens_out > 1)
@@ -275,6 +285,7 @@ def _stats(key, c: Columns, price_in, price_out, total: int) -> dict[str, Any]:
         "ok": int(ok.sum()),
         "retried": int((c.outcome == 1).sum()),
         "errors": int((c.outcome == 2).sum()),
+        "cached": cached,
         "share": round(len(c.t0) / total, 4) if total else None,
         "latency_ms": _percentiles(c.latency[ok & ~np.isnan(c.latency)], (50, 95, 99)),
         "ttft_ms": _percentiles(c.ttft[with_ttft], (50, 95)),
@@ -285,6 +296,11 @@ def _stats(key, c: Columns, price_in, price_out, total: int) -> dict[str, Any]:
         "output_tokens_per_s": _rate(float(tokens_out.sum()), busy_ms),
         "peak_in_flight": peak,
     }
+
+
+def _sent(cols: Columns) -> int:
+    """The calls actually sent (not answered from the cache): what ``share`` divides by."""
+    return int((cols.outcome != _CACHED).sum())
 
 
 def _percentiles(samples: np.ndarray, which: tuple[int, ...]) -> dict[str, float | None]:
