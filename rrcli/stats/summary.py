@@ -344,12 +344,13 @@ def _jobs(reader: TraceReader, runs: list[str]) -> dict[str, int]:
 def _run_row(reader: TraceReader, cols: Columns, run_id: str, start: float) -> dict[str, Any]:
     info = reader.run_info(run_id)
     code = reader.run_ids.get(run_id)
+    sent = 0 if code is None else int(((cols.run == code) & (cols.outcome != _CACHED)).sum())
     return {
         "run_id": run_id,
         "start": rfc3339(start / 1000.0),
         "profile": info.profile,
         "strategy": info.strategy,
-        "calls": int((cols.run == code).sum()) if code is not None else 0,
+        "calls": sent,
         "ended": info.jobs is not None,
         "interrupted": info.interrupted,
     }
