@@ -226,14 +226,8 @@ def _prepare(conn: sqlite3.Connection, path: Path, write: bool) -> None:
         if write:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-        tables = {
-            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        }
-        if write and not tables - {_META, _TABLE}:
-            with conn:
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-            tables |= {_META, _TABLE}
+            _create(conn)
+        tables = _tables(conn)
         if not tables:  # an empty database opened read-only: nothing stored yet
             return
         if _META not in tables or _TABLE not in tables:
@@ -252,3 +246,22 @@ def _prepare(conn: sqlite3.Connection, path: Path, write: bool) -> None:
             f"{path}: a cache of another format ({row[0] if row else 'none'}; this rrcli reads "
             f"{FORMAT}) — {_FIX}"
         )
+
+
+def _create(conn: sqlite3.Connection) -> None:
+    """Our tables and format, in one write transaction, on a database that holds no other
+    table: processes opening a new file at once never see it half made."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if not _tables(conn) - {_META, _TABLE}:
+            for statement in _SCHEMA:
+                conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}

@@ -109,10 +109,10 @@ class ResponseCache:
                 continue
             call = request(job, messages, allowed[0])
             key = keys[index] = request_key(call, allowed[0].model)
-            stored = self.file.get(key)
+            stored = _decode(self.file.get(key))
             if stored is not None:
                 self.hits += 1
-                return _hit(job, turn, call, allowed, orjson.loads(stored)), keys
+                return _hit(job, turn, call, allowed, *stored), keys
         return None, keys
 
     def keep(
@@ -136,16 +136,29 @@ class ResponseCache:
         self.file.put(key, backend.model, _encode(reply, backend))
 
 
+def _decode(stored: bytes | None) -> tuple[str, Reply] | None:
+    """(the backend that gave a stored answer, the answer); None for none, or for an entry
+    this rrcli cannot read (written by another version: a miss, stored again)."""
+    if stored is None:
+        return None
+    try:
+        entry = orjson.loads(stored)
+        return entry["by"], Reply(**entry["reply"])
+    except (orjson.JSONDecodeError, TypeError, KeyError):
+        return None
+
+
 def _hit(
-    job: Job, turn: int, call: Call, allowed: Sequence[Backend], stored: dict[str, Any]
+    job: Job, turn: int, call: Call, allowed: Sequence[Backend], by: str, reply: Reply
 ) -> Attempt:
-    """The attempt a stored answer makes: on the backend that first gave it when it may take
-    this call, else on the first that may; zero latency, no queue, decision ``cached``."""
-    backend = next((b for b in allowed if b.id == stored["by"]), allowed[0])
+    """The attempt a stored answer makes: on the backend that first gave it (``by``) when it
+    may take this call, else on the first that may; zero latency, no queue, decision
+    ``cached``."""
+    backend = next((b for b in allowed if b.id == by), allowed[0])
     now = time.monotonic()
     return Attempt(
         job.id, job.session, turn, 1, backend, None, call.stream, job.endpoint, time.time(),
-        now, now, 0.0, 0, Reply(**stored["reply"]), None, "cached",
+        now, now, 0.0, 0, reply, None, "cached",
     )  # fmt: skip
 
 
