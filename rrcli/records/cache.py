@@ -192,6 +192,11 @@ def _refuse_unusable(path: Path, write: bool) -> None:
                 "once with --cache-mode readwrite to fill one"
             ) from None
         folder = path.parent
+        if not folder.is_dir():
+            raise CacheError(
+                f"{path}: cannot create the cache file: no folder {folder} — create it, or name "
+                "a --cache file in an existing folder"
+            ) from None
         if not os.access(folder, os.W_OK):
             raise CacheError(
                 f"{path}: cannot create the cache file: the folder {folder} is not writable — "

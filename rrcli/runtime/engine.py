@@ -7,6 +7,7 @@ the trace, the log, the router (which alone drives the gates). On a transient fa
 released, the policy's delay slept, and a slot on the SAME backend taken again; with ``failover``
 a spent budget routes the call among the backends not yet tried. A job ends as one
 ``CallOutcome``, its result line's only input: one failing job never cancels its siblings.
+With --cache, a call the cache answers (runtime/cached.py) is traced and never routed.
 ``runner.py`` sets the run up around the workers (outputs, signals, flushing).
 """
 
