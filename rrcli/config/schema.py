@@ -18,6 +18,7 @@ from rrcli.config.profile import (
     BINDINGS,
     CACHE_MODES,
     GATE_KINDS,
+    MAX_CONTINUATIONS,
     MAX_IN_FLIGHT,
     MAX_SERVER_PAUSE,
     STRATEGIES,
@@ -166,6 +167,7 @@ RETRY = {
     "respect_retry_after": Field("bool"),
     "failover": Field("bool"),
     "max_server_pause": Field("number", within(0, MAX_SERVER_PAUSE)),
+    "max_continuations": Field("int", within(0, MAX_CONTINUATIONS)),
 }
 GATE = {
     "kind": Field("str", choices=GATE_KINDS),
