@@ -297,3 +297,21 @@ def test_a_session_is_answered_turn_by_turn(tmp_path, sim_server):
     assert [t["output"] for t in first["turns"]] == [t["output"] for t in second["turns"]]
     assert [True, True, True] == [t["cached"] for t in second["turns"]]
     assert second["cached"] is True
+
+
+def test_cached_calls_are_not_spend(tmp_path, sim_server):
+    """What earlier runs spent (read back from the traces for ``--resume --max-cost``) leaves
+    out answers from the cache: a fully cached run spent nothing."""
+    from rrcli.records.spend import traces_cost
+
+    server = sim_server()
+    priced = {"id": "a", "base_url": server.openai_url, "price": {"input": 5.0, "output": 15.0}}
+    profile = write_profile(tmp_path / "p.toml", [priced])
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 5)
+    assert 0 == rrcli("run", jobs, "-p", profile, "--cache", "c.db", cwd=tmp_path).returncode
+    again = ("--out", "2.jsonl", "--traces", "2.t")
+    assert (
+        0 == rrcli("run", jobs, "-p", profile, "--cache", "c.db", *again, cwd=tmp_path).returncode
+    )
+    assert traces_cost(tmp_path / "jobs.traces.jsonl", {}) > 0
+    assert 0.0 == traces_cost(tmp_path / "2.t", {})

@@ -27,6 +27,7 @@ __all__ = [
     "MAX_SERVER_PAUSE",
     "STRATEGIES",
     "Backend",
+    "BudgetSettings",
     "CacheSettings",
     "CooldownSettings",
     "Credentials",
@@ -194,6 +195,13 @@ class CacheSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetSettings:
+    """The most a run may spend, in USD (None: no budget); ``rrcli run --max-cost`` overrides."""
+
+    max_cost_usd: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Profile:
     name: str = ""
     strategy: str = "round_robin"
@@ -206,6 +214,7 @@ class Profile:
     gate: GateSettings = field(default_factory=GateSettings)
     cooldown: CooldownSettings = field(default_factory=CooldownSettings)
     cache: CacheSettings = field(default_factory=CacheSettings)
+    budget: BudgetSettings = field(default_factory=BudgetSettings)
     backends: tuple[Backend, ...] = ()
     source: str = ""
 
@@ -244,6 +253,8 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
     out["cooldown"] = _plain(profile.cooldown)
     if profile.cache != CacheSettings():
         out["cache"] = {k: v for k, v in _plain(profile.cache).items() if v}
+    if profile.budget.max_cost_usd is not None:
+        out["budget"] = _plain(profile.budget)
     out["backends"] = [_backend_to_dict(b, redact) for b in profile.backends]
     return out
 

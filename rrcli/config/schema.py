@@ -27,6 +27,7 @@ from rrcli.providers.registry import ENDPOINTS, NAMES, REGISTRY
 
 __all__ = [
     "BACKEND",
+    "BUDGET",
     "CACHE",
     "COOLDOWN",
     "CREDENTIALS",
@@ -130,6 +131,7 @@ TOP = {
     "gate": Field("table"),
     "cooldown": Field("table"),
     "cache": Field("table"),
+    "budget": Field("table"),
     "backends": Field("tables"),
 }
 BACKEND = {
@@ -181,6 +183,7 @@ COOLDOWN = {
     "round_robin": Field("bool"),
 }
 CACHE = {"path": Field("str", NOT_EMPTY), "mode": Field("str", choices=CACHE_MODES)}
+BUDGET = {"max_cost_usd": Field("number", at_least(0))}
 PRICE = {"input": Field("number", at_least(0)), "output": Field("number", at_least(0))}
 SIM = {
     "latency_ms": Field("number", at_least(0)),
