@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from rrcli.config.redaction import redacted_url
+
 __all__ = ["Finding", "Resolver", "UrlCheck", "address_kind", "check_base_urls", "resolve_hosts"]
 
 #: ``resolve(host) -> addresses``; raises OSError when the host does not resolve.
@@ -173,7 +175,8 @@ def _parse(check: UrlCheck, findings: list[Finding]) -> str | None:
         )
         return None
     if not parts.hostname or not port_ok:
-        error(f'"{check.url}" has no host or a bad port', f"write a full URL, {example}", "bad_url")
+        shown = redacted_url(check.url)
+        error(f'"{shown}" has no host or a bad port', f"write a full URL, {example}", "bad_url")
         return None
     return parts.hostname
 

@@ -25,6 +25,7 @@ from rrcli.providers.base import (
     error_body,
     error_from_status,
     invalid_response,
+    redact,
     stream_error,
     translate_transport_error,
 )
@@ -266,7 +267,7 @@ def checked_tool_call(
     arguments = tool_arguments(raw)
     if arguments is None:
         raise invalid_response(
-            f"{fault}: {repr(raw)[:80]}",
+            f"{fault}: {redact(repr(raw), key)[:80]}",
             body=error_body(orjson.dumps(data), key),
         )
     return tool_call(call_id, name, arguments)

@@ -115,6 +115,7 @@ async def run(
     seed = options.seed if options.seed is not None else profile.seed
     rng = random.Random(seed)
     keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}  # UsageError if unset
+    _warn_padded_keys(profile, environ)
     with ExitStack() as stack:
         _refuse_clobbering(options)
         source, stream = open_jobs(options, stack)
@@ -144,6 +145,18 @@ async def run(
             summary.interrupted = control.stopping and control.halted is None
             await _close(engine, gates)
     return summary
+
+
+def _warn_padded_keys(profile: Profile, environ: Mapping[str, str]) -> None:
+    """A warning naming each key's variable (never its value) that has whitespace around it."""
+    for backend in profile.backends:
+        if backend.credentials.padded(environ):
+            log.warning(
+                "rrcli.key_whitespace",
+                backend=backend.id,
+                variable=backend.credentials.api_key_env or "credentials.api_key",
+                fix="the key is sent without the whitespace; remove it from the variable",
+            )
 
 
 def _selected(
