@@ -16,6 +16,7 @@ from rrcli.config.addresses import Resolver, UrlCheck, check_base_urls
 from rrcli.config.backends import build_backend
 from rrcli.config.diagnostic import Diagnostic
 from rrcli.config.profile import Backend, CooldownSettings, GateSettings, Profile, RetrySettings
+from rrcli.config.redaction import redacted_url
 from rrcli.config.schema import COOLDOWN, GATE, RETRY, TOP, as_floats
 from rrcli.config.walk import Checker
 from rrcli.providers.registry import info
@@ -65,7 +66,7 @@ def check_document(
     )
     _pool(check, profile)
     _endpoint_paths(check, backends)
-    _addresses(check, backends, resolve)
+    _addresses(check, backends, profile.gate, resolve)
     return profile, check.diagnostics
 
 
@@ -120,15 +121,18 @@ def _gate(check: Checker, values: dict[str, Any]) -> GateSettings:
         check.add(
             "error",
             "gate.url",
-            f'"{settings.url}" is not a redis:// or rediss:// URL',
+            f'"{redacted_url(settings.url)}" is not a redis:// or rediss:// URL',
             'write e.g. url = "redis://127.0.0.1:6379/0"',
             "bad_value",
         )
     return settings
 
 
-def _addresses(check: Checker, backends: tuple[Backend, ...], resolve: Resolver | None) -> None:
-    """The base_url address policy over every backend that sends requests over the network."""
+def _addresses(
+    check: Checker, backends: tuple[Backend, ...], gate: GateSettings, resolve: Resolver | None
+) -> None:
+    """The base_url address policy over every backend that sends requests over the network, and
+    the metadata rule over the Redis gate's URL (Redis is often private, never metadata)."""
     urls = [
         UrlCheck(
             f"backends[{i}].base_url", b.base_url, b.allow_private, b.credentials.auth != "none"
@@ -136,6 +140,8 @@ def _addresses(check: Checker, backends: tuple[Backend, ...], resolve: Resolver 
         for i, b in enumerate(backends)
         if info(b.provider).needs_network
     ]
+    if gate.kind == "redis":
+        urls.append(UrlCheck("gate.url", gate.url, allow_private=True, sends_key=False, http=False))
     for finding in check_base_urls(urls, resolve):
         check.add(finding.severity, finding.path, finding.message, finding.fix, finding.code)
 

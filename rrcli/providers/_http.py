@@ -29,6 +29,7 @@ from rrcli.providers.base import (
     stream_error,
     translate_transport_error,
 )
+from rrcli.providers.peer import guard_connections
 from rrcli.providers.ratelimit import rate_limit_pause
 from rrcli.providers.registry import info, server_address
 from rrcli.providers.vocabulary import tool_arguments, tool_call
@@ -101,6 +102,7 @@ class HTTPProvider:
             follow_redirects=False,
             transport=transport,
         )
+        guard_connections(self._client, backend.allow_private)  # the address policy, per connection
 
     # --- the adapter's hooks --------------------------------------------------------------
 
