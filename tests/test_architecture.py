@@ -115,7 +115,7 @@ MAY_IMPORT = {
     "rrcli.runtime": {
         "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers", "rrcli.records",
     },
-    "rrcli.stats": {"rrcli.errors", "rrcli.records"},
+    "rrcli.stats": {"rrcli.errors", "rrcli.records", "rrcli.tokens"},
 }  # fmt: skip
 TOP = {"rrcli", "rrcli.cli", "rrcli._render", "rrcli._logging", "rrcli.__main__"}
 

@@ -181,6 +181,15 @@ def _parse(check: UrlCheck, findings: list[Finding]) -> str | None:
         findings.append(Finding("error", check.path, message, fix, code))
 
     example = 'e.g. "https://api.openai.com/v1"'
+    control = next((i for i, c in enumerate(check.url) if c <= " " or c == "\x7f"), None)
+    if control is not None:
+        char = f"U+{ord(check.url[control]):04X}"
+        error(
+            f"has {char} (a control character or space) at character {control + 1}",
+            f"write the URL without it, {example}",
+            "bad_url",
+        )
+        return None
     try:
         parts = urlsplit(check.url)
         port_ok = parts.port is None or parts.port > 0

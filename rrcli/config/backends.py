@@ -13,7 +13,7 @@ from typing import Any
 from rrcli.config.profile import DEFAULT_PROVIDER, Backend, Credentials, Price, SimSettings
 from rrcli.config.redaction import looks_like_key
 from rrcli.config.schema import PRICE, SIM, as_floats
-from rrcli.config.walk import Checker
+from rrcli.config.walk import Checker, unsendable
 from rrcli.providers.registry import ProviderInfo, info
 
 __all__ = ["build_backend"]
@@ -159,7 +159,19 @@ def _credentials(
             "remove the spaces or line breaks around the key",
             "key_whitespace",
         )
+    if isinstance(key, str) and (bad := unsendable(key.strip(), spaces=False)) is not None:
+        _unsendable_key(check, f"{where}.api_key", "the key", bad)
     return Credentials(api_key_env=env, api_key=key)
+
+
+def _unsendable_key(check: Checker, where: str, what: str, bad: str) -> None:
+    check.add(
+        "error",
+        where,
+        f"{what} cannot be sent in an HTTP header: it has {bad}",
+        "copy the key again; an invisible character came with it",
+        "key_unsendable",
+    )
 
 
 def _key_variable(check: Checker, where: str, env: str, value: str | None, for_run: bool) -> None:
@@ -183,6 +195,8 @@ def _key_variable(check: Checker, where: str, env: str, value: str | None, for_r
             f"export {env if shown == env else 'it'}=... before rrcli run",
             "env_unset",
         )
+    elif (bad := unsendable(value.strip(), spaces=False)) is not None:
+        _unsendable_key(check, where, f"the key in environment variable {shown}", bad)
     elif value != value.strip():
         check.add(
             "warning",

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import IO, Any
+from typing import IO, Annotated, Any
 
 import msgspec
 import numpy as np
 
 from rrcli.records.traceschema import CALL, OUTCOMES, parse_rfc3339
+from rrcli.tokens import MAX_USAGE_TOKENS
 
 _BLOCK_BYTES = 1 << 22
 _OUTCOMES = {name: code for code, name in enumerate(OUTCOMES)}  # ok 0, retry 1, error 2
@@ -46,10 +47,16 @@ _REQUIRED = ("run_id", "deployment", "outcome", "ts_start", "ts_end")
 _READ = _REQUIRED + tuple(KEY_FIELDS.values()) + (
     "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "stream",
 )  # fmt: skip
+#: a count no call reaches (tokens.MAX_USAGE_TOKENS and more, or negative) makes the line
+#: malformed: it would overflow every sum after it
+_COUNT = Annotated[int, msgspec.Meta(ge=0, lt=MAX_USAGE_TOKENS)]
+_KINDS = {"input_tokens": _COUNT, "output_tokens": _COUNT}
 _Call = msgspec.defstruct(
     "_Call",
     [
-        (name, kind) if name in _REQUIRED else (name, kind | None, _ABSENT.get(name))
+        (name, kind)
+        if name in _REQUIRED
+        else (name, _KINDS.get(name, kind) | None, _ABSENT.get(name))
         for name, kind in CALL
         if name in _READ
     ],
@@ -67,7 +74,7 @@ class _Price(msgspec.Struct, gc=False):
 
 class _Backend(msgspec.Struct, gc=False):
     id: str
-    max_concurrency: int | None = None
+    max_concurrency: _COUNT | None = None
     price: _Price | None = None
 
 
@@ -85,7 +92,7 @@ class _Run(msgspec.Struct, tag="run", tag_field="event", gc=False):
 
 class _RunEnd(msgspec.Struct, tag="run_end", tag_field="event", gc=False):
     run_id: str
-    jobs: dict[str, int]
+    jobs: dict[str, _COUNT]
     interrupted: bool | None = None
 
 
@@ -203,7 +210,7 @@ class TraceReader:
     def _feed(self, block: bytes | memoryview) -> None:
         try:
             records = _DECODER.decode_lines(block)
-        except msgspec.MsgspecError:
+        except (msgspec.MsgspecError, RecursionError):  # a line nested past the decoder's depth
             records = self._decode_each(bytes(block).split(b"\n"))
         if set(map(type, records)) <= {_Call}:
             calls = records
@@ -220,7 +227,7 @@ class TraceReader:
         for line in lines:
             try:
                 records.append(_DECODER.decode(line))
-            except msgspec.MsgspecError:
+            except (msgspec.MsgspecError, RecursionError):
                 self.malformed += bool(line.strip()) and not _unknown_event(line)
         return records
 
@@ -266,7 +273,7 @@ def _unknown_event(line: bytes) -> bool:
     """A well-formed record of an event this version does not know (skipped, not malformed)."""
     try:
         record = msgspec.json.decode(line)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):
         return False
     return (
         type(record) is dict
