@@ -4,7 +4,7 @@ Whatever a server says, the key it was sent never reaches a result, a trace, a l
 terminal: ``Redacting`` wraps every provider that sends a key (``make_provider``), and masks the
 key (``config.redaction.redact``, every form) in each string of a ``Reply`` and of a
 ``ProviderError`` before the runner sees it. A reply is checked at the cost of one JSON encode
-of its nested parts and a substring search per form; only a reply that holds the key is walked.
+of its strings and a substring search per form; only a reply that holds the key is walked.
 A text that was cut before it got here may end in part of a key: a run of eight or more
 characters that starts the key is masked too.
 """
@@ -12,6 +12,8 @@ characters that starts the key is masked too.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -22,13 +24,13 @@ from rrcli.providers.base import Call, Provider, Reply
 
 __all__ = ["Redacting", "scrub_error", "scrub_reply", "scrub_text"]
 
-#: a Reply's fields that hold one string from the server
-_TEXTS = (
+#: a Reply's fields that hold strings from the server, alone or inside its JSON
+_FIELDS = (
     "output", "finish_reason", "response_model", "reasoning_content", "request_id", "refusal",
-    "system_fingerprint", "response_id",
+    "system_fingerprint", "response_id", "body", "continuation", "tool_calls", "logprobs",
+    "choices", "moderations",
 )  # fmt: skip
-#: a Reply's fields that hold the server's JSON (and the strings inside it)
-_NESTED = ("body", "continuation", "tool_calls", "logprobs", "choices", "moderations")
+_VALUES = attrgetter(*_FIELDS)
 PARTIAL = 8  # the shortest start of a key masked on its own (a cut text's tail)
 
 
@@ -92,23 +94,28 @@ def scrub_error(exc: ProviderError, secret: str) -> ProviderError:
 
 
 def scrub_reply(reply: Reply, secret: str) -> Reply:
-    """``reply`` with ``secret`` masked in every string it holds, nested ones too."""
-    forms = secret_forms(secret)
+    """``reply`` with ``secret`` masked in every string it holds, nested ones too: one JSON
+    encode of them all and a search per form; only a reply that holds the key is walked."""
+    forms = _encoded_forms(secret)
     if not forms:
         return reply
-    for name in _TEXTS:
-        value = getattr(reply, name)
-        if value.__class__ is str and any(form in value for form in forms):
-            setattr(reply, name, redact(value, secret))
-    nested = [getattr(reply, name) for name in _NESTED]
+    values = _VALUES(reply)
     try:
-        blob = orjson.dumps(nested).decode()
+        blob = orjson.dumps(values)
     except (TypeError, orjson.JSONEncodeError):
-        blob = None  # not plain JSON: walk it
-    if blob is None or any(form in blob for form in forms):
-        for name, value in zip(_NESTED, nested, strict=True):
-            setattr(reply, name, _walk(value, secret))
+        blob = b""  # not plain JSON: walk it
+    for form in forms:
+        if not blob or form in blob:
+            for name, value in zip(_FIELDS, values, strict=True):
+                setattr(reply, name, _walk(value, secret))
+            break
     return reply
+
+
+@lru_cache(maxsize=256)
+def _encoded_forms(secret: str) -> tuple[bytes, ...]:
+    """The forms of ``secret`` as they appear in orjson's encoding of a string holding them."""
+    return tuple({orjson.dumps(form)[1:-1] for form in secret_forms(secret)})
 
 
 def _walk(value: Any, secret: str) -> Any:
