@@ -169,7 +169,7 @@ def _endpoint_paths(check: Checker, backends: tuple[Backend, ...]) -> None:
         if owner == provider:
             problem = (
                 f"ends with {ending}, which rrcli adds itself: calls would go to "
-                f"{backend.base_url.rstrip('/')}{_APPENDS[provider]}"
+                f"{redacted_url(backend.base_url).rstrip('/')}{_APPENDS[provider]}"
             )
             fix = f'write base_url = "{base}"'
         else:
