@@ -72,6 +72,17 @@ def test_a_profile_nested_or_dotted_past_reason_is_refused_at_its_line(tmp_path,
     assert not (tmp_path / "jobs.results.jsonl").exists()
 
 
+def test_a_64_kb_key_without_dots_is_an_unknown_key_in_seconds(tmp_path):
+    """A 64 KB bare key and a 64 KB quoted key full of dots are read in linear time: each an
+    unknown key at its line (exit 1), in seconds."""
+    profile = tmp_path / "p.toml"
+    profile.write_text(f'{BACKEND}{"a" * 65_536} = 1\n"{"b." * 32_768}" = 2\n')
+    result, took = limited("validate", profile, cwd=tmp_path)
+    assert 1 == result.returncode, result.stderr
+    assert 2 == result.stdout.count("unknown key")
+    assert took < 15.0
+
+
 ZERO_WIDTH = "sk-abc\u200bdef0123456789"
 
 

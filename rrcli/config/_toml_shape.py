@@ -21,7 +21,11 @@ _OPAQUE = re.compile(
     r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*'
 )
 _BRACKET = re.compile(r"[\[\]{}\n]")
-_DOTTED = re.compile(r'(?:[A-Za-z0-9_+-]+|"")(?:[ \t]*\.[ \t]*(?:[A-Za-z0-9_+-]+|""))+')
+#: a dotted key (or a float: one dot); a part is taken whole and only from its first character,
+#: so a long run without dots costs one pass, not one per character
+_DOTTED = re.compile(
+    r'(?<![A-Za-z0-9_+-])(?:[A-Za-z0-9_+-]++|"")(?:[ \t]*+\.[ \t]*+(?:[A-Za-z0-9_+-]++|""))+'
+)
 
 
 def _blank(match: re.Match[str]) -> str:
