@@ -114,8 +114,7 @@ async def run(
     control = control or RunControl()
     seed = options.seed if options.seed is not None else profile.seed
     rng = random.Random(seed)
-    keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}  # UsageError if unset
-    _warn_padded_keys(profile, environ)
+    keys = _keys(profile, environ)  # UsageError if one is unset
     with ExitStack() as stack:
         _refuse_clobbering(options)
         source, stream = open_jobs(options, stack)
@@ -147,8 +146,10 @@ async def run(
     return summary
 
 
-def _warn_padded_keys(profile: Profile, environ: Mapping[str, str]) -> None:
-    """A warning naming each key's variable (never its value) that has whitespace around it."""
+def _keys(profile: Profile, environ: Mapping[str, str]) -> dict[str, str | None]:
+    """Each backend's key (UsageError if one is unset), with a warning naming each key's
+    variable (never its value) that has whitespace around it."""
+    keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}
     for backend in profile.backends:
         if backend.credentials.padded(environ):
             log.warning(
@@ -157,6 +158,7 @@ def _warn_padded_keys(profile: Profile, environ: Mapping[str, str]) -> None:
                 variable=backend.credentials.api_key_env or "credentials.api_key",
                 fix="the key is sent without the whitespace; remove it from the variable",
             )
+    return keys
 
 
 def _selected(
