@@ -123,8 +123,8 @@ def test_what_cannot_be_sent_is_caught_by_validate(
 
 
 def test_stats_counts_a_nested_line_and_bigint_tokens_as_malformed(tmp_path, hostile_server):
-    """A trace of four good calls with a line nested 100,000 deep and lines claiming 2^70 or
-    2^64 − 1 tokens: ``stats`` and ``stats --json`` report the four calls and the three
+    """A trace of four good calls with a line nested 100,000 deep and lines claiming 2^70,
+    2^64 − 1 or 10^400 tokens: ``stats`` and ``stats --json`` report the four calls and the four
     malformed lines (exit 0, no traceback), under 3 GB."""
     server = hostile_server(lambda _: chat({"prompt_tokens": 3, "completion_tokens": 2}))
     profile = write_profile(tmp_path / "p.toml", [{"id": "h", "base_url": server.openai_url}])
@@ -136,16 +136,17 @@ def test_stats_counts_a_nested_line_and_bigint_tokens_as_malformed(tmp_path, hos
         b'{"event": "call", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
         json.dumps({**call, "input_tokens": 2**70}).encode(),
         json.dumps({**call, "output_tokens": 2**64 - 1}).encode(),
+        json.dumps({**call, "output_tokens": 10**400}).encode(),
     ]
     with open(traces, "ab") as f:
         f.write(b"\n".join(hostile) + b"\n")
     table, _ = limited("stats", traces, cwd=tmp_path)
     assert 0 == table.returncode, table.stderr
-    assert "malformed lines: 3" in table.stdout + table.stderr
+    assert "malformed lines: 4" in table.stdout + table.stderr
     result, _ = limited("stats", traces, "--json", cwd=tmp_path)
     assert 0 == result.returncode, result.stderr
     report = orjson.loads(result.stdout)
-    assert (4, 3, 12) == (
+    assert (4, 4, 12) == (
         report["total"]["calls"],
         report["malformed_lines"],
         report["total"]["input_tokens"],

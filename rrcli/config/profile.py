@@ -66,7 +66,7 @@ class Credentials:
 
     def resolve(self, environ: Mapping[str, str]) -> str | None:
         """The key to send, or None for ``auth = "none"``; raises UsageError if it is unset.
-        Whitespace around it (a ``\r`` or ``\n`` from a .env file) is dropped: validation
+        Whitespace around it (a CR or LF left by a .env file) is dropped: validation
         warns of it, naming the variable."""
         if self.auth == "none":
             return None

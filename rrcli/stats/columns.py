@@ -10,12 +10,14 @@ form goes through ``datetime.fromisoformat``. Times are float milliseconds since
 
 Malformed (counted, skipped): not JSON, not an object, no ``event``, a run, call or run_end
 record missing a field or with a wrong type (a call needs ``run_id``, ``deployment``, ``outcome``
-in ok|retry|error and two timestamps with ts_end >= ts_start). Blank lines and records of an
-unknown event (a newer rrcli) are skipped without counting.
+in ok|retry|error and two timestamps with ts_end >= ts_start, and token counts, if any, from
+0 to below ``tokens.MAX_USAGE_TOKENS``), or nested past the decoder's depth. Blank lines and
+records of an unknown event (a newer rrcli) are skipped without counting.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import IO, Annotated, Any
@@ -47,16 +49,13 @@ _REQUIRED = ("run_id", "deployment", "outcome", "ts_start", "ts_end")
 _READ = _REQUIRED + tuple(KEY_FIELDS.values()) + (
     "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "stream",
 )  # fmt: skip
-#: a count no call reaches (tokens.MAX_USAGE_TOKENS and more, or negative) makes the line
-#: malformed: it would overflow every sum after it
-_COUNT = Annotated[int, msgspec.Meta(ge=0, lt=MAX_USAGE_TOKENS)]
-_KINDS = {"input_tokens": _COUNT, "output_tokens": _COUNT}
+#: a count no call reaches (MAX_USAGE_TOKENS or more, or negative) makes its record malformed:
+#: it would overflow every sum made with it
+_Count = Annotated[int, msgspec.Meta(ge=0, lt=MAX_USAGE_TOKENS)]
 _Call = msgspec.defstruct(
     "_Call",
     [
-        (name, kind)
-        if name in _REQUIRED
-        else (name, _KINDS.get(name, kind) | None, _ABSENT.get(name))
+        (name, kind) if name in _REQUIRED else (name, kind | None, _ABSENT.get(name))
         for name, kind in CALL
         if name in _READ
     ],
@@ -74,7 +73,7 @@ class _Price(msgspec.Struct, gc=False):
 
 class _Backend(msgspec.Struct, gc=False):
     id: str
-    max_concurrency: _COUNT | None = None
+    max_concurrency: _Count | None = None
     price: _Price | None = None
 
 
@@ -92,7 +91,7 @@ class _Run(msgspec.Struct, tag="run", tag_field="event", gc=False):
 
 class _RunEnd(msgspec.Struct, tag="run_end", tag_field="event", gc=False):
     run_id: str
-    jobs: dict[str, _COUNT]
+    jobs: dict[str, _Count]
     interrupted: bool | None = None
 
 
@@ -235,7 +234,10 @@ class TraceReader:
         n = len(calls)
         t0 = _timestamps(list(map(attrgetter("ts_start"), calls)))
         t1 = _timestamps(list(map(attrgetter("ts_end"), calls)))
-        numbers = np.array(list(map(_NUMBERS, calls)), dtype=float).reshape(n, 4).T
+        try:
+            numbers = np.array(list(map(_NUMBERS, calls)), dtype=float).reshape(n, 4).T
+        except OverflowError:  # an integer past any float
+            numbers = np.array([list(map(_float, _NUMBERS(c))) for c in calls]).reshape(n, 4).T
         cols = [
             _codes(self.run_ids, list(map(attrgetter("run_id"), calls))),
             _codes(self.deployments, list(map(attrgetter("deployment"), calls))),
@@ -250,6 +252,7 @@ class TraceReader:
         if cols[2] is None:
             cols[2] = _codes(self.keys, list(map(self._key, calls)))
         good = t1 >= t0  # False where either is NaN (not a timestamp)
+        good &= ~((numbers[2:] < 0) | (numbers[2:] >= MAX_USAGE_TOKENS)).any(axis=0)
         if not good.all():
             self.malformed += int(n - good.sum())
             cols = [c[good] for c in cols]
@@ -267,6 +270,14 @@ class TraceReader:
             info.start_ms = start * 1000.0
             info.profile, info.strategy = record.profile.name, record.profile.strategy
             info.backends = {b.id: b for b in record.profile.backends}
+
+
+def _float(value: float | None) -> float:
+    """``value`` as a float (NaN for None, infinity for an integer past any float)."""
+    try:
+        return math.nan if value is None else float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _unknown_event(line: bytes) -> bool:
