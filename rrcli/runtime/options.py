@@ -46,6 +46,7 @@ class RunOptions:
     stream: bool = False
     keep_response: bool = False  # result lines carry the provider's response body
     prompts: tuple[str, ...] = ()  # --prompt: jobs given on the command line
+    otlp: str | None = None  # --otlp: send spans to this collector ("": the OTEL_* environment)
     on_text: Callable[[str], None] | None = None  # --prompt --stream: text as it arrives
     on_result: Callable[[dict[str, Any]], None] | None = None  # results to a callback, not a file
 

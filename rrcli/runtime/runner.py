@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, closing
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import structlog
 
@@ -36,10 +36,14 @@ from rrcli.records.jobs import InvalidJob, Job, iter_jobs, shard_of
 from rrcli.records.results import ResultWriter, ResumeState, prepare_output
 from rrcli.records.trace import TraceWriter, new_run_id
 from rrcli.runtime.control import RunControl, RunSummary
-from rrcli.runtime.engine import Engine
+from rrcli.runtime.engine import Engine, ResultSink
 from rrcli.runtime.options import RunOptions
 from rrcli.runtime.router import Router
+from rrcli.runtime.telemetry import JobEnds, close_sender, open_sender, otlp_url
 from rrcli.runtime.workers import JobFeed, StoppableReader
+
+if TYPE_CHECKING:
+    from rrcli.otel.sender import LiveSender
 
 __all__ = ["RunControl", "RunOptions", "RunSummary", "run", "run_sync"]
 
@@ -115,6 +119,7 @@ async def run(
     seed = options.seed if options.seed is not None else profile.seed
     rng = random.Random(seed)
     keys = _keys(profile, environ)  # UsageError if one is unset
+    otlp = otlp_url(options.otlp, environ)  # UsageError for a bad --otlp URL
     with ExitStack() as stack:
         _refuse_clobbering(options)
         source, stream = open_jobs(options, stack)
@@ -125,7 +130,8 @@ async def run(
         if resume is not None and resume.sessions:
             router.restore_bindings(resume.sessions)
         providers = make_providers(profile, keys, seed)
-        results, traces = open_outputs(options, summary.run_id, stack)
+        sender = open_sender(otlp, summary.run_id)
+        results, traces = open_outputs(options, summary.run_id, stack, sender)
         traces.run(profile)
         engine = Engine(
             profile, options.stream, options.on_text, router, providers, results, traces,
@@ -143,6 +149,7 @@ async def run(
             summary.halted = control.halted
             summary.interrupted = control.stopping and control.halted is None
             await _close(engine, gates)
+            await close_sender(sender)
     return summary
 
 
@@ -204,11 +211,11 @@ def make_providers(
 
 
 def open_outputs(
-    options: RunOptions, run_id: str, stack: ExitStack
-) -> tuple[ResultWriter | CallbackWriter, TraceWriter]:
+    options: RunOptions, run_id: str, stack: ExitStack, sender: LiveSender | None = None
+) -> tuple[ResultSink, TraceWriter]:
     """The result sink (a file appended on --resume, or the --prompt callback) and the trace
-    writer, both closed by ``stack``."""
-    results: ResultWriter | CallbackWriter
+    writer, both closed by ``stack``; with a span ``sender`` (--otlp) both feed it too."""
+    results: ResultSink
     if options.on_result is not None:
         results = CallbackWriter(options.on_result)
     else:
@@ -216,8 +223,10 @@ def open_outputs(
         append = options.resume and out is not None and out.exists()
         results = ResultWriter(out, fmt=options.fmt, append=append)
         stack.callback(results.close)
-    traces = TraceWriter(options.traces, run_id)
+    traces = TraceWriter(options.traces, run_id, tap=None if sender is None else sender.put)
     stack.callback(traces.close)
+    if sender is not None:
+        results = JobEnds(results, sender)
     return results, traces
 
 
