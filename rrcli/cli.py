@@ -90,6 +90,12 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 )
 @click.option("--seed", type=int, help="Seed for random choices and jitter.")
 @click.option("--dry-run", is_flag=True, help="Parse, validate and route on paper; send nothing.")
+@click.option(
+    "--max-cost",
+    type=float,
+    metavar="USD",
+    help="Stop before the run's spend would pass USD (exit 3); with --resume, earlier runs count.",
+)
 @click.option("--stream", is_flag=True, help="Stream responses (records time to first token).")
 @click.option(
     "--keep-response",

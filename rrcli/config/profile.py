@@ -27,6 +27,7 @@ __all__ = [
     "MAX_SERVER_PAUSE",
     "STRATEGIES",
     "Backend",
+    "BudgetSettings",
     "CooldownSettings",
     "Credentials",
     "GateSettings",
@@ -192,6 +193,13 @@ class CooldownSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetSettings:
+    """The most a run may spend, in USD (None: no budget); ``rrcli run --max-cost`` overrides."""
+
+    max_cost_usd: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Profile:
     name: str = ""
     strategy: str = "round_robin"
@@ -203,6 +211,7 @@ class Profile:
     retry: RetrySettings = field(default_factory=RetrySettings)
     gate: GateSettings = field(default_factory=GateSettings)
     cooldown: CooldownSettings = field(default_factory=CooldownSettings)
+    budget: BudgetSettings = field(default_factory=BudgetSettings)
     backends: tuple[Backend, ...] = ()
     source: str = ""
 
@@ -242,6 +251,8 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
     if redact and "url" in out["gate"]:
         out["gate"]["url"] = redacted_url(out["gate"]["url"])
     out["cooldown"] = _plain(profile.cooldown)
+    if profile.budget.max_cost_usd is not None:
+        out["budget"] = _plain(profile.budget)
     out["backends"] = [_backend_to_dict(b, redact) for b in profile.backends]
     return out
 

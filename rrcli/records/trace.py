@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from rrcli import __version__
+from rrcli.config.prices import price_of
 from rrcli.providers.registry import server_address
 from rrcli.records._jsonl import LineFile
 from rrcli.records.traceschema import CALL_FIELDS, JOB_COUNTS, rfc3339
@@ -42,7 +43,8 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def _backend_record(backend: Backend) -> dict[str, Any]:
-    price = backend.price
+    known = price_of(backend)
+    price = None if known is None else known.price
     return {
         "id": backend.id,
         "provider": backend.provider,
@@ -138,8 +140,14 @@ class TraceWriter:
             },
         )
 
-    def run_end(self, jobs: Mapping[str, int], interrupted: bool) -> None:
-        """The ``run_end`` record: jobs by outcome (ok, error, invalid, skipped; 0 if absent)."""
+    def run_end(
+        self,
+        jobs: Mapping[str, int],
+        interrupted: bool,
+        budget: Mapping[str, float] | None = None,
+    ) -> None:
+        """The ``run_end`` record: jobs by outcome (ok, error, invalid, skipped; 0 if absent),
+        and the run's ``budget`` (``{"limit", "spent"}`` in USD; None without one)."""
         self._put(
             {
                 "event": "run_end",
@@ -147,6 +155,7 @@ class TraceWriter:
                 "ts": rfc3339(self._clock()),
                 "jobs": {k: int(jobs.get(k, 0)) for k in JOB_COUNTS},
                 "interrupted": interrupted,
+                "budget": None if budget is None else dict(budget),
             }
         )
 

@@ -35,6 +35,7 @@ from rrcli.records.claim import STDIN, OutputClaim, refuse_same_files
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs, shard_of
 from rrcli.records.results import ResultWriter, ResumeState, prepare_output
 from rrcli.records.trace import TraceWriter, new_run_id
+from rrcli.runtime.budget import budget_prices, final_halt, make_budget
 from rrcli.runtime.control import RunControl, RunSummary
 from rrcli.runtime.engine import Engine, ResultSink
 from rrcli.runtime.options import RunOptions
@@ -109,16 +110,16 @@ async def run(
     """Run every selected job of ``options.jobs`` across ``profile``'s pool, writing results and
     traces where ``options`` says, SPEC §1's defaults filled in (``RunOptions.with_defaults``).
 
-    Raises UsageError (nothing sent) when the outputs cannot be prepared, a key is missing or
-    the jobs are not JSON Lines.
-    ``on_start`` is called once the router exists (the CLI starts its live display there).
-    """
+    Raises UsageError (nothing sent) when the outputs cannot be prepared, a key or a budget's
+    price is missing, or the jobs are not JSON Lines. ``on_start`` is called once the router
+    exists (the CLI starts its live display there)."""
     options = options.with_defaults()
     environ = os.environ if environ is None else environ
     control = control or RunControl()
     seed = options.seed if options.seed is not None else profile.seed
     rng = random.Random(seed)
     keys = _keys(profile, environ)  # UsageError if one is unset
+    prices = budget_prices(profile, options)  # UsageError: a budget with an unpriced backend
     otlp = otlp_url(options.otlp, environ)  # UsageError for a bad --otlp URL
     with ExitStack() as stack:
         _refuse_clobbering(options)
@@ -127,6 +128,7 @@ async def run(
         resume = _prepare_results(options, stack)
         summary = RunSummary(new_run_id(), total=len(options.prompts) or count_lines(options.jobs))
         router, gates = make_router(profile, rng)
+        router.budget = await make_budget(profile, options, prices, control, gates)
         if resume is not None and resume.sessions:
             router.restore_bindings(resume.sessions)
         providers = make_providers(profile, keys, seed)
@@ -142,12 +144,11 @@ async def run(
         if on_start is not None:
             on_start(summary, router)
         log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.label)
+        reader = stream if isinstance(stream, StoppableReader) else None
         try:
-            reader = stream if isinstance(stream, StoppableReader) else None
             await _drive(engine, jobs, run_concurrency(options, profile), reader)
         finally:
-            summary.halted = control.halted
-            summary.interrupted = control.stopping and control.halted is None
+            _ended(summary, control, router, None if reader else jobs)
             await _close(engine, gates)
             await close_sender(sender)
     return summary
@@ -166,6 +167,18 @@ def _keys(profile: Profile, environ: Mapping[str, str]) -> dict[str, str | None]
                 fix="the key is sent without the whitespace; remove it from the variable",
             )
     return keys
+
+
+def _ended(
+    summary: RunSummary, control: RunControl, router: Router, rest: Iterator[Any] | None
+) -> None:
+    """How the run ended, on its summary: interrupted, or halted (a budget's halt says the
+    spend and the jobs not run once the calls in flight finished; ``rest``: the jobs never
+    handed out, None when they came from a pipe)."""
+    summary.halted = control.halted
+    if summary.halted and summary.halted.reason == "budget" and router.budget:
+        summary.halted = final_halt(router.budget, summary, rest)
+    summary.interrupted = control.stopping and control.halted is None
 
 
 def _selected(
@@ -241,8 +254,10 @@ def run_concurrency(options: RunOptions, profile: Profile) -> int:
 async def _close(engine: Engine, gates: Mapping[str, Any]) -> None:
     """The run's end, however it ended: the run_end record, outputs flushed, connections and
     shared leases given back, the end logged."""
-    summary = engine.summary
-    engine.traces.run_end(summary.jobs, summary.interrupted)
+    summary, budget = engine.summary, engine.router.budget
+    engine.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record())
+    if budget is not None:
+        await budget.ledger.close()
     engine.results.flush()
     engine.traces.flush()
     for provider in engine.providers.values():
