@@ -20,6 +20,7 @@ from rrcli.providers.registry import REGISTRY
 
 __all__ = [
     "BINDINGS",
+    "CACHE_MODES",
     "DEFAULT_PROVIDER",
     "GATE_KINDS",
     "MAX_CONTINUATIONS",
@@ -28,6 +29,7 @@ __all__ = [
     "STRATEGIES",
     "Backend",
     "BudgetSettings",
+    "CacheSettings",
     "CooldownSettings",
     "Credentials",
     "GateSettings",
@@ -52,6 +54,8 @@ STRATEGIES = (
 )
 BINDINGS = ("request", "session")
 GATE_KINDS = ("local", "redis")
+#: --cache-mode: look answers up and store new ones, only look up, only store, no cache at all
+CACHE_MODES = ("readwrite", "read", "write", "off")
 DEFAULT_PROVIDER = "openai"
 DEFAULT_RETRY_ON_STATUS = (408, 409, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524, 529)
 
@@ -193,6 +197,15 @@ class CooldownSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """The response cache (``[cache]``): its SQLite file ("" for none; a relative path is from
+    the working folder, as ``--cache``'s) and what a run does with it (CACHE_MODES)."""
+
+    path: str = ""
+    mode: str = "readwrite"
+
+
+@dataclass(frozen=True, slots=True)
 class BudgetSettings:
     """The most a run may spend, in USD (None: no budget); ``rrcli run --max-cost`` overrides."""
 
@@ -211,6 +224,7 @@ class Profile:
     retry: RetrySettings = field(default_factory=RetrySettings)
     gate: GateSettings = field(default_factory=GateSettings)
     cooldown: CooldownSettings = field(default_factory=CooldownSettings)
+    cache: CacheSettings = field(default_factory=CacheSettings)
     budget: BudgetSettings = field(default_factory=BudgetSettings)
     backends: tuple[Backend, ...] = ()
     source: str = ""
@@ -251,6 +265,8 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
     if redact and "url" in out["gate"]:
         out["gate"]["url"] = redacted_url(out["gate"]["url"])
     out["cooldown"] = _plain(profile.cooldown)
+    if profile.cache != CacheSettings():
+        out["cache"] = {k: v for k, v in _plain(profile.cache).items() if v}
     if profile.budget.max_cost_usd is not None:
         out["budget"] = _plain(profile.budget)
     out["backends"] = [_backend_to_dict(b, redact) for b in profile.backends]

@@ -50,6 +50,8 @@ class RunOptions:
     otlp: str | None = None  # --otlp: send spans to this collector ("": the OTEL_* environment)
     on_text: Callable[[str], None] | None = None  # --prompt --stream: text as it arrives
     on_result: Callable[[dict[str, Any]], None] | None = None  # results to a callback, not a file
+    cache: Path | None = None  # --cache: the response cache file (None: the profile's, if any)
+    cache_mode: str | None = None  # --cache-mode (None: the profile's, else readwrite)
 
     def __post_init__(self) -> None:
         if self.max_cost is not None and not 0 <= self.max_cost < float("inf"):

@@ -36,6 +36,7 @@ from rrcli.records.jobs import InvalidJob, Job, iter_jobs, shard_of
 from rrcli.records.results import ResultWriter, ResumeState, prepare_output
 from rrcli.records.trace import TraceWriter, new_run_id
 from rrcli.runtime.budget import budget_prices, final_halt, make_budget
+from rrcli.runtime.cached import ResponseCache, open_cache
 from rrcli.runtime.control import RunControl, RunSummary
 from rrcli.runtime.engine import Engine, ResultSink
 from rrcli.runtime.options import RunOptions
@@ -125,8 +126,9 @@ async def run(
         _refuse_clobbering(options)
         source, stream = open_jobs(options, stack)
         lines = iter_jobs(stream, source)  # UsageError when the input is not JSON Lines
-        resume = _prepare_results(options, stack)
         summary = RunSummary(new_run_id(), total=len(options.prompts) or count_lines(options.jobs))
+        cache = _open_cache(profile, options, summary, stack)  # CacheError: exit 2, nothing sent
+        resume = _prepare_results(options, stack)
         router, gates = make_router(profile, rng)
         router.budget = await make_budget(profile, options, prices, control, gates)
         if resume is not None and resume.sessions:
@@ -137,7 +139,7 @@ async def run(
         traces.run(profile)
         engine = Engine(
             profile, options.stream, options.on_text, router, providers, results, traces,
-            summary, control, rng, options.keep_response,
+            summary, control, rng, options.keep_response, cache,
         )  # fmt: skip
         engine.origins.update(resume.responses.items() if resume is not None else ())
         jobs = _selected(lines, options, resume, summary)
@@ -212,6 +214,30 @@ def _prepare_results(options: RunOptions, stack: ExitStack) -> ResumeState | Non
     return prepare_output(
         options.out_file, resume=options.resume, overwrite=options.overwrite, fmt=options.fmt
     )
+
+
+def _open_cache(
+    profile: Profile, options: RunOptions, summary: RunSummary, stack: ExitStack
+) -> ResponseCache | None:
+    """The response cache, if the run has one; at the end its writes are waited for, its hits
+    counted in ``summary`` and logged."""
+    cache = open_cache(profile, options)
+    if cache is None:
+        return None
+
+    def close() -> None:
+        cache.file.close()
+        summary.cached = cache.hits
+        log.info(
+            "rrcli.cache_closed",
+            path=str(cache.file.path),
+            hits=cache.hits,
+            stored=cache.file.stored,
+            lost=cache.file.lost,
+        )
+
+    stack.callback(close)
+    return cache
 
 
 def make_providers(
