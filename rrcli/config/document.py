@@ -26,6 +26,7 @@ from rrcli.config.profile import (
     Profile,
     RetrySettings,
 )
+from rrcli.config.redaction import redacted_url
 from rrcli.config.schema import BUDGET, CACHE, COOLDOWN, GATE, RETRY, TOP, as_floats
 from rrcli.config.walk import Checker
 from rrcli.providers.registry import info
@@ -75,7 +76,7 @@ def check_document(
     )
     _pool(check, profile)
     _endpoint_paths(check, backends)
-    _addresses(check, backends, resolve)
+    _addresses(check, backends, profile.gate, resolve)
     return profile, check.diagnostics
 
 
@@ -133,7 +134,7 @@ def _gate(check: Checker, values: dict[str, Any]) -> GateSettings:
         check.add(
             "error",
             "gate.url",
-            f'"{settings.url}" is not a redis:// or rediss:// URL',
+            f'"{redacted_url(settings.url)}" is not a redis:// or rediss:// URL',
             'write e.g. url = "redis://127.0.0.1:6379/0"',
             "bad_value",
         )
@@ -153,8 +154,11 @@ def _cache(check: Checker, values: dict[str, Any]) -> CacheSettings:
     return settings
 
 
-def _addresses(check: Checker, backends: tuple[Backend, ...], resolve: Resolver | None) -> None:
-    """The base_url address policy over every backend that sends requests over the network."""
+def _addresses(
+    check: Checker, backends: tuple[Backend, ...], gate: GateSettings, resolve: Resolver | None
+) -> None:
+    """The base_url address policy over every backend that sends requests over the network, and
+    the metadata rule over the Redis gate's URL (Redis is often private, never metadata)."""
     urls = [
         UrlCheck(
             f"backends[{i}].base_url", b.base_url, b.allow_private, b.credentials.auth != "none"
@@ -162,6 +166,8 @@ def _addresses(check: Checker, backends: tuple[Backend, ...], resolve: Resolver 
         for i, b in enumerate(backends)
         if info(b.provider).needs_network
     ]
+    if gate.kind == "redis":
+        urls.append(UrlCheck("gate.url", gate.url, allow_private=True, sends_key=False, http=False))
     for finding in check_base_urls(urls, resolve):
         check.add(finding.severity, finding.path, finding.message, finding.fix, finding.code)
 
@@ -189,7 +195,7 @@ def _endpoint_paths(check: Checker, backends: tuple[Backend, ...]) -> None:
         if owner == provider:
             problem = (
                 f"ends with {ending}, which rrcli adds itself: calls would go to "
-                f"{backend.base_url.rstrip('/')}{_APPENDS[provider]}"
+                f"{redacted_url(backend.base_url).rstrip('/')}{_APPENDS[provider]}"
             )
             fix = f'write base_url = "{base}"'
         else:

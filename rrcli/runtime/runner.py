@@ -119,7 +119,7 @@ async def run(
     control = control or RunControl()
     seed = options.seed if options.seed is not None else profile.seed
     rng = random.Random(seed)
-    keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}  # UsageError if unset
+    keys = _keys(profile, environ)  # UsageError if one is unset
     prices = budget_prices(profile, options)  # UsageError: a budget with an unpriced backend
     otlp = otlp_url(options.otlp, environ)  # UsageError for a bad --otlp URL
     with ExitStack() as stack:
@@ -154,6 +154,21 @@ async def run(
             await _close(engine, gates)
             await close_sender(sender)
     return summary
+
+
+def _keys(profile: Profile, environ: Mapping[str, str]) -> dict[str, str | None]:
+    """Each backend's key (UsageError if one is unset), with a warning naming each key's
+    variable (never its value) that has whitespace around it."""
+    keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}
+    for backend in profile.backends:
+        if backend.credentials.padded(environ):
+            log.warning(
+                "rrcli.key_whitespace",
+                backend=backend.id,
+                variable=backend.credentials.api_key_env or "credentials.api_key",
+                fix="the key is sent without the whitespace; remove it from the variable",
+            )
+    return keys
 
 
 def _ended(
