@@ -239,8 +239,24 @@ def _refuse_unusable(path: Path, write: bool) -> None:
 
 
 def _prepare(conn: sqlite3.Connection, path: Path, write: bool) -> None:
+    """``_prepare_once``, again while another process holds the file's lock (switching to WAL
+    mode waits for no busy handler), for up to BUSY_TIMEOUT."""
+    deadline = time.monotonic() + BUSY_TIMEOUT
+    while True:
+        try:
+            return _prepare_once(conn, path, write)
+        except sqlite3.OperationalError as exc:
+            if time.monotonic() >= deadline:
+                raise CacheError(
+                    f"{path}: the cache file stayed locked for {BUSY_TIMEOUT:.0f} s ({exc}) — "
+                    "another program holds it; wait for it or name another --cache file"
+                ) from exc
+            time.sleep(0.05)
+
+
+def _prepare_once(conn: sqlite3.Connection, path: Path, write: bool) -> None:
     """WAL mode and our tables on a new or empty file; CacheError for a corrupt file, another
-    program's database or a newer format."""
+    program's database or a newer format; a lock held elsewhere raised as it is."""
     try:
         if write:
             conn.execute("PRAGMA journal_mode=WAL")
@@ -258,6 +274,10 @@ def _prepare(conn: sqlite3.Connection, path: Path, write: bool) -> None:
             )
         row = conn.execute(f"SELECT value FROM {_META} WHERE name = 'format'").fetchone()
         conn.execute(f"SELECT 1 FROM {_TABLE} LIMIT 1").fetchall()
+    except sqlite3.OperationalError as exc:
+        if _locked(exc):
+            raise
+        raise CacheError(f"{path}: the cache file is damaged ({exc}) — {_FIX}") from exc
     except sqlite3.DatabaseError as exc:
         raise CacheError(f"{path}: the cache file is damaged ({exc}) — {_FIX}") from exc
     if row is None or row[0] != str(FORMAT):
