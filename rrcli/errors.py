@@ -18,6 +18,7 @@ interrupted)::
         ├── StatusError             the server answered with a non-2xx status
         ├── InvalidResponseError    a 2xx body that is not a valid response
         ├── StreamBrokenError       a stream that ended before it completed
+        ├── ResponseTooLargeError   a body past the backend's max_response_bytes
         ├── RedirectError           a 3xx: never followed (credentials would travel with it)
         └── UntranslatableError     the request cannot be written in the backend's API: not sent
 
@@ -45,6 +46,7 @@ __all__ = [
     "ProviderError",
     "RRCLIError",
     "RedirectError",
+    "ResponseTooLargeError",
     "StatusError",
     "StreamBrokenError",
     "TimeoutError_",
@@ -154,6 +156,10 @@ class TransportError(ProviderError):
 
 class TimeoutError_(TransportError):  # the builtin name is taken
     """The attempt's timeout passed before the response completed."""
+
+
+class ResponseTooLargeError(ProviderError):
+    """The body passed the backend's ``max_response_bytes`` (decompressed): never retried."""
 
 
 class StatusError(ProviderError):

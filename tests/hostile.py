@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,13 +36,16 @@ class Request:
 @dataclass(frozen=True, slots=True)
 class Canned:
     """An answer: ``delay`` seconds of silence (and, with ``hold``, until the test sets it), then
-    the status line, headers and body."""
+    the status line, headers and body. With ``chunks`` the body is those pieces instead, sent
+    chunked, ``gap`` seconds apart (an endless iterator makes an endless body)."""
 
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     delay: float = 0.0
     hold: threading.Event | None = None
+    chunks: Iterable[bytes] | None = None
+    gap: float = 0.0
 
 
 Answer = Callable[[Request], Canned]
@@ -70,10 +73,12 @@ class HostileServer:
     """One server; ``url`` is ``http://127.0.0.1:PORT``, ``openai_url`` adds ``/v1``.
 
     ``requests``: every request received, in order. ``spans``: (start, end) monotonic seconds
-    of each answered request. ``peak``: the most requests in flight at once."""
+    of each answered request. ``peak``: the most requests in flight at once. ``idle_close``:
+    seconds a connection may idle after an answer before the server closes it (None: never)."""
 
-    def __init__(self, answer: Answer) -> None:
+    def __init__(self, answer: Answer, idle_close: float | None = None) -> None:
         self.answer = answer
+        self.idle_close = idle_close
         self.requests: list[Request] = []
         self.spans: list[tuple[float, float]] = []
         self.peak = 0
@@ -96,13 +101,22 @@ class HostileServer:
         started.set()
         self._loop.run_forever()
         server.close()
+        # connections still answering (an endless body) end here, not in a finalizer after the
+        # loop is gone
+        tasks = asyncio.all_tasks(self._loop)
+        for task in tasks:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         self._loop.run_until_complete(server.wait_closed())
+        self._loop.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        wait = None  # the first request may take its time; then ``idle_close`` applies
         try:
-            while (request := await _read_request(reader)) is not None:
+            while (request := await _read_request(reader, wait)) is not None:
                 await self._respond(request, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
+                wait = self.idle_close
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass
         finally:
             writer.close()
@@ -123,18 +137,35 @@ class HostileServer:
         self.spans.append((start, time.monotonic()))
         head = [f"HTTP/1.1 {canned.status} Hostile"]
         head += [f"{name}: {value}" for name, value in canned.headers.items()]
-        head.append(f"content-length: {len(canned.body)}")
+        if canned.chunks is None:
+            head.append(f"content-length: {len(canned.body)}")
+        else:
+            head.append("transfer-encoding: chunked")
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + canned.body)
         await writer.drain()
+        if canned.chunks is not None:
+            await _write_chunks(writer, canned.chunks, canned.gap)
 
     def stop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10.0)
 
 
-async def _read_request(reader: asyncio.StreamReader) -> Request | None:
-    """The next request on a connection, None when the client closed it."""
-    line = await reader.readline()
+async def _write_chunks(writer: asyncio.StreamWriter, chunks: Iterable[bytes], gap: float) -> None:
+    """A chunked body of ``chunks``, ``gap`` seconds apart, then its end."""
+    for chunk in chunks:
+        writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        await writer.drain()
+        if gap:
+            await asyncio.sleep(gap)
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+
+
+async def _read_request(reader: asyncio.StreamReader, wait: float | None) -> Request | None:
+    """The next request on a connection, None when the client closed it; TimeoutError when its
+    first line does not come within ``wait`` seconds."""
+    line = await asyncio.wait_for(reader.readline(), wait)
     if not line:
         return None
     path = line.split(b" ")[1].decode("latin-1")
@@ -151,8 +182,8 @@ def hostile_server() -> Iterator[Callable[[Answer], HostileServer]]:
     """A factory of hostile servers answering with ``answer``; all stopped after the test."""
     servers: list[HostileServer] = []
 
-    def start(answer: Answer) -> HostileServer:
-        server = HostileServer(answer)
+    def start(answer: Answer, idle_close: float | None = None) -> HostileServer:
+        server = HostileServer(answer, idle_close)
         servers.append(server)
         return server
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -43,9 +44,18 @@ def calls(traces: Path) -> list[dict[str, Any]]:
 
 
 def rrcli(
-    *args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+    *args: str | Path,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    memory: int | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real command in its own process (no TTY: plain log lines on stderr)."""
+    """Run the real command in its own process (no TTY: plain log lines on stderr); ``memory``:
+    its address space limit in bytes (RLIMIT_AS), past which an allocation is a MemoryError."""
+
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
     return subprocess.run(
         [sys.executable, "-m", "rrcli", *map(str, args)],
         cwd=cwd,
@@ -53,6 +63,7 @@ def rrcli(
         capture_output=True,
         text=True,
         timeout=timeout,
+        preexec_fn=limit_memory if memory is not None else None,
     )
 
 

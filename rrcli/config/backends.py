@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rrcli.config.profile import DEFAULT_PROVIDER, Backend, Credentials, Price, SimSettings
+from rrcli.config.profile import (
+    DEFAULT_PROVIDER,
+    MAX_RESPONSE_BYTES,
+    Backend,
+    Credentials,
+    Price,
+    SimSettings,
+)
 from rrcli.config.redaction import looks_like_key
 from rrcli.config.schema import PRICE, SIM, as_floats
 from rrcli.config.walk import Checker, unsendable
@@ -111,6 +118,8 @@ def _backend(
         tpm=merged.get("tpm"),
         weight=float(merged.get("weight", 1.0)),
         timeout=float(merged.get("timeout", 60.0)),
+        stream_idle_timeout=float(idle) if (idle := merged.get("stream_idle_timeout")) else None,
+        max_response_bytes=merged.get("max_response_bytes", MAX_RESPONSE_BYTES),
         headers=dict(merged.get("headers", {})),
         params=dict(merged.get("params", {})),
         allow_private=merged.get("allow_private", False),

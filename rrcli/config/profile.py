@@ -25,6 +25,7 @@ __all__ = [
     "GATE_KINDS",
     "MAX_CONTINUATIONS",
     "MAX_IN_FLIGHT",
+    "MAX_RESPONSE_BYTES",
     "MAX_SERVER_PAUSE",
     "STRATEGIES",
     "Backend",
@@ -41,6 +42,7 @@ __all__ = [
 ]
 
 MAX_IN_FLIGHT = 10_000  # the most a max_concurrency or concurrency may be: more is a typo
+MAX_RESPONSE_BYTES = 64 * 2**20  # a response body's default size limit, decompressed
 MAX_SERVER_PAUSE = 3600.0  # seconds: the longest delay ever taken from a server's headers
 MAX_CONTINUATIONS = 1000  # the most continuations a profile may allow one call: more is a typo
 
@@ -143,7 +145,9 @@ class Backend:
     rpm: int | None = None
     tpm: int | None = None
     weight: float = 1.0
-    timeout: float = 60.0  # seconds per attempt
+    timeout: float = 60.0  # seconds per attempt (a stream's: until its first text)
+    stream_idle_timeout: float | None = None  # a stream's longest gap after text; None: timeout
+    max_response_bytes: int = MAX_RESPONSE_BYTES  # a response body's size, decompressed
     headers: Mapping[str, str] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
     allow_private: bool = False

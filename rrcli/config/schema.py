@@ -146,6 +146,8 @@ BACKEND = {
     "tpm": POSITIVE_INT,
     "weight": Field("number", at_least(0)),
     "timeout": Field("number", above(0)),
+    "stream_idle_timeout": Field("number", above(0)),
+    "max_response_bytes": POSITIVE_INT,
     "headers": Field("table"),
     "params": Field("table"),
     "allow_private": Field("bool"),

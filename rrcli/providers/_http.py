@@ -1,14 +1,19 @@
 """What the OpenAI and Anthropic adapters share: one client per backend, one attempt per send.
 
 An adapter says how to build a request body, how to read a plain response body and how to fold a
-stream of SSE events; this class sends it (plain, or streamed over ``client.stream`` with the
-incremental parser), measures the time to the first generated text, and routes every failure
-through the ONE translation in ``base.py``. A streaming request answered with one plain JSON body
-(some gateways do that) is read as the whole response.
+stream of SSE events; this class sends it (plain, or streamed with the incremental parser),
+measures the time to the first generated text, and routes every failure through the ONE
+translation in ``base.py``. A streaming request answered with one plain JSON body (some gateways
+do that) is read as the whole response.
+
+Each attempt has one deadline (``_deadline.py``): ``timeout``, or for a stream once its text
+began, ``stream_idle_timeout`` from each event that carries output. Bodies are read in chunks
+counted against ``max_response_bytes`` (``_body.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
@@ -18,6 +23,14 @@ import orjson
 
 from rrcli.config.profile import Backend, RetrySettings
 from rrcli.errors import ProviderError, StreamBrokenError
+from rrcli.providers._body import (
+    dropped_while_idle,
+    fresh_connections,
+    read_body,
+    read_head,
+    too_large,
+)
+from rrcli.providers._deadline import Deadline, Deadlines
 from rrcli.providers._sse import SSEEvent, SSEParser
 from rrcli.providers.base import (
     Call,
@@ -27,6 +40,7 @@ from rrcli.providers.base import (
     invalid_response,
     redact,
     stream_error,
+    timed_out,
     translate_transport_error,
 )
 from rrcli.providers.peer import guard_connections
@@ -95,12 +109,21 @@ class HTTPProvider:
         headers = {**backend.headers, "content-type": "application/json", **self.api_headers}
         if api_key and entry.auth_header:
             headers[entry.auth_header] = self.auth_value(api_key)
+        self._idle = backend.stream_idle_timeout or backend.timeout
+        # the attempt's deadline is kept by ``_deadlines`` (send); the client only times the
+        # connect and the wait for a pooled connection (``connect_timeout``, ``pool_timeout``),
+        # not each read and write (a timer per socket operation)
+        timeout = httpx2.Timeout(backend.timeout, read=None, write=None)
+        # kept to a twentieth of the shorter limit (at most 1 s, at least 10 ms)
+        self._deadlines = Deadlines(min(1.0, max(0.01, min(backend.timeout, self._idle) / 20)))
+        limits = httpx2.Limits(max_connections=cap, max_keepalive_connections=cap)
+        self._transport = transport or httpx2.AsyncHTTPTransport(limits=limits)
         self._client = httpx2.AsyncClient(
             headers=headers,
-            timeout=httpx2.Timeout(backend.timeout),
-            limits=httpx2.Limits(max_connections=cap, max_keepalive_connections=cap),
+            timeout=timeout,
+            limits=limits,
             follow_redirects=False,
-            transport=transport,
+            transport=self._transport,
         )
         guard_connections(self._client, backend.allow_private)  # the address policy, per connection
 
@@ -141,14 +164,31 @@ class HTTPProvider:
             url, body, parse, new_stream = self.endpoint_request(call)
         content = orjson.dumps(body)
         try:
-            if call.stream:
-                return await self._send_streamed(url, content, on_text, parse, new_stream)
-            response = await self._client.post(url, content=content)
+            request = self._client.build_request("POST", url, content=content)
+            deadline = self._deadlines.enter(self.backend.timeout)
+            try:
+                if call.stream:
+                    return await self._send_streamed(request, deadline, on_text, parse, new_stream)
+                response, content = await self._send_plain(request)
+            except asyncio.CancelledError:
+                if self._deadlines.leave(deadline):
+                    raise self._timed_out(deadline) from None
+                raise
+            finally:
+                self._deadlines.leave(deadline)
         except httpx2.HTTPError as exc:
             raise translate_transport_error(exc, self._key, self.backend.timeout) from exc
-        if not 200 <= response.status_code < 300:
-            raise self._status_error(response)
-        return self._read_plain(response, parse)
+        return self._read_plain(response, content, parse)
+
+    async def _send_plain(self, request: httpx2.Request) -> tuple[httpx2.Response, bytes]:
+        """The answer and its whole body (a status error with the body's first bytes)."""
+        response = await self._open(request)
+        try:
+            if not 200 <= response.status_code < 300:
+                raise self._status_error(response, await read_head(response))
+            return response, await read_body(response, self.backend.max_response_bytes)
+        finally:
+            await response.aclose()
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -158,20 +198,32 @@ class HTTPProvider:
         """The address a chat call is posted to: base_url and the API's path."""
         return self._url
 
-    def _status_error(self, response: httpx2.Response) -> ProviderError:
+    async def _open(self, request: httpx2.Request) -> httpx2.Response:
+        """Send ``request`` and wait for the answer's head. A pooled connection the server
+        closed while it idled (the keep-alive race) costs no attempt: the request is sent
+        once more, on a fresh connection."""
+        try:
+            return await self._client.send(request, stream=True)
+        except httpx2.HTTPError as exc:
+            if not dropped_while_idle(exc):
+                raise
+        await fresh_connections(self._transport)
+        return await self._client.send(request, stream=True)
+
+    def _status_error(self, response: httpx2.Response, content: bytes) -> ProviderError:
         return error_from_status(
-            response.status_code, response.headers, response.content, self._retry, secret=self._key
+            response.status_code, response.headers, content, self._retry, secret=self._key
         )
 
-    def _read_plain(self, response: httpx2.Response, parse: Parse) -> Reply:
+    def _read_plain(self, response: httpx2.Response, content: bytes, parse: Parse) -> Reply:
         try:
-            data = orjson.loads(response.content)
+            data = orjson.loads(content)
         except orjson.JSONDecodeError:
             raise invalid_response("the body is not JSON", response.status_code) from None
         if not isinstance(data, dict):
             raise invalid_response("the body is not a JSON object", response.status_code)
         if data.get("error"):
-            raise stream_error(data["error"], self._key, body=response.content)
+            raise stream_error(data["error"], self._key, body=content)
         return self._finish(parse(data), response)
 
     def _finish(self, reply: Reply, response: httpx2.Response) -> Reply:
@@ -185,44 +237,76 @@ class HTTPProvider:
 
     async def _send_streamed(
         self,
-        url: str,
-        content: bytes,
+        request: httpx2.Request,
+        deadline: Deadline,
         on_text: Callable[[str], None] | None,
         parse: Parse,
         new_stream: NewStream,
     ) -> Reply:
+        """A streamed attempt: ``timeout`` runs until the first event that carries output, then
+        each gap between such events is bounded by ``stream_idle_timeout`` (comments and
+        keep-alive events never count)."""
         started = self._clock()
-        async with self._client.stream("POST", url, content=content) as response:
+        response = await self._open(request)
+        try:
             if not 200 <= response.status_code < 300:
-                await response.aread()
-                raise self._status_error(response)
+                raise self._status_error(response, await read_head(response))
             if "text/event-stream" not in response.headers.get("content-type", ""):
-                await response.aread()
-                return self._read_plain(response, parse)
-            fold = new_stream()
-            parser = SSEParser()
-            ttft_ms: float | None = None
-            try:
-                async for chunk in response.aiter_bytes():
-                    for event in parser.feed(chunk):
-                        piece = fold.add(event)
-                        if piece is None:
-                            continue
-                        if ttft_ms is None:
-                            ttft_ms = (self._clock() - started) * 1000.0
-                        if piece and on_text is not None:
-                            on_text(piece)
-            except httpx2.TimeoutException:
-                raise
-            except httpx2.TransportError as exc:
-                raise self._broken(f"the connection failed mid-stream ({exc})") from exc
-            for event in parser.finish():
-                fold.add(event)
-            if not fold.done:
-                raise self._broken("the stream ended before its end marker")
-            reply = fold.reply()
-            reply.ttft_ms = ttft_ms
+                content = await read_body(response, self.backend.max_response_bytes)
+                return self._read_plain(response, content, parse)
+            reply = await self._fold(response, deadline, new_stream(), on_text, started)
             return self._finish(reply, response)
+        finally:
+            await response.aclose()
+
+    async def _fold(
+        self,
+        response: httpx2.Response,
+        deadline: Deadline,
+        fold: StreamFold,
+        on_text: Callable[[str], None] | None,
+        started: float,
+    ) -> Reply:
+        """Fold the stream's events; each chunk that carried output moves the deadline to
+        ``stream_idle_timeout`` from now. The bytes read count against max_response_bytes."""
+        parser = SSEParser()
+        ttft_ms: float | None = None
+        limit, idle = self.backend.max_response_bytes, self._idle
+        loop = asyncio.get_running_loop()
+        size = 0
+        try:
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large(limit, response.status_code)
+                progress = False
+                for event in parser.feed(chunk):
+                    piece = fold.add(event)
+                    if piece is None:
+                        continue
+                    progress = True
+                    if ttft_ms is None:  # the first output: from now on, gaps are bounded
+                        ttft_ms = (self._clock() - started) * 1000.0
+                        deadline.key = "stream_idle_timeout"
+                    if piece and on_text is not None:
+                        on_text(piece)
+                if progress:
+                    deadline.when = loop.time() + idle
+        except httpx2.TimeoutException:
+            raise
+        except httpx2.TransportError as exc:
+            raise self._broken(f"the connection failed mid-stream ({exc})") from exc
+        for event in parser.finish():
+            fold.add(event)
+        if not fold.done:
+            raise self._broken("the stream ended before its end marker")
+        reply = fold.reply()
+        reply.ttft_ms = ttft_ms
+        return reply
+
+    def _timed_out(self, deadline: Deadline) -> ProviderError:
+        idle = deadline.key == "stream_idle_timeout"
+        return timed_out(self._idle if idle else self.backend.timeout, deadline.key)
 
     def _broken(self, why: str) -> StreamBrokenError:
         return StreamBrokenError(

@@ -6,6 +6,10 @@ line between feeds and follows the WHATWG rules that matter here: lines end at C
 a blank line dispatches the event; ``:`` lines are comments (keep-alives); ``data`` lines of one
 event join with newlines; ``event`` names the event; other fields are ignored. Lines are split on
 bytes before decoding, which is safe because CR and LF never occur inside a UTF-8 sequence.
+
+Memory: a line that never ends is kept as its pieces and joined once, when it ends (so reading it
+costs linear time); the caller bounds the bytes fed in all (``max_response_bytes``), and with them
+every line and event the parser holds.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ class SSEEvent:
 class SSEParser:
     """Feed it byte chunks; it returns the events each chunk completed."""
 
-    __slots__ = ("_buffer", "_data", "_event", "_has_data", "_skip_lf")
+    __slots__ = ("_buffer", "_data", "_event", "_has_data", "_pieces", "_skip_lf")
 
     def __init__(self) -> None:
-        self._buffer = b""
+        self._buffer = b""  # the partial line after the last line end
+        self._pieces: list[bytes] = []  # chunks since then that had no line end: joined once
         self._skip_lf = False  # the last chunk ended with CR: a leading LF belongs to it
         self._event = ""
         self._data: list[str] = []
@@ -43,6 +48,13 @@ class SSEParser:
         if self._skip_lf and chunk[:1] == b"\n":
             chunk = chunk[1:]
         self._skip_lf = False
+        if b"\n" not in chunk and b"\r" not in chunk:  # inside a long line: keep the piece
+            self._pieces.append(chunk)
+            return events
+        if self._pieces:
+            self._pieces.append(chunk)
+            chunk = b"".join(self._pieces)
+            self._pieces.clear()
         buffer = self._buffer + chunk if self._buffer else chunk
         if b"\r" in buffer:  # CRLF and CR endings become LF; a final CR may have its LF next
             self._skip_lf = buffer[-1:] == b"\r"
@@ -65,6 +77,9 @@ class SSEParser:
         final blank line, and a truly cut stream is still caught by its missing end marker.)
         """
         events: list[SSEEvent] = []
+        if self._pieces:
+            self._buffer += b"".join(self._pieces)
+            self._pieces.clear()
         if self._buffer:
             self._line(self._buffer, events)
             self._buffer = b""

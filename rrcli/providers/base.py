@@ -53,6 +53,7 @@ __all__ = [
     "is_backend_fault",
     "is_context_length_message",
     "redact",
+    "timed_out",
     "translate_transport_error",
 ]
 
@@ -196,14 +197,28 @@ def translate_transport_error(
     ``timeout``: the backend's limit in seconds, named in a timeout's message with its key."""
     detail = redact(str(exc) or type(exc).__name__, secret)
     if timeout is not None and isinstance(exc, httpx2.TimeoutException):
-        detail = (
-            f"no answer within {timeout:g} s (the backend's timeout) — raise `timeout` in the "
-            "profile if the server is slow"
-        )
+        detail = _TIMEOUT_DETAIL["timeout"].format(timeout)
     for klass, ours, type_, transient in _TRANSPORT_ERRORS:
         if isinstance(exc, klass):
             return ours(f"{type_.replace('_', ' ')}: {detail}", type=type_, transient=transient)
     return TransportError(f"transport error: {detail}", type="transport_error", transient=True)
+
+
+#: what each deadline of an attempt says when it passes: the limit and the key that sets it
+_TIMEOUT_DETAIL = {
+    "timeout": "no answer within {:g} s (the backend's timeout) — raise `timeout` in the profile "
+    "if the server is slow",
+    "stream_idle_timeout": "the stream stalled {:g} s after its text began (the backend's "
+    "stream_idle_timeout) — raise `stream_idle_timeout` in the profile if the server pauses longer",
+}
+
+
+def timed_out(seconds: float, key: str = "timeout") -> TimeoutError_:
+    """The attempt's deadline passed: ``key`` is the profile key whose limit it was (``timeout``
+    for the whole attempt or a stream's first text, ``stream_idle_timeout`` for a stream's gap
+    between events that carry output)."""
+    detail = _TIMEOUT_DETAIL[key].format(seconds)
+    return TimeoutError_(f"timeout: {detail}", type="timeout", transient=True)
 
 
 def invalid_response(
