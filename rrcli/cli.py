@@ -89,6 +89,9 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     "--shard", callback=_shard, metavar="I/N", help="Only jobs whose stable id hash mod N is I."
 )
 @click.option("--seed", type=int, help="Seed for random choices and jitter.")
+@click.option(
+    "--queue", metavar="NAME", help="Work on the shared queue NAME (loading JOBS into it first)."
+)
 @click.option("--dry-run", is_flag=True, help="Parse, validate and route on paper; send nothing.")
 @click.option("--stream", is_flag=True, help="Stream responses (records time to first token).")
 @click.option(
@@ -120,14 +123,15 @@ def run(
 
     from rrcli import _render
     from rrcli._logging import configure_logging, log_level
-    from rrcli.config.load import load_profile, resolve_profile_path
     from rrcli.runtime.runner import RunControl, RunOptions, run_sync
 
-    if bool(jobs) == bool(prompts):
+    if bool(jobs) == bool(prompts) and not (fields["queue"] and not prompts):
         raise click.UsageError("give a JOBS file or --prompt TEXT (one of the two)")
+    if fields["queue"] and jobs == "-":
+        raise click.UsageError("--queue loads a jobs file: give its path, not - (standard input)")
     tty = sys.stderr.isatty()
     configure_logging(level=log_level(verbose=verbose, quiet=quiet, tty=tty), fmt=log_format)
-    profile = load_profile(resolve_profile_path(profile_path, os.environ), environ=os.environ)
+    profile = _profile(profile_path)
     stream = fields["stream"]
     answers = _render.PromptPrinter(stream=stream) if (prompts and not fields["out"]) else None
     options = RunOptions(  # the other options are RunOptions fields by name
@@ -283,11 +287,7 @@ def stats(
 
 @main.command("results")
 @click.argument(
-    "sources",
-    nargs=-1,
-    required=True,
-    metavar="RESULTS...",
-    type=click.Path(dir_okay=False, path_type=Path),
+    "sources", nargs=-1, metavar="RESULTS...", type=click.Path(dir_okay=False, path_type=Path)
 )
 @click.option(
     "--jobs",
@@ -305,18 +305,66 @@ def stats(
     type=click.Choice(RESULT_STATUSES),
     help="Only the jobs whose final line has this status.",
 )
+@click.option("--queue", metavar="NAME", help="Collect the shared queue NAME instead of files.")
+@click.option("-p", "--profile", "profile_path", help="Profile naming the queue's Redis.")
 def results_command(
-    sources: tuple[Path, ...], jobs_path: Path | None, out: Path | None, status: str | None
+    sources: tuple[Path, ...],
+    jobs_path: Path | None,
+    out: Path | None,
+    status: str | None,
+    queue: str | None,
+    profile_path: str | None,
 ) -> None:
-    """The final line of each job in RESULTS (its last line there): one line a job, in the
-    format the files hold, ready to hand on. Exit status 1 when a job of --jobs has no line."""
+    """The final line of each job in RESULTS (its last line there), or in the shared --queue:
+    one line a job, in the format the files hold, ready to hand on. Exit status 1 when a job of
+    --jobs (of the queue) has no line."""
     from rrcli.records.collect import collect_files
 
     target = None if out in (None, Path("-")) else out
+    if queue is not None:
+        if sources or jobs_path:
+            raise click.UsageError("--queue collects the queue: give no RESULTS and no --jobs")
+        sys.exit(_collect_queue(queue, profile_path, target, status))
+    if not sources:
+        raise click.UsageError("give RESULTS files, or --queue NAME -p PROFILE")
     report = collect_files(sources, target, jobs=jobs_path, status=status)
     for line in report.lines(target, jobs_path):
         click.echo(line, err=True)
     sys.exit(report.exit_code)
+
+
+def _collect_queue(name: str, profile_path: str | None, out: Path | None, status: str | None):
+    from rrcli.runtime.queue_report import collect_queue
+
+    report, progress = collect_queue(_profile(profile_path), name, out, status)
+    click.echo(report.lines(out, None)[0], err=True)
+    click.echo(progress.lines()[0], err=True)
+    return 0 if progress.complete else 1
+
+
+@main.command("queue")
+@click.argument("name")
+@click.option("-p", "--profile", "profile_path", help="Profile naming the queue's Redis.")
+@click.option("--json", "as_json", is_flag=True, help="Print the progress as one JSON document.")
+def queue_command(name: str, profile_path: str | None, as_json: bool) -> None:
+    """Progress of the shared queue NAME: jobs, done, pending per worker, workers alive."""
+    import orjson
+
+    from rrcli.runtime.queue_report import queue_progress
+
+    progress = queue_progress(_profile(profile_path), name)
+    if as_json:
+        click.echo(orjson.dumps(progress.as_dict(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        click.echo("\n".join(progress.lines()))
+
+
+def _profile(path: str | None) -> Any:
+    import os
+
+    from rrcli.config.load import load_profile, resolve_profile_path
+
+    return load_profile(resolve_profile_path(path, os.environ), environ=os.environ)
 
 
 @main.command("sim")

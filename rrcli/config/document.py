@@ -15,8 +15,15 @@ from urllib.parse import urlsplit, urlunsplit
 from rrcli.config.addresses import Resolver, UrlCheck, check_base_urls
 from rrcli.config.backends import build_backend
 from rrcli.config.diagnostic import Diagnostic
-from rrcli.config.profile import Backend, CooldownSettings, GateSettings, Profile, RetrySettings
-from rrcli.config.schema import COOLDOWN, GATE, RETRY, TOP, as_floats
+from rrcli.config.profile import (
+    Backend,
+    CooldownSettings,
+    GateSettings,
+    Profile,
+    QueueSettings,
+    RetrySettings,
+)
+from rrcli.config.schema import COOLDOWN, GATE, QUEUE, RETRY, TOP, as_floats
 from rrcli.config.walk import Checker
 from rrcli.providers.registry import info
 
@@ -70,12 +77,13 @@ def check_document(
 
 
 def _settings(check: Checker, top: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``[retry]``, ``[gate]`` and ``[cooldown]`` sections."""
+    """The ``[retry]``, ``[gate]``, ``[cooldown]`` and ``[queue]`` sections."""
     cooldown = as_floats(check.table(top.get("cooldown", {}), COOLDOWN, "cooldown"), COOLDOWN)
     return {
         "retry": _retry(check, check.table(top.get("retry", {}), RETRY, "retry")),
         "gate": _gate(check, check.table(top.get("gate", {}), GATE, "gate")),
         "cooldown": CooldownSettings(**cooldown),
+        "queue": _queue(check, check.table(top.get("queue", {}), QUEUE, "queue")),
     }
 
 
@@ -116,15 +124,27 @@ def _retry(check: Checker, values: dict[str, Any]) -> RetrySettings:
 
 def _gate(check: Checker, values: dict[str, Any]) -> GateSettings:
     settings = GateSettings(**as_floats(values, GATE))
-    if settings.kind == "redis" and not settings.url.startswith(("redis://", "rediss://")):
+    if settings.kind == "redis":
+        _redis_url(check, "gate.url", settings.url)
+    return settings
+
+
+def _queue(check: Checker, values: dict[str, Any]) -> QueueSettings:
+    settings = QueueSettings(**as_floats(values, QUEUE))
+    if settings.url:
+        _redis_url(check, "queue.url", settings.url)
+    return settings
+
+
+def _redis_url(check: Checker, where: str, url: str) -> None:
+    if not url.startswith(("redis://", "rediss://")):
         check.add(
             "error",
-            "gate.url",
-            f'"{settings.url}" is not a redis:// or rediss:// URL',
+            where,
+            f'"{url}" is not a redis:// or rediss:// URL',
             'write e.g. url = "redis://127.0.0.1:6379/0"',
             "bad_value",
         )
-    return settings
 
 
 def _addresses(check: Checker, backends: tuple[Backend, ...], resolve: Resolver | None) -> None:

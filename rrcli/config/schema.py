@@ -27,6 +27,7 @@ __all__ = [
     "HEADER_NAME",
     "KEY_HEADERS",
     "PRICE",
+    "QUEUE",
     "RETRY",
     "SIM",
     "TOP",
@@ -120,6 +121,7 @@ TOP = {
     "retry": Field("table"),
     "gate": Field("table"),
     "cooldown": Field("table"),
+    "queue": Field("table"),
     "backends": Field("tables"),
 }
 BACKEND = {
@@ -163,6 +165,11 @@ GATE = {
     "url": Field("str"),
     "lease": Field("number", above(0)),
     "adaptive": Field("bool"),
+}
+QUEUE = {
+    "url": Field("str"),
+    "lease": Field("number", above(0)),
+    "max_deliveries": POSITIVE_INT,
 }
 COOLDOWN = {
     "consecutive_failures": Field("int", at_least(0)),

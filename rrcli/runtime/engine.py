@@ -91,7 +91,7 @@ class Engine:
             if n % 64 == 0:
                 await asyncio.sleep(0)
             if isinstance(job, InvalidJob):
-                self._finish(CallOutcome(job, "invalid"))
+                self.finish(CallOutcome(job, "invalid"))
                 continue
             excluded, refusal = self.rules.check(job)
             if refusal is not None:  # no backend serves its endpoint or can express its params
@@ -103,9 +103,9 @@ class Engine:
                 outcome = await self._continue_response(job, excluded)
             else:
                 outcome = await self._call(job, list(job.messages), 0, excluded)
-            self._finish(outcome)
+            self.finish(outcome)
 
-    def _finish(self, outcome: CallOutcome) -> None:
+    def finish(self, outcome: CallOutcome) -> None:
         """A job ended: its one result line, the counters, a failure logged, and a binding no
         later job can use forgotten."""
         self.results.write(result_line(outcome, self.keep_response), body=outcome.body)

@@ -7,6 +7,8 @@ writes ``x.results.jsonl`` and ``x.traces.jsonl`` in the working folder exactly 
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any
 from rrcli.config.profile import MAX_IN_FLIGHT
 from rrcli.errors import UsageError
 
-__all__ = ["STDOUT", "RunOptions"]
+__all__ = ["STDOUT", "RunOptions", "worker_name"]
 
 STDIN_STEM = "stdin"  # the stem of the default outputs when jobs come on standard input
 STDOUT = Path("-")  # ``out`` that writes the results to standard output
@@ -30,7 +32,9 @@ class RunOptions:
     ``<jobs stem>.results.jsonl`` and ``<jobs stem>.traces.jsonl`` in the working folder (stem
     ``stdin`` for standard input); with ``prompts``, results go to ``on_result`` or else
     standard output, and there is no trace file unless one is named. ``out`` ``-`` (STDOUT)
-    writes the results to standard output.
+    writes the results to standard output. ``queue``: the shared queue the run works on (and
+    loads ``jobs`` into); its default outputs are named after the queue and this worker:
+    ``<NAME>.<host>-<pid>.results.jsonl``, so workers sharing a folder never share a file.
     """
 
     jobs: Path | None = None
@@ -48,6 +52,7 @@ class RunOptions:
     prompts: tuple[str, ...] = ()  # --prompt: jobs given on the command line
     on_text: Callable[[str], None] | None = None  # --prompt --stream: text as it arrives
     on_result: Callable[[dict[str, Any]], None] | None = None  # results to a callback, not a file
+    queue: str | None = None  # --queue NAME
 
     def __post_init__(self) -> None:
         if self.resume and self.overwrite:
@@ -57,6 +62,18 @@ class RunOptions:
                 f"--concurrency {self.concurrency}: must be at most {MAX_IN_FLIGHT} (calls in "
                 "flight at once) and at least 1"
             )
+
+        if self.queue is not None:
+            self._check_queue()
+
+    def _check_queue(self) -> None:
+        for given, flag, instead in (
+            (self.resume, "--resume", "a queue already runs each job once: start another worker"),
+            (self.shard is not None, "--shard", "start more workers on the queue instead"),
+            (bool(self.prompts), "--prompt", "put the prompts in a jobs file"),
+        ):
+            if given:
+                raise UsageError(f"--queue and {flag} do not go together — {instead}")
 
     @property
     def out_file(self) -> Path | None:
@@ -69,8 +86,15 @@ class RunOptions:
         if self.prompts:
             return self
         stem = self.jobs.stem if self.jobs is not None else STDIN_STEM
+        if self.queue is not None:
+            stem = f"{self.queue}.{worker_name()}"
         return replace(
             self,
             out=self.out or Path(f"{stem}.results.jsonl"),
             traces=self.traces or Path(f"{stem}.traces.jsonl"),
         )
+
+
+def worker_name() -> str:
+    """This process as a worker of a shared queue: ``host-pid`` (what ``rrcli queue`` lists)."""
+    return f"{socket.gethostname()}-{os.getpid()}"

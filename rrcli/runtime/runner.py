@@ -21,7 +21,7 @@ import signal
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -39,9 +39,9 @@ from rrcli.runtime.control import RunControl, RunSummary
 from rrcli.runtime.engine import Engine
 from rrcli.runtime.options import RunOptions
 from rrcli.runtime.router import Router
-from rrcli.runtime.workers import JobFeed, StoppableReader
+from rrcli.runtime.workers import JobFeed, SharedQueue, StoppableReader
 
-__all__ = ["RunControl", "RunOptions", "RunSummary", "run", "run_sync"]
+__all__ = ["RunControl", "RunOptions", "RunSummary", "SharedQueue", "run", "run_sync"]
 
 log = structlog.get_logger("rrcli")
 
@@ -101,9 +101,11 @@ async def run(
     environ: Mapping[str, str] | None = None,
     control: RunControl | None = None,
     on_start: Callable[[RunSummary, Router], None] | None = None,
+    queue: SharedQueue | None = None,
 ) -> RunSummary:
-    """Run every selected job of ``options.jobs`` across ``profile``'s pool, writing results and
-    traces where ``options`` says, SPEC §1's defaults filled in (``RunOptions.with_defaults``).
+    """Run every selected job of ``options.jobs`` (or of ``queue``, or of the shared queue
+    ``options.queue`` names) across ``profile``'s pool, writing results and traces where
+    ``options`` says, SPEC §1's defaults filled in (``RunOptions.with_defaults``).
 
     Raises UsageError (nothing sent) when the outputs cannot be prepared, a key is missing or
     the jobs are not JSON Lines.
@@ -111,38 +113,73 @@ async def run(
     """
     options = options.with_defaults()
     environ = os.environ if environ is None else environ
+    keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}  # UsageError if unset
+    if queue is None and options.queue is not None:
+        from rrcli.runtime.queue import RedisQueue
+
+        queue = RedisQueue(profile, options.queue, options.jobs, run_concurrency(options, profile))
+    with ExitStack() as stack:
+        _refuse_clobbering(options)
+        if queue is not None:
+            total = await queue.open()
+            try:
+                return await _run_open(
+                    profile, options, stack, keys, control, on_start, queue, total
+                )
+            finally:
+                await queue.close()
+        source, stream = open_jobs(options, stack)
+        lines = iter_jobs(stream, source)  # UsageError when the input is not JSON Lines
+        total = len(options.prompts) or count_lines(options.jobs)
+        reader = stream if isinstance(stream, StoppableReader) else None
+        return await _run_open(
+            profile, options, stack, keys, control, on_start, lines, total, reader
+        )
+
+
+async def _run_open(
+    profile: Profile,
+    options: RunOptions,
+    stack: ExitStack,
+    keys: Mapping[str, str | None],
+    control: RunControl | None,
+    on_start: Callable[[RunSummary, Router], None] | None,
+    jobs_in: Iterator[Job | InvalidJob] | SharedQueue,
+    total: int | None,
+    reader: StoppableReader | None = None,
+) -> RunSummary:
+    """The run once its jobs are open (an iterator of the file's lines, read by a thread from
+    ``reader`` when there is one, or a shared queue): the results made ready, the engine built,
+    the workers driven, everything closed."""
     control = control or RunControl()
     seed = options.seed if options.seed is not None else profile.seed
     rng = random.Random(seed)
-    keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}  # UsageError if unset
-    with ExitStack() as stack:
-        _refuse_clobbering(options)
-        source, stream = open_jobs(options, stack)
-        lines = iter_jobs(stream, source)  # UsageError when the input is not JSON Lines
-        resume = _prepare_results(options, stack)
-        summary = RunSummary(new_run_id(), total=len(options.prompts) or count_lines(options.jobs))
-        router, gates = make_router(profile, rng)
-        if resume is not None and resume.sessions:
-            router.restore_bindings(resume.sessions)
-        providers = make_providers(profile, keys, seed)
-        results, traces = open_outputs(options, summary.run_id, stack)
-        traces.run(profile)
-        engine = Engine(
-            profile, options.stream, options.on_text, router, providers, results, traces,
-            summary, control, rng, options.keep_response,
-        )  # fmt: skip
-        engine.origins.update(resume.responses.items() if resume is not None else ())
-        jobs = _selected(lines, options, resume, summary)
-        if on_start is not None:
-            on_start(summary, router)
-        log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.label)
-        try:
-            reader = stream if isinstance(stream, StoppableReader) else None
-            await _drive(engine, jobs, run_concurrency(options, profile), reader)
-        finally:
-            summary.halted = control.halted
-            summary.interrupted = control.stopping and control.halted is None
-            await _close(engine, gates)
+    resume = _prepare_results(options, stack)
+    summary = RunSummary(new_run_id(), total=total)
+    router, gates = make_router(profile, rng)
+    if resume is not None and resume.sessions:
+        router.restore_bindings(resume.sessions)
+    providers = make_providers(profile, keys, seed)
+    results, traces = open_outputs(options, summary.run_id, stack)
+    shared = None if isinstance(jobs_in, Iterator) else jobs_in
+    traces.run(profile, None if shared is None else shared.label)
+    engine = Engine(
+        profile, options.stream, options.on_text, router, providers, results, traces,
+        summary, control, rng, options.keep_response,
+    )  # fmt: skip
+    engine.origins.update(resume.responses.items() if resume is not None else ())
+    if shared is not None:
+        shared.attach(engine)
+    if on_start is not None:
+        on_start(summary, router)
+    log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.label)
+    try:
+        jobs = jobs_in if shared is not None else _selected(jobs_in, options, resume, summary)
+        await _drive(engine, jobs, run_concurrency(options, profile), reader)
+    finally:
+        summary.halted = control.halted
+        summary.interrupted = control.stopping and control.halted is None
+        await _close(engine, gates)
     return summary
 
 
@@ -282,21 +319,19 @@ def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO | St
 
 async def _drive(
     engine: Engine,
-    jobs: Iterator[Job | InvalidJob],
+    jobs: Iterator[Job | InvalidJob] | SharedQueue,
     concurrency: int,
     reader: StoppableReader | None = None,
 ) -> None:
     """Run up to ``concurrency`` workers over one job iterator (read by a thread from ``reader``
-    when there is one: workers.py); flush outputs as they go.
+    when there is one: workers.py) or a shared queue; flush outputs as they go.
 
     Returns normally however the run is stopped: a call cancelled in flight leaves no result
     line, so ``--resume`` runs its job again. A worker's own failure (a bug) is raised.
     """
     control = engine.control
     feed = JobFeed(engine.worker, concurrency, control)
-    everything = asyncio.ensure_future(
-        feed.pull(jobs) if reader is None else feed.read(jobs, reader)
-    )
+    everything = asyncio.ensure_future(_feed(feed, jobs, reader))
     control._cancel = everything.cancel
     flusher = asyncio.create_task(_flush_periodically(engine))
     try:
@@ -309,6 +344,16 @@ async def _drive(
     except asyncio.CancelledError:  # the workers', cancelled by a stop: not this task's
         if not control.stopping:
             raise
+
+
+def _feed(
+    feed: JobFeed,
+    jobs: Iterator[Job | InvalidJob] | SharedQueue,
+    reader: StoppableReader | None,
+) -> Awaitable[None]:
+    if not isinstance(jobs, Iterator):
+        return feed.fill(jobs.fetch)
+    return feed.pull(jobs) if reader is None else feed.read(jobs, reader)
 
 
 async def _until_done(everything: asyncio.Future[Any], control: RunControl, router: Router) -> None:

@@ -9,7 +9,8 @@ a read from disk never waits long. Jobs from a pipe, a terminal or a device are 
 into a bounded buffer, because such a read can wait for its writer forever: the event loop never
 blocks on it, so calls in flight go on and Ctrl-C and SIGTERM are obeyed (``rrcli run /dev/zero``
 reads a line that never ends). A worker that finds the buffer empty ends; the next job to arrive
-starts one. The thread stops reading when the run ends.
+starts one. The thread stops reading when the run ends. Jobs of a shared queue come into the same
+buffer from a task of the event loop (``fill``).
 """
 
 from __future__ import annotations
@@ -18,18 +19,35 @@ import asyncio
 import contextlib
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, BinaryIO, NoReturn
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any, BinaryIO, NoReturn, Protocol
 
 from rrcli.records.jobs import InvalidJob, Job
 from rrcli.runtime.control import RunControl
 
-__all__ = ["BUFFERED_JOBS", "JobFeed", "StoppableReader"]
+__all__ = ["BUFFERED_JOBS", "Fetch", "JobFeed", "SharedQueue", "StoppableReader"]
 
 BUFFERED_JOBS = 1024  # jobs read ahead from a pipe at the most
 _POLL = 0.25  # seconds between looks at the run's stop switch while no worker runs
 
 Worker = Callable[[Iterator[Job | InvalidJob]], Coroutine[Any, Any, None]]
+Fetch = Callable[[], Awaitable[list[Job | InvalidJob] | None]]
+
+
+class SharedQueue(Protocol):
+    """Jobs from a queue several processes share (runtime/queue.py) instead of a file.
+
+    ``open`` connects (and loads the jobs file when there is one), returning the jobs in the
+    queue; ``attach`` hands it the engine (its results are the queue's to store and
+    acknowledge); ``fetch`` returns the next jobs, None once the queue is drained; ``label``
+    names the queue and this worker in the trace."""
+
+    label: dict[str, str]
+
+    async def open(self) -> int: ...
+    def attach(self, engine: Any) -> None: ...
+    async def fetch(self) -> list[Job | InvalidJob] | None: ...
+    async def close(self) -> None: ...
 
 
 class StoppableReader:
@@ -138,6 +156,30 @@ class JobFeed:
             reader.stop()
             with self._space:
                 self._space.notify()
+
+    async def fill(self, fetch: Fetch) -> None:
+        """Run workers over jobs fetched in the event loop by ``fetch`` (a shared queue), until
+        every job is done or the run stops. ``fetch`` returns the next jobs when it has some
+        (it alone bounds how many are held at once), None once no job will come."""
+        fetcher = asyncio.ensure_future(self._fetch(fetch))
+        try:
+            await self._run()
+        finally:
+            fetcher.cancel()
+            await asyncio.gather(fetcher, return_exceptions=True)
+
+    async def _fetch(self, fetch: Fetch) -> None:
+        try:
+            while not self._control.stopping:
+                jobs = await fetch()
+                if jobs is None:
+                    break
+                self._buffer.extend(jobs)
+                self._arrived()
+        except Exception as exc:  # handed to the run: it fails as a worker would
+            self._failed = exc
+        finally:
+            self._end()
 
     async def _run(self) -> None:
         self._settled = asyncio.Event()
