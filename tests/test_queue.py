@@ -78,9 +78,10 @@ def test_three_workers_one_killed_every_job_once(tmp_path, sim_server, redis_que
     SIGKILLed mid-run and never restarted, one more joining late without the file: the late one
     takes work, the killed one's jobs are claimed after the lease, the caps hold across them all,
     and `rrcli results --queue` writes exactly one ok line per job in the file's order."""
-    servers = [sim_server(latency_ms=20, jitter_ms=5, cap=cap) for cap in (4, 6)]
-    profile = queue_profile(tmp_path, [(s.openai_url, c) for s, c in zip(servers, (4, 6))],
-                            redis_queue.url)  # fmt: skip
+    caps = (4, 6)
+    servers = [sim_server(latency_ms=20, jitter_ms=5, cap=cap) for cap in caps]
+    pool = [(s.openai_url, cap) for s, cap in zip(servers, caps, strict=True)]
+    profile = queue_profile(tmp_path, pool, redis_queue.url)
     jobs = write_jobs(tmp_path / "jobs.jsonl", 3000)
     a, b, c = (worker(tmp_path, profile, "big", tag, jobs) for tag in "abc")
     wait_for(lambda: lines_in(tmp_path / "r-b.jsonl") >= 100)
@@ -89,12 +90,15 @@ def test_three_workers_one_killed_every_job_once(tmp_path, sim_server, redis_que
     late = worker(tmp_path, profile, "big", "late")
     finish(a, c, late)
     assert lines_in(tmp_path / "r-late.jsonl") > 0
-    assert [4, 6] == [s.stats()["peak_concurrency"] for s in servers]
+    assert list(caps) == [s.stats()["peak_concurrency"] for s in servers]
     progress = rrcli("queue", "big", "-p", profile, "--json", cwd=tmp_path)
     assert 0 == progress.returncode, progress.stderr
     shown = orjson.loads(progress.stdout)
     assert (3000, 3000, 0, 0) == (
-        shown["jobs"], shown["done"], shown["pending"], shown["not_started"]
+        shown["jobs"],
+        shown["done"],
+        shown["pending"],
+        shown["not_started"],
     )
     assert 4 == len(shown["workers"])
     done, lines = collect(tmp_path, profile, "big")
