@@ -38,15 +38,17 @@ def main() -> None:
 
 
 def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, int] | None:
-    if value is None:
-        return None
+    from rrcli.runtime.options import parse_shard
+
     try:
-        index, count = (int(x) for x in value.split("/"))
-    except ValueError:
-        raise click.BadParameter("expected I/N, e.g. 0/4") from None
-    if count < 1 or not 0 <= index < count:
-        raise click.BadParameter(f"expected 0 <= I < N, got {value}")
-    return index, count
+        return None if value is None else parse_shard(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+_profile_option = click.option(
+    "-p", "--profile", "profile_path", help="Profile file, or `demo` for the built-in pool."
+)
 
 
 @main.command()
@@ -54,9 +56,7 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 @click.option(
     "--prompt", "prompts", multiple=True, help="A one-off prompt (repeatable); prints the answer."
 )
-@click.option(
-    "-p", "--profile", "profile_path", help="Profile file, or `demo` for the built-in pool."
-)
+@_profile_option
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
@@ -123,15 +123,16 @@ def run(
 
     from rrcli import _render
     from rrcli._logging import configure_logging, log_level
+    from rrcli.config.load import load_profile, resolve_profile_path
     from rrcli.runtime.runner import RunControl, RunOptions, run_sync
 
-    if bool(jobs) == bool(prompts) and not (fields["queue"] and not prompts):
-        raise click.UsageError("give a JOBS file or --prompt TEXT (one of the two)")
-    if fields["queue"] and jobs == "-":
-        raise click.UsageError("--queue loads a jobs file: give its path, not - (standard input)")
+    if (bool(jobs) == bool(prompts) and not (fields["queue"] and not prompts)) or (
+        fields["queue"] and jobs == "-"
+    ):
+        raise click.UsageError("give a JOBS file (for --queue: a path) or --prompt TEXT")
     tty = sys.stderr.isatty()
     configure_logging(level=log_level(verbose=verbose, quiet=quiet, tty=tty), fmt=log_format)
-    profile = _profile(profile_path)
+    profile = load_profile(resolve_profile_path(profile_path, os.environ), environ=os.environ)
     stream = fields["stream"]
     answers = _render.PromptPrinter(stream=stream) if (prompts and not fields["out"]) else None
     options = RunOptions(  # the other options are RunOptions fields by name
@@ -187,7 +188,6 @@ def validate(
     """
     import json
     import os
-    from pathlib import Path
 
     from rrcli import _render
     from rrcli.runtime.checks import validate as check
@@ -224,8 +224,6 @@ def validate(
 @click.option("--force", is_flag=True, help="Overwrite PATH if it exists.")
 def init(path: str, provider: str, backends: int, force: bool) -> None:
     """Write a starter profile to PATH (default ./rrcli.toml) that validates as written."""
-    from pathlib import Path
-
     from rrcli.config.starter import write_starter
 
     written = write_starter(Path(path), provider, backends, force)
@@ -306,7 +304,7 @@ def stats(
     help="Only the jobs whose final line has this status.",
 )
 @click.option("--queue", metavar="NAME", help="Collect the shared queue NAME instead of files.")
-@click.option("-p", "--profile", "profile_path", help="Profile naming the queue's Redis.")
+@_profile_option
 def results_command(
     sources: tuple[Path, ...],
     jobs_path: Path | None,
@@ -319,52 +317,30 @@ def results_command(
     one line a job, in the format the files hold, ready to hand on. Exit status 1 when a job of
     --jobs (of the queue) has no line."""
     from rrcli.records.collect import collect_files
+    from rrcli.runtime.queue_report import collect_queue
 
     target = None if out in (None, Path("-")) else out
+    if bool(queue) == bool(sources or jobs_path):
+        raise click.UsageError("give RESULTS files (and --jobs), or --queue NAME -p PROFILE")
     if queue is not None:
-        if sources or jobs_path:
-            raise click.UsageError("--queue collects the queue: give no RESULTS and no --jobs")
-        sys.exit(_collect_queue(queue, profile_path, target, status))
-    if not sources:
-        raise click.UsageError("give RESULTS files, or --queue NAME -p PROFILE")
-    report = collect_files(sources, target, jobs=jobs_path, status=status)
+        report: Any = collect_queue(profile_path, queue, target, status)
+    else:
+        report = collect_files(sources, target, jobs=jobs_path, status=status)
     for line in report.lines(target, jobs_path):
         click.echo(line, err=True)
     sys.exit(report.exit_code)
 
 
-def _collect_queue(name: str, profile_path: str | None, out: Path | None, status: str | None):
-    from rrcli.runtime.queue_report import collect_queue
-
-    report, progress = collect_queue(_profile(profile_path), name, out, status)
-    click.echo(report.lines(out, None)[0], err=True)
-    click.echo(progress.lines()[0], err=True)
-    return 0 if progress.complete else 1
-
-
 @main.command("queue")
 @click.argument("name")
-@click.option("-p", "--profile", "profile_path", help="Profile naming the queue's Redis.")
+@_profile_option
 @click.option("--json", "as_json", is_flag=True, help="Print the progress as one JSON document.")
 def queue_command(name: str, profile_path: str | None, as_json: bool) -> None:
     """Progress of the shared queue NAME: jobs, done, pending per worker, workers alive."""
-    import orjson
-
     from rrcli.runtime.queue_report import queue_progress
 
-    progress = queue_progress(_profile(profile_path), name)
-    if as_json:
-        click.echo(orjson.dumps(progress.as_dict(), option=orjson.OPT_INDENT_2).decode())
-    else:
-        click.echo("\n".join(progress.lines()))
-
-
-def _profile(path: str | None) -> Any:
-    import os
-
-    from rrcli.config.load import load_profile, resolve_profile_path
-
-    return load_profile(resolve_profile_path(path, os.environ), environ=os.environ)
+    progress = queue_progress(profile_path, name)
+    click.echo(progress.json() if as_json else "\n".join(progress.lines()))
 
 
 @main.command("sim")

@@ -17,7 +17,7 @@ from typing import Any
 from rrcli.config.profile import MAX_IN_FLIGHT
 from rrcli.errors import UsageError
 
-__all__ = ["STDOUT", "RunOptions", "worker_name"]
+__all__ = ["STDOUT", "RunOptions", "parse_shard", "worker_name"]
 
 STDIN_STEM = "stdin"  # the stem of the default outputs when jobs come on standard input
 STDOUT = Path("-")  # ``out`` that writes the results to standard output
@@ -98,3 +98,14 @@ class RunOptions:
 def worker_name() -> str:
     """This process as a worker of a shared queue: ``host-pid`` (what ``rrcli queue`` lists)."""
     return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    """``--shard I/N`` as (I, N); UsageError unless 0 <= I < N."""
+    try:
+        index, count = (int(x) for x in value.split("/"))
+    except ValueError:
+        raise UsageError("expected I/N, e.g. 0/4") from None
+    if count < 1 or not 0 <= index < count:
+        raise UsageError(f"expected 0 <= I < N, got {value}")
+    return index, count

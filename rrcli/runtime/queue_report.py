@@ -9,6 +9,7 @@ the queue's keys expire after COLLECTED_KEEP_S: Redis holds a finished batch onl
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from rrcli.records.collect import CollectReport, collect_results
 from rrcli.runtime._queue_scripts import GROUP, queue_keys, worker_key
 from rrcli.runtime._redis_hub import CONNECT_TIMEOUT, check_reachable, redacted_url
 
-__all__ = ["COLLECTED_KEEP_S", "Progress", "collect_queue", "queue_progress"]
+__all__ = ["COLLECTED_KEEP_S", "Progress", "QueueCollected", "collect_queue", "queue_progress"]
 
 COLLECTED_KEEP_S = 3600  # a fully collected queue's keys expire after this
 READ_AHEAD = 1000  # result lines fetched in one round trip
@@ -60,6 +61,9 @@ class Progress:
             "workers": list(self.workers),
         }  # fmt: skip
 
+    def json(self) -> str:
+        return orjson.dumps(self.as_dict(), option=orjson.OPT_INDENT_2).decode()
+
     def lines(self) -> list[str]:
         """The progress for a terminal: one line for the queue, one a worker."""
         alive = sum(1 for w in self.workers if w["alive"])
@@ -76,6 +80,13 @@ class Progress:
         return [head, *rows]
 
 
+def _load(profile_path: str | None) -> Profile:
+    """The profile at ``profile_path`` (or where ``rrcli run`` would look without it)."""
+    from rrcli.config.load import load_profile, resolve_profile_path
+
+    return load_profile(resolve_profile_path(profile_path, os.environ), environ=os.environ)
+
+
 def _client(profile: Profile, name: str) -> Any:
     url = profile.queue_url
     if not url:
@@ -89,8 +100,10 @@ def _client(profile: Profile, name: str) -> Any:
     return redis.Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=30)
 
 
-def queue_progress(profile: Profile, name: str) -> Progress:
-    """Read where queue ``name`` stands; UsageError when Redis holds no such queue."""
+def queue_progress(profile_path: str | None, name: str) -> Progress:
+    """Read where queue ``name`` of the profile at ``profile_path`` stands; UsageError when
+    Redis holds no such queue."""
+    profile = _load(profile_path)
     client = _client(profile, name)
     try:
         return _progress(client, name, profile.queue_url)
@@ -155,12 +168,30 @@ class QueueResults:
         return self._ahead.pop(locator) or b""
 
 
+@dataclass(frozen=True, slots=True)
+class QueueCollected:
+    """What ``collect_queue`` wrote (``report``) and where the queue stands (``progress``)."""
+
+    report: CollectReport
+    progress: Progress
+
+    @property
+    def exit_code(self) -> int:
+        """0 once every job of the queue has its line, else 1 (run workers to finish it)."""
+        return 0 if self.progress.complete else 1
+
+    def lines(self, out: Path | None, jobs: Path | None = None) -> list[str]:
+        """The report for standard error: what was written where, then the queue's counts."""
+        return [*self.report.lines(out, None), self.progress.lines()[0]]
+
+
 def collect_queue(
-    profile: Profile, name: str, out: Path | None, status: str | None
-) -> tuple[CollectReport, Progress]:
-    """Write each job's result stored in queue ``name`` to ``out`` (None: standard output), in
-    the jobs file's order; once every job is done, the queue's keys expire after
-    COLLECTED_KEEP_S. Returns what was written and where the queue stands."""
+    profile_path: str | None, name: str, out: Path | None, status: str | None
+) -> QueueCollected:
+    """Write each job's result stored in queue ``name`` (of the profile at ``profile_path``) to
+    ``out`` (None: standard output), in the jobs file's order; once every job is done, the
+    queue's keys expire after COLLECTED_KEEP_S."""
+    profile = _load(profile_path)
     client = _client(profile, name)
     try:
         progress = _progress(client, name, profile.queue_url)
@@ -172,6 +203,6 @@ def collect_queue(
                 for key in keys:
                     pipe.expire(key, COLLECTED_KEEP_S)
                 pipe.execute()
-        return report, progress
+        return QueueCollected(report, progress)
     finally:
         client.close()

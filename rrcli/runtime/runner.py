@@ -23,7 +23,6 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import ExitStack, closing
-from pathlib import Path
 from typing import Any, BinaryIO
 
 import structlog
@@ -39,7 +38,7 @@ from rrcli.runtime.control import RunControl, RunSummary
 from rrcli.runtime.engine import Engine
 from rrcli.runtime.options import RunOptions
 from rrcli.runtime.router import Router
-from rrcli.runtime.workers import JobFeed, SharedQueue, StoppableReader
+from rrcli.runtime.workers import JobFeed, SharedQueue, StoppableReader, count_lines
 
 __all__ = ["RunControl", "RunOptions", "RunSummary", "SharedQueue", "run", "run_sync"]
 
@@ -80,18 +79,6 @@ def select_jobs(
             summary.skipped += 1
             continue
         yield job
-
-
-def count_lines(path: Path | None) -> int | None:
-    """Lines in the jobs file (an upper bound of jobs, for the progress display's ETA); None
-    unless it is a regular file: a pipe read here would have no jobs left to run."""
-    if path is None or not path.is_file():
-        return None
-    count = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            count += chunk.count(b"\n")
-    return count
 
 
 async def run(

@@ -20,12 +20,13 @@ import contextlib
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from pathlib import Path
 from typing import Any, BinaryIO, NoReturn, Protocol
 
 from rrcli.records.jobs import InvalidJob, Job
 from rrcli.runtime.control import RunControl
 
-__all__ = ["BUFFERED_JOBS", "Fetch", "JobFeed", "SharedQueue", "StoppableReader"]
+__all__ = ["BUFFERED_JOBS", "Fetch", "JobFeed", "SharedQueue", "StoppableReader", "count_lines"]
 
 BUFFERED_JOBS = 1024  # jobs read ahead from a pipe at the most
 _POLL = 0.25  # seconds between looks at the run's stop switch while no worker runs
@@ -71,6 +72,18 @@ class StoppableReader:
         """Close the stream if it was opened for the run (standard input stays open)."""
         if self._close:
             self._stream.close()
+
+
+def count_lines(path: Path | None) -> int | None:
+    """Lines in the jobs file (an upper bound of jobs, for the progress display's ETA); None
+    unless it is a regular file: a pipe read here would have no jobs left to run."""
+    if path is None or not path.is_file():
+        return None
+    count = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            count += chunk.count(b"\n")
+    return count
 
 
 class JobFeed:
