@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from rrcli.runtime._redis_scripts import Script
 
-__all__ = ["ACK", "CLAIM", "GROUP", "RENEW", "queue_keys", "worker_key"]
+__all__ = ["ACK", "CLAIM", "GROUP", "LOAD", "RENEW", "queue_keys", "worker_key"]
 
 GROUP = "workers"
 KEY_NAMES = ("meta", "loader", "jobs", "results", "bindings", "workers")
@@ -38,6 +38,19 @@ def worker_key(name: str, worker: str) -> str:
     """The heartbeat key of one worker of queue ``name``."""
     return f"{{rrcli:q:{name}}}:w:{worker}"
 
+
+# KEYS meta jobs; ARGV loaded_to, then per job: line number, field name (j or i), value. Adds
+# the jobs (ids 0-LINE: the file's order) and records how far the load got, in one step.
+LOAD = Script(
+    ("meta", "jobs"),
+    """
+for i = 2, #ARGV, 3 do
+  redis.call('XADD', KEYS[2], '0-' .. ARGV[i], ARGV[i + 1], ARGV[i + 2])
+end
+redis.call('HSET', KEYS[1], 'loaded_to', ARGV[1])
+return 1
+""",
+)
 
 # KEYS jobs results bindings; ARGV group, then per job: stream id, line number, result line,
 # session ('' for none), deployment. Stores each job's result unless it has one already (a job

@@ -86,7 +86,8 @@ class RedisQueue:
         self.engine: Any = None
         self._cursor = "0-0"
         self._next_claim = 0.0
-        self._changed = asyncio.Event()  # an acknowledgement is due, or one was stored
+        self._due = asyncio.Event()  # an acknowledgement is due (the acker's wake-up)
+        self._room = asyncio.Event()  # acknowledgements were stored (the fetcher's wake-up)
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- SharedQueue -----------------------------------------------------------------------------
@@ -115,11 +116,13 @@ class RedisQueue:
     async def fetch(self) -> list[Job | InvalidJob] | None:
         """The next jobs for this worker, None once the queue is drained."""
         while not self.engine.control.stopping:
-            room = self.concurrency - len(self.held) - self.unacked
+            # jobs held (fetched, not ended) never pass the concurrency; acknowledgements still
+            # being stored may lag one concurrency more, so a read overlaps them
+            room = self.concurrency - len(self.held) - max(0, self.unacked - self.concurrency)
             if room <= 0:
-                self._changed.clear()
+                self._room.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), 1.0)
+                    await asyncio.wait_for(self._room.wait(), 1.0)
                 continue
             loaded = self.loaded or await self._loaded()
             entries = await self._claim(room)
@@ -261,12 +264,12 @@ class RedisQueue:
         )
         self.unacked += 1
         self.done += 1
-        self._changed.set()
+        self._due.set()
 
     async def _acker(self) -> None:
         while True:
-            await self._changed.wait()
-            self._changed.clear()
+            await self._due.wait()
+            self._due.clear()
             await self._flush()
 
     async def _flush(self) -> None:
@@ -274,7 +277,7 @@ class RedisQueue:
             batch, self.acks = self.acks[:ACK_BATCH], self.acks[ACK_BATCH:]
             await self.store.ack(batch)
             self.unacked -= len(batch)
-            self._changed.set()
+            self._room.set()
 
     async def _beat(self) -> None:
         """The heartbeat (what ``rrcli queue`` counts as alive) and the renewal of the jobs held

@@ -167,16 +167,14 @@ class QueueStore:
 
     async def add(self, jobs: Sequence[tuple[int, dict[str, bytes]]], loaded_to: int) -> None:
         """Add a batch of jobs (line, stream fields) and record how far the load got, in one
-        transaction."""
-
-        async def add(client: Any) -> None:
-            async with client.pipeline(transaction=True) as pipe:
-                for line, fields in jobs:
-                    pipe.xadd(self.keys["jobs"], fields, id=f"0-{line}")
-                pipe.hset(self.keys["meta"], "loaded_to", loaded_to)
-                await pipe.execute()
-
-        await self.step(add)
+        step."""
+        args = [
+            v
+            for line, fields in jobs
+            for name, value in fields.items()
+            for v in (line, name, value)
+        ]
+        await self.script(lua.LOAD, loaded_to, *args)
 
     async def end_load(self, total: int, token: str) -> None:
         async def end(client: Any) -> None:
