@@ -118,12 +118,48 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def memory(tmp: Path, url: str, n: int) -> None:
+    """Redis's used_memory (INFO memory) for a queue of ``n`` jobs: loaded (every job in the
+    stream), then done (the stream empty, every result stored: a sim answer's line)."""
+    import asyncio
+
+    import redis
+
+    from rrcli.config.profile import Profile, QueueSettings
+    from rrcli.runtime.queue import RedisQueue
+
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    base = client.info("memory")["used_memory"]
+    jobs = write_jobs(tmp / "mem.jsonl", n)
+    queue = RedisQueue(Profile(queue=QueueSettings(url=url)), "mem", jobs, 1)
+    asyncio.run(_load(queue))
+    loaded = client.info("memory")["used_memory"] - base
+    line = (tmp / "c-queue.jsonl").read_bytes().splitlines(keepends=True)[0]
+    key = "{rrcli:q:mem}:results"
+    for start in range(1, n + 1, 10_000):
+        client.hset(key, mapping={i: line for i in range(start, min(n + 1, start + 10_000))})
+    client.delete("{rrcli:q:mem}:jobs")
+    done = client.info("memory")["used_memory"] - base
+    size = jobs.stat().st_size / n
+    print(f"Redis memory for {n:,} jobs (job lines of {size:.0f} B, result lines of {len(line)} B)")
+    print(f"  loaded, none done: {loaded / 2**20:7.1f} MiB ({loaded / n:5.0f} B/job)")
+    print(f"  all done, results not yet collected: {done / 2**20:7.1f} MiB ({done / n:5.0f} B/job)")
+
+
+async def _load(queue: object) -> None:
+    await queue.store.connect()  # type: ignore[attr-defined]
+    await queue._load(queue.jobs)  # type: ignore[attr-defined]
+    await queue.store.close()  # type: ignore[attr-defined]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1600)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--cost-jobs", type=int, default=20000)
     parser.add_argument("--shared-gate", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--memory-jobs", type=int, default=1_000_000)
     args = parser.parse_args()
     redis_bin = shutil.which("redis-server")
     if redis_bin is None:
@@ -139,6 +175,8 @@ def main() -> None:
             url = f"redis://127.0.0.1:{port}/0"
             scaling(Path(d), url, args)
             cost(Path(d), url, args)
+            if args.memory_jobs:
+                memory(Path(d), url, args.memory_jobs)
     finally:
         redis.kill()
 

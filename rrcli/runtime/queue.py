@@ -89,6 +89,7 @@ class RedisQueue:
         self._due = asyncio.Event()  # an acknowledgement is due (the acker's wake-up)
         self._room = asyncio.Event()  # acknowledgements were stored (the fetcher's wake-up)
         self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False  # the background loops end (a cancel the client ate included)
 
     # -- SharedQueue -----------------------------------------------------------------------------
 
@@ -138,12 +139,15 @@ class RedisQueue:
         """Store the acknowledgements still due, stop beating, leave, disconnect."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._flush(), 30.0)
+        self._closing = True
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5.0)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.store.leave(), 5.0)
-        await self.store.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.store.close(), 5.0)
 
     # -- loading ---------------------------------------------------------------------------------
 
@@ -267,7 +271,7 @@ class RedisQueue:
         self._due.set()
 
     async def _acker(self) -> None:
-        while True:
+        while not self._closing:
             await self._due.wait()
             self._due.clear()
             await self._flush()
@@ -284,7 +288,7 @@ class RedisQueue:
         here, every ``lease / 3`` s (at most 5 s)."""
         every = min(5.0, self.settings.lease / 3)
         started = rfc3339(time.time())
-        while True:
+        while not self._closing:
             info = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
             info["done"] = self.done
             await self.store.beat(orjson.dumps(info), int(every * 3000), KEEP_S)

@@ -80,6 +80,9 @@ class QueueStore:
                     raise self.lost() from exc
                 raise
             except (ConnectionError, TimeoutError, OSError) as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():  # the client made our cancel an error
+                    raise asyncio.CancelledError from exc
                 if not self.outage:
                     self.outage = True
                     url = redacted_url(self.url)
