@@ -79,12 +79,12 @@ def test_three_workers_one_killed_every_job_once(tmp_path, sim_server, redis_que
     takes work, the killed one's jobs are claimed after the lease, the caps hold across them all,
     and `rrcli results --queue` writes exactly one ok line per job in the file's order."""
     caps = (4, 6)
-    servers = [sim_server(latency_ms=20, jitter_ms=5, cap=cap) for cap in caps]
+    servers = [sim_server(latency_ms=10, jitter_ms=3, cap=cap) for cap in caps]
     pool = [(s.openai_url, cap) for s, cap in zip(servers, caps, strict=True)]
     profile = queue_profile(tmp_path, pool, redis_queue.url)
     jobs = write_jobs(tmp_path / "jobs.jsonl", 3000)
     a, b, c = (worker(tmp_path, profile, "big", tag, jobs) for tag in "abc")
-    wait_for(lambda: lines_in(tmp_path / "r-b.jsonl") >= 100)
+    wait_for(lambda: lines_in(tmp_path / "r-b.jsonl") >= 50)
     b.send_signal(signal.SIGKILL)
     b.wait()
     late = worker(tmp_path, profile, "big", "late")
@@ -185,3 +185,25 @@ def test_bad_input_is_exit_2_with_what_to_do(tmp_path, sim_server, redis_queue):
         assert 2 == result.returncode
         assert f"--queue and {flag[0]} do not go together" in result.stderr
     assert 3 == server.stats()["requests"]
+
+
+def test_a_sessions_backend_is_kept_across_workers(tmp_path, sim_server, redis_queue):
+    """binding = "session": the later line of each session, taken by either of two workers long
+    after its first line ended, goes to the backend its first line went to (kept in Redis)."""
+    servers = [sim_server(latency_ms=40) for _ in range(3)]
+    pool = [(s.openai_url, 1) for s in servers]
+    profile = queue_profile(tmp_path, pool, redis_queue.url, gate=False)
+    text = profile.read_text().replace('strategy = "least_loaded"', 'binding = "session"')
+    profile.write_text('strategy = "round_robin"\n' + text)
+    sessions = [f"s{i}" for i in range(8)]
+    lines = [{"id": f"{s}-a", "session": s, "prompt": "hello"} for s in sessions]
+    lines += [{"id": f"f{i}", "prompt": "filler"} for i in range(24)]
+    lines += [{"id": f"{s}-b", "session": s, "prompt": "again"} for s in sessions]
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    procs = [worker(tmp_path, profile, "sessions", tag, jobs) for tag in "ab"]
+    finish(*procs)
+    where = {r["id"]: (tag, r["deployment"]) for tag in "ab"
+             for r in read_jsonl(tmp_path / f"r-{tag}.jsonl")}  # fmt: skip
+    assert [where[f"{s}-a"][1] for s in sessions] == [where[f"{s}-b"][1] for s in sessions]
+    assert any(where[f"{s}-a"][0] != where[f"{s}-b"][0] for s in sessions)
