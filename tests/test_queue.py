@@ -207,3 +207,24 @@ def test_a_sessions_backend_is_kept_across_workers(tmp_path, sim_server, redis_q
              for r in read_jsonl(tmp_path / f"r-{tag}.jsonl")}  # fmt: skip
     assert [where[f"{s}-a"][1] for s in sessions] == [where[f"{s}-b"][1] for s in sessions]
     assert any(where[f"{s}-a"][0] != where[f"{s}-b"][0] for s in sessions)
+
+
+def test_redis_restarted_empty_mid_run_stops_the_workers_saying_so(tmp_path, sim_server):
+    """Redis without persistence restarted mid-run (the queue gone): the worker waits for it,
+    then stops with exit 1 saying the queue vanished; its --out keeps every result it wrote."""
+    redis = RedisServer().start()
+    try:
+        server = sim_server(latency_ms=20)
+        profile = queue_profile(tmp_path, [(server.openai_url, 4)], redis.url, gate=False)
+        jobs = write_jobs(tmp_path / "jobs.jsonl", 400)
+        proc = worker(tmp_path, profile, "gone", "a", jobs)
+        wait_for(lambda: lines_in(tmp_path / "r-a.jsonl") >= 20)
+        redis.stop()
+        redis.start()
+        _, err = proc.communicate(timeout=60)
+        assert 1 == proc.returncode
+        assert "queue 'gone' vanished from Redis" in err and "Traceback" not in err
+        written = read_jsonl(tmp_path / "r-a.jsonl")
+        assert 20 <= len(written) < 400 and {"ok"} == {r["status"] for r in written}
+    finally:
+        redis.stop()

@@ -167,7 +167,7 @@ class RedisQueue:
         held = await self.store.begin_load(digest, str(path), rfc3339(time.time()))
         self._same_file(held, digest, path)
         start = int((await self.store.meta()).get("loaded_to") or 0)
-        total = await self._add_lines(path, start, token)
+        total = await self._add_lines(path, start, token, digest)
         await self.store.end_load(total, token)
         self.loaded = True
         log.info("rrcli.queue_loaded", queue=self.store.name, jobs=total, source=str(path))
@@ -181,7 +181,7 @@ class RedisQueue:
                 f"(rrcli run -p PROFILE --queue {name}), or load {path} under a new name"
             )
 
-    async def _add_lines(self, path: Path, start: int, token: str) -> int:
+    async def _add_lines(self, path: Path, start: int, token: str, digest: str) -> int:
         """Add every line after line ``start`` to the stream; the jobs in the file."""
         total = 0
         batch: list[tuple[int, dict[str, bytes]]] = []
@@ -191,15 +191,19 @@ class RedisQueue:
                 continue
             batch.append((line, fields))
             if len(batch) >= LOAD_BATCH:
-                await self._add(batch, token)
+                await self._add(batch, token, digest)
                 batch = []
         if batch:
-            await self._add(batch, token)
+            await self._add(batch, token, digest)
         return total
 
-    async def _add(self, batch: list[tuple[int, dict[str, bytes]]], token: str) -> None:
+    async def _add(
+        self, batch: list[tuple[int, dict[str, bytes]]], token: str, digest: str
+    ) -> None:
         if not await self.store.lock(token, LOCK_MS):
             raise UsageError(f"queue {self.store.name!r}: another process took over the load")
+        if (await self.store.meta()).get("digest") != digest:  # Redis restarted empty
+            raise self.store.lost()
         await self.store.add(batch, batch[-1][0])
 
     # -- working ---------------------------------------------------------------------------------
