@@ -70,6 +70,7 @@ class RunOptions:
         for given, flag, instead in (
             (self.resume, "--resume", "a queue already runs each job once: start another worker"),
             (self.shard is not None, "--shard", "start more workers on the queue instead"),
+            (self.limit is not None, "--limit", "load a file of only the jobs to run"),
             (bool(self.prompts), "--prompt", "put the prompts in a jobs file"),
         ):
             if given:

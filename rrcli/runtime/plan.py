@@ -15,6 +15,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from rrcli.config.profile import Profile
+from rrcli.errors import UsageError
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.runtime.control import RunSummary
 from rrcli.runtime.router import Router
@@ -38,7 +39,10 @@ class Plan:
 
 
 async def plan(profile: Profile, options: RunOptions) -> Plan:
-    """Parse, validate and route every selected job on paper, with an idle pool; send nothing."""
+    """Parse, validate and route every selected job on paper, with an idle pool; send nothing.
+    With --queue, the jobs file it would load (a worker joining a queue has none to plan)."""
+    if options.queue is not None and options.jobs is None:
+        raise UsageError("--dry-run with --queue plans a jobs file: give JOBS")
     seed = options.seed if options.seed is not None else profile.seed
     router, _ = make_router(profile, random.Random(seed), local=True)
     result = Plan(calls={b.id: 0 for b in profile.backends})
