@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+import redis
 from hostile import chat
 from runkit import popen, read_jsonl, rrcli, write_jobs, write_profile
 from test_redis_gate import RedisServer, _server
@@ -109,8 +110,9 @@ def test_three_workers_one_killed_every_job_once(tmp_path, sim_server, redis_que
 
 
 def test_a_job_that_kills_its_workers_ends_as_an_error(tmp_path, hostile_server, redis_queue):
-    """A job whose call never ends, its worker killed each time (twice: max_deliveries = 2):
-    the next worker to claim it ends it as an error naming max_deliveries; the others are ok."""
+    """A job whose call never ends, its worker killed each time (twice: max_deliveries = 2),
+    once the other jobs are done: the next worker to claim it ends it as an error naming
+    max_deliveries; the others are ok."""
     hold = threading.Event()
     server = hostile_server(lambda r: chat(hold=hold if b"poison" in r.body else None))
     profile = queue_profile(tmp_path, [(server.openai_url, 4)], redis_queue.url, gate=False,
@@ -118,10 +120,13 @@ def test_a_job_that_kills_its_workers_ends_as_an_error(tmp_path, hostile_server,
     jobs = tmp_path / "jobs.jsonl"
     lines = [{"id": f"j{i}", "prompt": "poison" if i == 5 else f"q{i}"} for i in range(10)]
     jobs.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    stored = redis.Redis.from_url(redis_queue.url)
     try:
         for delivery in (1, 2):
             proc = worker(tmp_path, profile, "bad", f"w{delivery}", *([jobs] * (delivery == 1)))
-            wait_for(lambda n=delivery: sum(b"poison" in r.body for r in server.requests) == n)
+            # killed once the others are done: a job held by a killed worker counts a delivery
+            wait_for(lambda n=delivery: sum(b"poison" in r.body for r in server.requests) == n
+                     and stored.hlen("{rrcli:q:bad}:results") == 9)  # fmt: skip
             proc.send_signal(signal.SIGKILL)
             proc.wait()
         finish(worker(tmp_path, profile, "bad", "last"), code=1)
@@ -141,23 +146,23 @@ def test_redis_restarted_with_aof_mid_run_loses_nothing(tmp_path, sim_server):
     """Redis killed and started again from its append-only file while two workers run: they
     wait, reconnect and finish; every job has exactly one ok line."""
     aof = ("--appendonly", "yes", "--appendfsync", "always", "--dir", str(tmp_path))
-    redis = RedisServer(persist=aof).start()
+    broker = RedisServer(persist=aof).start()
     try:
         server = sim_server(latency_ms=20)
-        profile = queue_profile(tmp_path, [(server.openai_url, 8)], redis.url, gate=False)
+        profile = queue_profile(tmp_path, [(server.openai_url, 8)], broker.url, gate=False)
         jobs = write_jobs(tmp_path / "jobs.jsonl", 400)
         procs = [worker(tmp_path, profile, "aof", tag, jobs) for tag in "ab"]
         wait_for(lambda: lines_in(tmp_path / "r-a.jsonl") >= 50)
-        redis.stop()
+        broker.stop()
         time.sleep(0.5)
-        redis.start()
+        broker.start()
         finish(*procs)
         done, lines = collect(tmp_path, profile, "aof")
         assert 0 == done.returncode, done.stderr
         assert [f"j{i}" for i in range(400)] == [r["id"] for r in lines]
         assert {"ok"} == {r["status"] for r in lines}
     finally:
-        redis.stop()
+        broker.stop()
 
 
 def test_bad_input_is_exit_2_with_what_to_do(tmp_path, sim_server, redis_queue):
@@ -212,19 +217,19 @@ def test_a_sessions_backend_is_kept_across_workers(tmp_path, sim_server, redis_q
 def test_redis_restarted_empty_mid_run_stops_the_workers_saying_so(tmp_path, sim_server):
     """Redis without persistence restarted mid-run (the queue gone): the worker waits for it,
     then stops with exit 1 saying the queue vanished; its --out keeps every result it wrote."""
-    redis = RedisServer().start()
+    broker = RedisServer().start()
     try:
         server = sim_server(latency_ms=20)
-        profile = queue_profile(tmp_path, [(server.openai_url, 4)], redis.url, gate=False)
+        profile = queue_profile(tmp_path, [(server.openai_url, 4)], broker.url, gate=False)
         jobs = write_jobs(tmp_path / "jobs.jsonl", 400)
         proc = worker(tmp_path, profile, "gone", "a", jobs)
         wait_for(lambda: lines_in(tmp_path / "r-a.jsonl") >= 20)
-        redis.stop()
-        redis.start()
+        broker.stop()
+        broker.start()
         _, err = proc.communicate(timeout=60)
         assert 1 == proc.returncode
         assert "queue 'gone' vanished from Redis" in err and "Traceback" not in err
         written = read_jsonl(tmp_path / "r-a.jsonl")
         assert 20 <= len(written) < 400 and {"ok"} == {r["status"] for r in written}
     finally:
-        redis.stop()
+        broker.stop()
