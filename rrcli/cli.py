@@ -126,17 +126,15 @@ def run(
     from rrcli.config.load import load_profile, resolve_profile_path
     from rrcli.runtime.runner import RunControl, RunOptions, run_sync
 
-    if (bool(jobs) == bool(prompts) and not (fields["queue"] and not prompts)) or (
-        fields["queue"] and jobs == "-"
-    ):
-        raise click.UsageError("give a JOBS file (for --queue: a path) or --prompt TEXT")
+    if bool(jobs) == bool(prompts) and not fields["queue"]:
+        raise click.UsageError("give a JOBS file or --prompt TEXT (one of the two)")
     tty = sys.stderr.isatty()
     configure_logging(level=log_level(verbose=verbose, quiet=quiet, tty=tty), fmt=log_format)
     profile = load_profile(resolve_profile_path(profile_path, os.environ), environ=os.environ)
     stream = fields["stream"]
     answers = _render.PromptPrinter(stream=stream) if (prompts and not fields["out"]) else None
     options = RunOptions(  # the other options are RunOptions fields by name
-        jobs=None if jobs in (None, "-") else Path(jobs),
+        jobs=None if jobs is None or (jobs == "-" and not fields["queue"]) else Path(jobs),
         prompts=prompts,
         on_text=answers.text if (answers and stream) else None,
         on_result=answers.result if answers else None,

@@ -75,6 +75,8 @@ class RunOptions:
         ):
             if given:
                 raise UsageError(f"--queue and {flag} do not go together — {instead}")
+        if self.jobs == Path("-"):
+            raise UsageError("--queue loads a jobs file: give its path, not - (standard input)")
 
     @property
     def out_file(self) -> Path | None:
