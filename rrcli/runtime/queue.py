@@ -87,7 +87,7 @@ class RedisQueue:
         self._cursor = "0-0"
         self._next_claim = 0.0
         self._due = asyncio.Event()  # an acknowledgement is due (the acker's wake-up)
-        self._room = asyncio.Event()  # acknowledgements were stored (the fetcher's wake-up)
+        self._room = asyncio.Event()  # a job ended or was acknowledged (the fetcher's wake-up)
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False  # the background loops end (a cancel the client ate included)
 
@@ -273,6 +273,7 @@ class RedisQueue:
         self.unacked += 1
         self.done += 1
         self._due.set()
+        self._room.set()
 
     async def _acker(self) -> None:
         while not self._closing:
