@@ -22,7 +22,11 @@ from test_redis_gate import RedisServer, _server, profile
 from rrcli.runtime.gate import PROBE_INITIAL, Aimd, aimd_step
 from rrcli.runtime.redis_gate import make_redis_gates
 
-KEY = "rrcli:{b}:aimd"  # the shared state of scope "b"
+
+def key(max_cap: int) -> str:
+    """The shared adaptive state of scope "b" whose cap is ``max_cap``."""
+    return f"rrcli:{{b}}:aimd:{max_cap}"
+
 
 Event = tuple[bool, bool]  # (rate_limited, held)
 
@@ -44,10 +48,11 @@ async def shared_states(url: str, max_cap: int, events: list[Event]) -> list[Aim
     gate = gates["b"]
     states = []
     for rate_limited, held in events:
-        await client.hset(KEY, "hold", int(held))
+        await client.hset(key(max_cap), "hold", int(held))
         gate.record(rate_limited)
         await asyncio.gather(*gate.hub._tasks)
-        cap, streak, ceiling, probe = await client.hmget(KEY, "cap", "streak", "ceiling", "probe")
+        fields = ("cap", "streak", "ceiling", "probe")
+        cap, streak, ceiling, probe = await client.hmget(key(max_cap), *fields)
         states.append(Aimd(int(cap), int(streak), int(ceiling), int(probe)))
         assert states[-1].cap == gate.cap  # what this process sees is the shared cap
     await gates.close()
@@ -109,7 +114,7 @@ def test_two_processes_share_the_ceiling_and_its_probe(aimd_redis):
                 gate = (a, b)[i % 2]["b"]
                 gate.record(rate_limited)
                 await asyncio.gather(*gate.hub._tasks)
-            cap, ceiling, probe = await client.hmget(KEY, "cap", "ceiling", "probe")
+            cap, ceiling, probe = await client.hmget(key(4), "cap", "ceiling", "probe")
             seen.append((int(cap), int(ceiling), int(probe)))
 
         await report(True)

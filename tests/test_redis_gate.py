@@ -376,7 +376,7 @@ def test_429s_of_calls_already_in_flight_halve_the_shared_cap_once(redis_url):
             gate.record(True)
         await asyncio.gather(*a.hub._tasks, *b.hub._tasks)
         with redis.Redis.from_url(redis_url) as client:
-            after_burst = int(client.hget("rrcli:{b}:aimd", "cap"))
+            after_burst = int(client.hget("rrcli:{b}:aimd:8", "cap"))
         b["b"].record(True)
         await until(lambda: 2 == b["b"].cap)
         for s in (a, b):

@@ -21,6 +21,7 @@ __all__ = [
     "BINDINGS",
     "DEFAULT_PROVIDER",
     "GATE_KINDS",
+    "MAX_CONTINUATIONS",
     "MAX_IN_FLIGHT",
     "MAX_SERVER_PAUSE",
     "STRATEGIES",
@@ -38,6 +39,7 @@ __all__ = [
 
 MAX_IN_FLIGHT = 10_000  # the most a max_concurrency or concurrency may be: more is a typo
 MAX_SERVER_PAUSE = 3600.0  # seconds: the longest delay ever taken from a server's headers
+MAX_CONTINUATIONS = 1000  # the most continuations a profile may allow one call: more is a typo
 
 STRATEGIES = (
     "round_robin",
@@ -154,6 +156,7 @@ class RetrySettings:
     respect_retry_after: bool = True
     failover: bool = False
     max_server_pause: float = 60.0  # the longest a server's Retry-After or reset holds a backend
+    max_continuations: int = 10  # a paused turn (pause_turn) continued this often at most
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rrcli.config.profile import BINDINGS, GATE_KINDS, MAX_IN_FLIGHT, MAX_SERVER_PAUSE, STRATEGIES
+from rrcli.config.profile import (
+    BINDINGS,
+    GATE_KINDS,
+    MAX_CONTINUATIONS,
+    MAX_IN_FLIGHT,
+    MAX_SERVER_PAUSE,
+    STRATEGIES,
+)
 from rrcli.providers.registry import ENDPOINTS, NAMES, REGISTRY
 
 __all__ = [
@@ -159,6 +166,7 @@ RETRY = {
     "respect_retry_after": Field("bool"),
     "failover": Field("bool"),
     "max_server_pause": Field("number", within(0, MAX_SERVER_PAUSE)),
+    "max_continuations": Field("int", within(0, MAX_CONTINUATIONS)),
 }
 GATE = {
     "kind": Field("str", choices=GATE_KINDS),

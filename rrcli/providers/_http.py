@@ -265,11 +265,14 @@ def checked_tool_call(
     ``fault`` and the text, the body (``data``, the key masked) kept in it."""
     arguments = tool_arguments(raw)
     if arguments is None:
-        raise invalid_response(
-            f"{fault}: {repr(raw)[:80]}",
-            body=error_body(orjson.dumps(data), key),
-        )
+        raise invalid_answer(f"{fault}: {repr(raw)[:80]}", data, key)
     return tool_call(call_id, name, arguments)
+
+
+def invalid_answer(fault: str, data: object, key: str | None) -> ProviderError:
+    """A 2xx body that parsed but is no answer of its API (``fault`` says why): the
+    ``invalid_response`` error, transient, the body (``data``, the key masked) kept in it."""
+    return invalid_response(fault, body=error_body(orjson.dumps(data), key))
 
 
 def openai_chunk(event: SSEEvent, key: str | None) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from rrcli.providers._http import HTTPProvider, parse_event_json, token_sum
+from rrcli.providers._http import HTTPProvider, invalid_answer, parse_event_json, token_sum
 from rrcli.providers._sse import SSEEvent
 from rrcli.providers.base import (
     Call,
@@ -89,8 +89,8 @@ class AnthropicProvider(HTTPProvider):
     def parse_body(self, data: dict[str, Any]) -> Reply:
         content = data.get("content")
         if not isinstance(content, list):
-            raise invalid_response("no content blocks in the body")
-        return _reply(content, data.get("stop_reason"), data.get("usage") or {}, data)
+            raise invalid_answer("no content blocks in the body", data, self._key)
+        return _reply(content, data.get("stop_reason"), data.get("usage") or {}, data, self._key)
 
     def new_stream(self) -> _AnthropicStream:
         return _AnthropicStream(self._key)
@@ -103,11 +103,18 @@ def _text_of(content: object) -> str:
 
 
 def _reply(
-    content: list[Any], stop_reason: str | None, usage: dict[str, Any], body: dict[str, Any]
+    content: list[Any],
+    stop_reason: str | None,
+    usage: dict[str, Any],
+    body: dict[str, Any],
+    key: str | None,
 ) -> Reply:
     """A message (as received, or folded from a stream) → Reply: text blocks joined, thinking
     blocks as ``reasoning_content``, ``tool_use`` blocks as OpenAI-shaped tool calls (the input
-    as compact JSON text), cache reads as ``cached_input_tokens``."""
+    as compact JSON text), cache reads as ``cached_input_tokens``. A message with no block at
+    all is no answer (invalid, never an ok result with no output)."""
+    if not content:
+        raise invalid_answer("the message has no content blocks", body, key)
     texts: list[str] = []
     thinking: list[str] = []
     calls: list[dict[str, Any]] | None = None
@@ -234,4 +241,4 @@ class _AnthropicStream:
             "stop_sequence": self.stop_sequence,
             "usage": self.usage,
         }
-        return _reply(content, self.stop_reason, self.usage, body)
+        return _reply(content, self.stop_reason, self.usage, body, self._key)

@@ -21,6 +21,7 @@ from rrcli.providers._http import (
     NewStream,
     Parse,
     checked_tool_call,
+    invalid_answer,
     openai_chunk,
     token_sum,
     usage_detail,
@@ -108,7 +109,7 @@ def _parse(data: dict[str, Any], key: str | None) -> Reply:
     usage = data.get("usage") or {}
     calls = message.get("tool_calls")
     return Reply(
-        output=_text(message.get("content"), 0),
+        output=_text(message, 0, data, key),
         finish_reason=choice.get("finish_reason"),
         input_tokens=token_sum(usage, "prompt_tokens"),
         output_tokens=token_sum(usage, "completion_tokens"),
@@ -135,7 +136,7 @@ def _choices(choices: list[Any], data: dict[str, Any], key: str | None) -> list[
             raise invalid_response(f"choices[{number}] has no message")
         calls = message.get("tool_calls")
         entry: dict[str, Any] = {
-            "output": _text(message.get("content"), number),
+            "output": _text(message, number, data, key),
             "finish_reason": choice.get("finish_reason"),
             "tool_calls": _tool_calls(calls, number, data, key) if calls else None,
         }
@@ -182,9 +183,20 @@ def _tool_calls(
     return out
 
 
-def _text(content: object, number: int) -> str:
-    """Message content as text: a string, None (tool calls only), or a list of text parts."""
+#: what a message may carry instead of content (a null content is an answer with one of them)
+_NOT_TEXT = ("tool_calls", "function_call", "refusal", "audio", "reasoning_content", "reasoning")
+
+
+def _text(message: dict[str, Any], number: int, data: dict[str, Any], key: str | None) -> str:
+    """Message content as text: a string, a list of text parts, or None beside tool calls (or
+    a refusal, audio, reasoning). A message with none of them (``{}``, a null content alone)
+    is no answer: invalid, the body kept in the error, never an ok result with no output."""
+    content = message.get("content")
     if content is None:
+        if not any(message.get(name) for name in _NOT_TEXT):
+            raise invalid_answer(
+                f"choices[{number}].message has no content and no tool calls", data, key
+            )
         return ""
     if isinstance(content, str):
         return content
@@ -348,9 +360,12 @@ class _ChoiceFold:
 
     def choice(self, index: int) -> dict[str, Any]:
         """The choice as a plain body has it."""
+        content = "".join(self.content) if self.content else None
+        if content is None and self.finish_reason and not (self.calls or self.refusal):
+            content = ""  # a finished answer with no text, as a plain body writes it
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": "".join(self.content) if self.content else None,
+            "content": content,
             "refusal": "".join(self.refusal) if self.refusal else None,
         }
         if self.calls:

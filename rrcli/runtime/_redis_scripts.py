@@ -1,4 +1,4 @@
-"""The Lua scripts behind the Redis gate (issue 7), one atomic step each.
+"""The Lua scripts behind the Redis gate, one atomic step each.
 
 Why Lua: every step of the shared gate (admit a waiter, renew leases, charge a rate budget) reads
 and writes several keys; a script runs them as one atomic step on the server, so no two processes
@@ -12,13 +12,16 @@ Keys of one scope (see ``scope_keys``)::
     queue   ZSET  ticket -> arrival number    the waiters, FIFO across processes
     qexp    ZSET  ticket -> expiry            the waiters' own short leases
     seq     STR   arrival counter
-    aimd    HASH  cap, streak, ceiling,       the shared adaptive cap (the rule: gate.aimd_step)
-                  probe, hold
+    aimd:N  HASH  cap, streak, ceiling,       the shared adaptive cap of a scope whose cap is N
+                  probe, hold                 (the rule: gate.aimd_step); read only with adaptive
     pause   STR   server time until which no slot is granted (Retry-After)
     gcra    HASH  r, t                        theoretical arrival times of the rpm and tpm budgets
     wake    pub/sub channel                   a slot was released (payload: the releasing process)
 
-Numbers cross the script boundary as strings: Redis truncates Lua numbers to integers.
+A key holds what was computed for one setting, and names it: the adaptive state of a cap of 4
+is never read by a run whose cap is 8 (it would start halved for no 429 of its own), and a run
+without ``adaptive`` reads none at all. Numbers cross the script boundary as strings: Redis
+truncates Lua numbers to integers.
 """
 
 from __future__ import annotations
@@ -31,9 +34,12 @@ __all__ = ["ABANDON", "ACQUIRE", "AIMD", "PAUSE", "RELEASE", "RENEW", "RESERVE",
 KEY_NAMES = ("slots", "queue", "qexp", "seq", "aimd", "pause", "gcra", "wake")
 
 
-def scope_keys(scope: str) -> dict[str, str]:
-    """The Redis keys of one gate scope, all with the hash tag ``{scope}``."""
-    return {name: f"rrcli:{{{scope}}}:{name}" for name in KEY_NAMES}
+def scope_keys(scope: str, max_cap: int) -> dict[str, str]:
+    """The Redis keys of one gate scope whose cap is ``max_cap``, all with the hash tag
+    ``{scope}``; the adaptive state's key names the cap it was computed for."""
+    keys = {name: f"rrcli:{{{scope}}}:{name}" for name in KEY_NAMES}
+    keys["aimd"] += f":{max_cap}"
+    return keys
 
 
 class Script:
@@ -55,8 +61,9 @@ local function ms(x) return math.ceil(x * 1000) end
 """
 
 # KEYS slots queue qexp seq aimd pause; ARGV token ticket('' = try, no queuing) max_cap lease
-# ticket_lease max_pause. A pause longer than max_pause (left by a run with a longer bound) is cut
-# to it. Returns {admitted, cap, pause_remaining, ahead, free}.
+# ticket_lease max_pause adaptive(0|1). A pause longer than max_pause (left by a run with a longer
+# bound) is cut to it; the adaptive cap is read only when adaptive is 1. Returns {admitted, cap,
+# pause_remaining, ahead, free}.
 ACQUIRE = Script(
     ("slots", "queue", "qexp", "seq", "aimd", "pause"),
     """
@@ -67,7 +74,8 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
   redis.call('ZREM', KEYS[2], dead)
   redis.call('ZREM', KEYS[3], dead)
 end
-local cap = tonumber(redis.call('HGET', KEYS[5], 'cap') or max_cap)
+local cap = max_cap
+if ARGV[7] == '1' then cap = tonumber(redis.call('HGET', KEYS[5], 'cap') or max_cap) end
 if cap > max_cap then cap = max_cap end
 if cap < 1 then cap = 1 end
 local max_pause = tonumber(ARGV[6])

@@ -37,7 +37,7 @@ from rrcli.runtime.lease import Lease
 from rrcli.runtime.retry import RetryPolicy
 from rrcli.runtime.router import Router
 from rrcli.runtime.serving import RouteRules
-from rrcli.runtime.turns import assistant_message, join_paused
+from rrcli.runtime.turns import assistant_message, join_paused, too_many_continuations
 from rrcli.tokens import estimate_call_tokens
 
 __all__ = ["Engine", "ResultSink"]
@@ -198,7 +198,7 @@ class Engine:
         call = self._request(job, messages, backend)
         estimate = estimate_call_tokens(messages, call.params, job.input)
         echo = _Echo(self.on_text) if (call.stream and self.on_text is not None) else None
-        number, first_try, paused = before, time.monotonic(), None
+        number, first_try, paused, continued = before, time.monotonic(), None, 0
         while True:
             number += 1
             await self.router.admit(lease, estimate)
@@ -208,6 +208,11 @@ class Engine:
             except ProviderError as exc:
                 reply, error = None, exc
             ended = time.monotonic()
+            if reply is not None and reply.continuation is not None:
+                continued += 1
+                if continued > self.profile.retry.max_continuations:
+                    limit = self.profile.retry.max_continuations
+                    reply, error = None, too_many_continuations(limit, reply.http_status)
             printed = echo is not None and echo.printed
             backoff = self._backoff(error, number - before, ended - first_try, printed)
             decision = _decide(error, backoff, failover and not printed)

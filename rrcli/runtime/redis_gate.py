@@ -14,7 +14,9 @@ module is the same ``Gate`` interface backed by Redis, a real coordination engin
 - a release publishes on the scope's channel so waiters everywhere wake at once; a poll of a
   bounded rate covers lost messages;
 - ``rpm``/``tpm`` are one GCRA script over both budgets; a Retry-After pauses the scope for every
-  process; with ``adaptive`` the AIMD cap lives in Redis too.
+  process; with ``adaptive`` the AIMD cap lives in Redis too, under a key naming the cap it was
+  computed for, and only runs with ``adaptive`` read it (a later run without it, or with another
+  ``max_concurrency``, starts from its full cap).
 
 Every step is one Lua script (``_redis_scripts``), timed by the server's clock, run through the
 process's ``_redis_hub.Hub`` (the connection, renewal, wake-ups and outages).
@@ -63,7 +65,7 @@ class RedisGate:
         self.limits = limits
         self.max_pause = max_pause  # seconds: the longest pause this process waits out
         self.scope = limits.scope
-        self.keys = lua.scope_keys(limits.scope)
+        self.keys = lua.scope_keys(limits.scope, limits.max_cap)
         self.held: list[str] = []
         self.max_cap = limits.max_cap
         self.cap = limits.max_cap
@@ -86,7 +88,7 @@ class RedisGate:
         hub = self.hub
         reply = await hub.run(
             lua.ACQUIRE, self.keys, token, ticket, self.max_cap, hub.lease, hub.ticket_lease,
-            self.max_pause,
+            self.max_pause, int(hub.adaptive),
         )  # fmt: skip
         admitted, cap, pause, ahead, free = reply
         self.cap = int(cap)

@@ -1,5 +1,7 @@
 """A job's turns as the API sees them: a reply written back into the history as its assistant
-message, and the two parts of a turn Anthropic paused (``pause_turn``) joined into one reply.
+message, the two parts of a turn Anthropic paused (``pause_turn``) joined into one reply, and
+the bound on how often one turn may be continued (a server that pauses forever would otherwise
+draw calls, and a request body growing with each, without end).
 """
 
 from __future__ import annotations
@@ -7,9 +9,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from rrcli.errors import ProviderError
 from rrcli.providers.base import Reply
 
-__all__ = ["assistant_message", "join_paused"]
+__all__ = ["assistant_message", "join_paused", "too_many_continuations"]
 
 
 def assistant_message(reply: Reply) -> dict[str, Any]:
@@ -63,3 +66,16 @@ def _join_bodies(first: dict[str, Any], rest: dict[str, Any]) -> dict[str, Any]:
             for k, v in b.items()
         }
     return joined
+
+
+def too_many_continuations(limit: int, status: int | None) -> ProviderError:
+    """The error of a turn paused once more after ``limit`` continuations: final, since the
+    same server would pause the same turn again."""
+    return ProviderError(
+        f"the server paused the turn (pause_turn) again after {limit} continuations, the most "
+        "`max_continuations` allows — raise [retry] max_continuations in the profile if the "
+        "turn needs more",
+        type="too_many_continuations",
+        transient=False,
+        status_code=status,
+    )

@@ -10,8 +10,10 @@ form goes through ``datetime.fromisoformat``. Times are float milliseconds since
 
 Malformed (counted, skipped): not JSON, not an object, no ``event``, a run, call or run_end
 record missing a field or with a wrong type (a call needs ``run_id``, ``deployment``, ``outcome``
-in ok|retry|error and two timestamps with ts_end >= ts_start). Blank lines and records of an
-unknown event (a newer rrcli) are skipped without counting.
+in ok|retry|error and two timestamps with ts_end >= ts_start), a call whose numbers cannot be
+true (``_sane``: a negative or infinite latency, TTFT or token count, a latency that is not its
+interval's). Blank lines and records of an unknown event (a newer rrcli) are skipped without
+counting.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 from rrcli.records.traceschema import CALL, OUTCOMES, parse_rfc3339
 
 _BLOCK_BYTES = 1 << 22
+_LATENCY_SLACK_MS = 1000.0  # a latency further than this from ts_end − ts_start is malformed
 _OUTCOMES = {name: code for code, name in enumerate(OUTCOMES)}  # ok 0, retry 1, error 2
 KEY_FIELDS = {
     "deployment": "deployment",
@@ -242,7 +245,7 @@ class TraceReader:
         cols[2] = {"run": cols[0], "deployment": cols[1]}.get(self.by)
         if cols[2] is None:
             cols[2] = _codes(self.keys, list(map(self._key, calls)))
-        good = t1 >= t0  # False where either is NaN (not a timestamp)
+        good = _sane(t0, t1, numbers)
         if not good.all():
             self.malformed += int(n - good.sum())
             cols = [c[good] for c in cols]
@@ -260,6 +263,18 @@ class TraceReader:
             info.start_ms = start * 1000.0
             info.profile, info.strategy = record.profile.name, record.profile.strategy
             info.backends = {b.id: b for b in record.profile.backends}
+
+
+def _sane(t0: np.ndarray, t1: np.ndarray, numbers: np.ndarray) -> np.ndarray:
+    """Which calls' numbers can be true: two timestamps with ts_end >= ts_start; latency,
+    TTFT and token counts null or finite and >= 0; a latency within a second of the call's
+    interval (the writer takes both from one clock reading) and a TTFT no longer than it.
+    A p50 of −5,000,000,000 ms from one bad line is worse than the line skipped and counted."""
+    latency, ttft = numbers[0], numbers[1]
+    with np.errstate(invalid="ignore"):
+        good = (t1 >= t0) & ~((numbers < 0) | np.isinf(numbers)).any(axis=0)
+        good &= ~(np.abs(latency - (t1 - t0)) > _LATENCY_SLACK_MS) & ~(ttft > latency + 1.0)
+    return good  # comparisons with NaN (null, or not a timestamp) are False
 
 
 def _unknown_event(line: bytes) -> bool:

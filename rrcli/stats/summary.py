@@ -40,6 +40,7 @@ import orjson
 from rrcli.errors import UsageError
 from rrcli.records.traceschema import JOB_COUNTS, parse_rfc3339, rfc3339
 from rrcli.stats.columns import KEY_FIELDS, Columns, TraceReader
+from rrcli.stats.grouped import group_rows, group_sums, group_sweep
 
 __all__ = ["BY_FIELDS", "parse_since", "summarize"]
 
@@ -84,12 +85,13 @@ def summarize(
     if len(codes) < len(reader.run_ids):
         cols = cols.take(np.isin(cols.run, codes))
     price_in, price_out = _prices(reader, cols)
+    per_run = group_sums(cols.run, len(reader.run_ids)).astype(int).tolist()
     summary = {
         "by": by,
         "groups": _groups(reader, cols, price_in, price_out, runs),
-        "total": _stats("total", cols, price_in, price_out, len(cols.t0)),
+        "total": _total(cols, price_in, price_out),
         "jobs": _jobs(reader, runs),
-        "runs": [_run_row(reader, cols, r, starts[r]) for r in runs],
+        "runs": [_run_row(reader, per_run, r, starts[r]) for r in runs],
         "malformed_lines": reader.malformed,
     }
     if timeline_bins:
@@ -230,90 +232,42 @@ def _match_run(prefix: str, ids: list[str]) -> str:
 
 
 def _prices(reader: TraceReader, cols: Columns) -> tuple[np.ndarray, np.ndarray]:
-    """USD per million input/output tokens for each call, NaN where the run gives no price."""
-    table = np.full((2, len(reader.run_ids) or 1, len(reader.deployments) or 1), np.nan)
+    """USD per million input/output tokens for each call, NaN where the run gives no price.
+    Looked up by (run, deployment) pair: a table of every pair would grow as runs ×
+    deployments."""
+    width = len(reader.deployments) or 1
+    pairs, prices = [], []
     for run_id, code in reader.run_ids.items():
         for backend_id, backend in reader.run_info(run_id).backends.items():
             if backend.price is not None and backend_id in reader.deployments:
-                at = (code, reader.deployments[backend_id])
-                table[0][at], table[1][at] = backend.price.input, backend.price.output
-    return table[0][cols.run, cols.deployment], table[1][cols.run, cols.deployment]
+                pairs.append(code * width + reader.deployments[backend_id])
+                prices.append((backend.price.input, backend.price.output))
+    price_in, price_out = np.full(len(cols.t0), np.nan), np.full(len(cols.t0), np.nan)
+    if pairs:
+        order = np.argsort(pairs)
+        known, table = np.array(pairs)[order], np.array(prices).reshape(-1, 2)[order]
+        wanted = cols.run.astype(np.int64) * width + cols.deployment
+        at = np.minimum(np.searchsorted(known, wanted), len(known) - 1)
+        found = known[at] == wanted
+        price_in[found], price_out[found] = table[at[found], 0], table[at[found], 1]
+    return price_in, price_out
 
 
 def _groups(reader, cols, price_in, price_out, runs) -> list[dict[str, Any]]:
     values = {code: value for value, code in reader.keys.items()}
-    order = np.argsort(cols.key, kind="stable")
-    keys = cols.key[order]
-    bounds = np.flatnonzero(np.diff(keys)) + 1
-    groups = []
-    for rows in np.split(order, bounds) if len(order) else []:
-        take = cols.take(rows)
-        key = values[int(take.key[0])]
-        groups.append(_stats(key, take, price_in[rows], price_out[rows], len(cols.t0)))
+    rows = group_rows(cols, cols.key, len(reader.keys), price_in, price_out, len(cols.t0))
+    groups = [{"key": values[code], **row} for code, row in rows]
     if reader.by == "run":
         rank = {r: i for i, r in enumerate(runs)}
         return sorted(groups, key=lambda g: rank[g["key"]])
     return sorted(groups, key=lambda g: (g["key"] is None, g["key"]))
 
 
-def _stats(key, c: Columns, price_in, price_out, total: int) -> dict[str, Any]:
-    """The SPEC §10 fields of one group of calls."""
-    ok = c.outcome == 0
-    with_ttft = ok & ~np.isnan(c.ttft)
-    streamed = with_ttft & c.stream & ~np.isnan(c.latency) & (c.tokens_out > 1)
-    tpot = (c.latency[streamed] - c.ttft[streamed]) / (c.tokens_out[streamed] - 1)
-    tokens_in, tokens_out = np.nan_to_num(c.tokens_in), np.nan_to_num(c.tokens_out)
-    priced = ~np.isnan(price_in)
-    cost = None
-    if priced.any():
-        spent = tokens_in[priced] @ price_in[priced] + tokens_out[priced] @ price_out[priced]
-        cost = round(float(spent) / 1e6, 6)
-    peak, busy_ms = _sweep(c.t0, c.t1)
-    return {
-        "key": key,
-        "calls": len(c.t0),
-        "ok": int(ok.sum()),
-        "retried": int((c.outcome == 1).sum()),
-        "errors": int((c.outcome == 2).sum()),
-        "share": round(len(c.t0) / total, 4) if total else None,
-        "latency_ms": _percentiles(c.latency[ok & ~np.isnan(c.latency)], (50, 95, 99)),
-        "ttft_ms": _percentiles(c.ttft[with_ttft], (50, 95)),
-        "tpot_ms": _percentiles(tpot, (50,)),
-        "input_tokens": int(tokens_in.sum()),
-        "output_tokens": int(tokens_out.sum()),
-        "cost_usd": cost,
-        "output_tokens_per_s": _rate(float(tokens_out.sum()), busy_ms),
-        "peak_in_flight": peak,
-    }
-
-
-def _percentiles(samples: np.ndarray, which: tuple[int, ...]) -> dict[str, float | None]:
-    if not len(samples):
-        return {f"p{q}": None for q in which}
-    values = np.percentile(samples, which)
-    return {f"p{q}": round(float(v), 3) for q, v in zip(which, values, strict=True)}
-
-
-def _rate(count: float, busy_ms: float) -> float | None:
-    """``count`` per second of busy time, to 3 decimals; None when never busy."""
-    return round(count / busy_ms * 1000.0, 3) if busy_ms else None
-
-
-def _sweep(t0: np.ndarray, t1: np.ndarray) -> tuple[int, float]:
-    """Peak in flight and busy time (ms) of the intervals [t0, t1).
-
-    With starts S and ends E each sorted: just after S[i], i + 1 calls have started and those
-    with an end <= S[i] are gone, so in flight = i + 1 - #(E <= S[i]). The group is idle after
-    E[j] exactly when #(S <= E[j]) == j + 1, until S[j + 1]; busy = span − those gaps.
-    """
-    if not len(t0):
-        return 0, 0.0
-    starts, ends = np.sort(t0), np.sort(t1)
-    n = len(starts)
-    peak = int((np.arange(1, n + 1) - np.searchsorted(ends, starts, "right")).max())
-    idle = np.searchsorted(starts, ends[:-1], "right") == np.arange(1, n)
-    gaps = starts[1:][idle] - ends[:-1][idle]
-    return peak, float(ends[-1] - starts[0] - gaps.sum())
+def _total(cols: Columns, price_in, price_out) -> dict[str, Any]:
+    """The SPEC §10 fields of all calls together: one group."""
+    everyone = np.zeros(len(cols.t0), np.int32)
+    [(_, row)] = group_rows(cols, everyone, 1, price_in, price_out, len(cols.t0), empty=True)
+    return {"key": "total", **row}
 
 
 def _jobs(reader: TraceReader, runs: list[str]) -> dict[str, int]:
@@ -325,7 +279,7 @@ def _jobs(reader: TraceReader, runs: list[str]) -> dict[str, int]:
     return total
 
 
-def _run_row(reader: TraceReader, cols: Columns, run_id: str, start: float) -> dict[str, Any]:
+def _run_row(reader: TraceReader, calls: list[int], run_id: str, start: float) -> dict[str, Any]:
     info = reader.run_info(run_id)
     code = reader.run_ids.get(run_id)
     return {
@@ -333,7 +287,7 @@ def _run_row(reader: TraceReader, cols: Columns, run_id: str, start: float) -> d
         "start": rfc3339(start / 1000.0),
         "profile": info.profile,
         "strategy": info.strategy,
-        "calls": int((cols.run == code).sum()) if code is not None else 0,
+        "calls": calls[code] if code is not None else 0,
         "ended": info.jobs is not None,
         "interrupted": info.interrupted,
     }
@@ -346,10 +300,20 @@ def _timeline(reader, cols, runs, bins: int) -> dict[str, Any]:
     lo, hi = float(cols.t0.min()), float(cols.t1.max())
     hi = max(hi, lo + 1.0)
     edges = np.linspace(lo, hi, bins + 1)
+    n = len(reader.deployments)
+    peaks = group_sweep(cols.deployment, cols.t0, cols.t1, n)[0]
+    order = np.argsort(cols.deployment, kind="stable")
+    rows = dict(
+        zip(
+            np.unique(cols.deployment[order]).tolist(),
+            _slices(cols.deployment[order], order),
+            strict=True,
+        )
+    )
     series = []
     for name, code in sorted(reader.deployments.items()):
-        mine = cols.deployment == code
-        if not mine.any():
+        mine = rows.get(code)
+        if mine is None:
             continue
         t0, t1 = cols.t0[mine], cols.t1[mine]
         backends = [reader.run_info(r).backends.get(name) for r in runs]
@@ -358,7 +322,7 @@ def _timeline(reader, cols, runs, bins: int) -> dict[str, Any]:
             {
                 "deployment": name,
                 "cap": max(caps) if caps else None,
-                "peak_in_flight": _sweep(t0, t1)[0],
+                "peak_in_flight": int(peaks[code]),
                 "mean_in_flight": [round(float(v), 3) for v in _mean_in_flight(t0, t1, edges)],
             }
         )
@@ -368,6 +332,11 @@ def _timeline(reader, cols, runs, bins: int) -> dict[str, Any]:
         "bin_ms": round((hi - lo) / bins, 3),
         "series": series,
     }
+
+
+def _slices(keys: np.ndarray, order: np.ndarray) -> list[np.ndarray]:
+    """The rows of each run of equal ``keys`` (sorted), as slices of ``order``."""
+    return np.split(order, np.flatnonzero(np.diff(keys)) + 1) if len(order) else []
 
 
 def _mean_in_flight(t0: np.ndarray, t1: np.ndarray, edges: np.ndarray) -> np.ndarray:

@@ -1,0 +1,164 @@
+"""The per-group numbers of ``rrcli stats`` for every group at once.
+
+Why it exists: a trace may name 50,000 deployments (or models, or runs). Summarising each group
+with its own numpy calls cost about 0.3 ms a group, fixed overhead that dwarfed the work (45 s
+for 50,000 one-call groups). Here each number is computed for all groups in a few whole-array
+operations: calls are sorted once by (group, value), and a group is a slice of the sorted
+arrays. Every function takes ``codes`` (the group of each call, 0 to ``n`` − 1) and returns one
+entry per group. All times are milliseconds.
+"""
+
+from __future__ import annotations
+
+from math import isnan
+from typing import Any
+
+import numpy as np
+
+from rrcli.stats.columns import Columns
+
+__all__ = ["group_percentiles", "group_rows", "group_sums", "group_sweep"]
+
+
+def group_sums(codes: np.ndarray, n: int, weights: np.ndarray | None = None) -> np.ndarray:
+    """Per group, the count of its calls, or the sum of ``weights`` over them."""
+    return np.bincount(codes, weights, minlength=n)[:n]
+
+
+def group_percentiles(
+    codes: np.ndarray, values: np.ndarray, n: int, which: tuple[int, ...]
+) -> np.ndarray:
+    """Per group (rows) the ``which`` percentiles (columns) of its ``values``, NaN for a group
+    with none: numpy's default linear method (type 7), computed as ``numpy.percentile`` does
+    (the same virtual index, and the same interpolation from the nearer side), so each value is
+    bit for bit the one ``numpy.percentile`` gives the group alone."""
+    out = np.full((n, len(which)), np.nan)
+    if not len(values):
+        return out
+    order = np.lexsort((values, codes))
+    ordered = values[order]
+    counts = group_sums(codes, n).astype(np.int64)
+    offsets = np.cumsum(counts) - counts
+    some = counts > 0
+    size, start = counts[some], offsets[some]
+    for column, q in enumerate(np.true_divide(which, 100)):
+        virtual = (size - 1) * q
+        below = np.floor(virtual)
+        last = virtual >= size - 1  # numpy takes the last value here
+        lower = np.where(last, size - 1, below).astype(np.int64)
+        upper = np.where(last, size - 1, below + 1).astype(np.int64)
+        gamma = virtual - np.where(last, -1, below)
+        a, b = ordered[start + lower], ordered[start + upper]
+        diff = b - a
+        out[some, column] = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+    return out
+
+
+def group_sweep(
+    codes: np.ndarray, t0: np.ndarray, t1: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per group, the peak of calls in flight and the busy time (the length of the union of its
+    calls' intervals), the intervals half-open [t0, t1).
+
+    Times become ranks among all of them (ties kept equal), so ``group × ranks + rank`` orders
+    every call by group, then time, in one exact integer key. Within a group, with starts S and
+    ends E sorted: just after S[i], i + 1 calls have started and those with an end <= S[i] are
+    gone; the group is idle after E[j] when no later start is <= E[j], until S[j + 1].
+    """
+    peak, busy = np.zeros(n, np.int64), np.zeros(n)
+    if not len(t0):
+        return peak, busy
+    times, ranks = np.unique(np.concatenate((t0, t1)), return_inverse=True)
+    width = len(times) + 1
+    group = codes.astype(np.int64) * width
+    starts = np.sort(group + ranks[: len(t0)])
+    ends = np.sort(group + ranks[len(t0) :])
+    counts = group_sums(codes, n).astype(np.int64)
+    first = (np.cumsum(counts) - counts)[counts > 0]
+    # ends of earlier groups sort before every start of this one and offset both counts alike
+    in_flight = np.arange(1, len(starts) + 1) - np.searchsorted(ends, starts, "right")
+    peak[counts > 0] = np.maximum.reduceat(in_flight, first)
+    start_ms, end_ms = times[starts % width], times[ends % width]
+    owner = starts // width
+    last = np.zeros(len(starts), bool)
+    last[np.cumsum(counts[counts > 0]) - 1] = True
+    idle = (np.searchsorted(starts, ends, "right") == np.arange(1, len(ends) + 1)) & ~last
+    nxt = np.flatnonzero(idle) + 1
+    gaps = group_sums(owner[idle], n, start_ms[nxt] - end_ms[idle])
+    span = np.zeros(n)
+    span[counts > 0] = end_ms[np.cumsum(counts[counts > 0]) - 1] - start_ms[first]
+    busy = span - gaps
+    return peak, busy
+
+
+def group_rows(
+    c: Columns,
+    codes: np.ndarray,
+    n: int,
+    price_in: np.ndarray,
+    price_out: np.ndarray,
+    total: int,
+    *,
+    empty: bool = False,
+) -> list[tuple[int, dict[str, Any]]]:
+    """(code, its SPEC §10 fields) of each of the ``n`` groups that has calls (with ``empty``,
+    of every group), each number computed for all groups at once. ``price_in``/``price_out``:
+    USD per million tokens of each call, NaN when unpriced; ``total``: the calls a share is of."""
+    ok = c.outcome == 0
+    timed = ok & ~np.isnan(c.latency)
+    with_ttft = ok & ~np.isnan(c.ttft)
+    streamed = with_ttft & c.stream & ~np.isnan(c.latency) & (c.tokens_out > 1)
+    tpot = (c.latency[streamed] - c.ttft[streamed]) / (c.tokens_out[streamed] - 1)
+    tokens_in, tokens_out = np.nan_to_num(c.tokens_in), np.nan_to_num(c.tokens_out)
+    priced = ~np.isnan(price_in)
+    spent = tokens_in[priced] * price_in[priced] + tokens_out[priced] * price_out[priced]
+    calls = group_sums(codes, n)
+    columns = (
+        calls,
+        group_sums(codes[ok], n),
+        group_sums(codes[c.outcome == 1], n),
+        group_sums(codes[c.outcome == 2], n),
+        group_percentiles(codes[timed], c.latency[timed], n, (50, 95, 99)),
+        group_percentiles(codes[with_ttft], c.ttft[with_ttft], n, (50, 95)),
+        group_percentiles(codes[streamed], tpot, n, (50,)),
+        group_sums(codes, n, tokens_in),
+        group_sums(codes, n, tokens_out),
+        np.where(group_sums(codes[priced], n) > 0, group_sums(codes[priced], n, spent), np.nan),
+        *group_sweep(codes, c.t0, c.t1, n),
+    )
+    values = [column.tolist() for column in columns]  # Python numbers: 10x faster to read
+    return [
+        (g, _row(*(column[g] for column in values), total))
+        for g in (range(n) if empty else np.flatnonzero(calls).tolist())
+    ]
+
+
+def _row(
+    calls, ok, retried, errors, latency, ttft, tpot, tokens_in, tokens_out, spent, peak, busy,
+    total,
+) -> dict[str, Any]:  # fmt: skip
+    """One group's SPEC §10 fields from its numbers (NaN: no sample, no price)."""
+    return {
+        "calls": int(calls),
+        "ok": int(ok),
+        "retried": int(retried),
+        "errors": int(errors),
+        "share": round(int(calls) / total, 4) if total else None,
+        "latency_ms": _percentiles(latency, (50, 95, 99)),
+        "ttft_ms": _percentiles(ttft, (50, 95)),
+        "tpot_ms": _percentiles(tpot, (50,)),
+        "input_tokens": int(tokens_in),
+        "output_tokens": int(tokens_out),
+        "cost_usd": None if isnan(spent) else round(spent / 1e6, 6),
+        "output_tokens_per_s": _rate(tokens_out, busy),
+        "peak_in_flight": int(peak),
+    }
+
+
+def _percentiles(values, which: tuple[int, ...]) -> dict[str, float | None]:
+    return {f"p{q}": None if isnan(v) else round(v, 3) for q, v in zip(which, values, strict=True)}
+
+
+def _rate(count: float, busy_ms: float) -> float | None:
+    """``count`` per second of busy time, to 3 decimals; None when never busy."""
+    return round(count / busy_ms * 1000.0, 3) if busy_ms else None

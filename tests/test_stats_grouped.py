@@ -1,0 +1,66 @@
+"""The per-group numbers computed for all groups at once equal each group's own computation:
+``numpy.percentile`` bit for bit, and a brute-force sweep for peak in flight and busy time."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rrcli.stats.grouped import group_percentiles, group_sweep
+
+WHICH = (0, 50, 95, 99, 100)
+
+
+@st.composite
+def grouped_values(draw: st.DrawFn) -> tuple[int, np.ndarray, np.ndarray]:
+    n = draw(st.integers(1, 6))
+    size = draw(st.integers(0, 40))
+    codes = draw(st.lists(st.integers(0, n - 1), min_size=size, max_size=size))
+    values = draw(
+        st.lists(
+            st.floats(-1e6, 1e6, allow_nan=False) | st.integers(0, 30).map(float),
+            min_size=size,
+            max_size=size,
+        )
+    )
+    return n, np.array(codes, np.int32), np.array(values, float)
+
+
+@settings(max_examples=200, deadline=None)
+@given(grouped_values())
+def test_group_percentiles_equal_numpy_percentile_of_each_group(case):
+    """Each group's row is numpy.percentile of its values, exactly; a group with none is NaN."""
+    n, codes, values = case
+    actual = group_percentiles(codes, values, n, WHICH)
+    for g in range(n):
+        mine = values[codes == g]
+        expected = np.percentile(mine, WHICH) if len(mine) else np.full(len(WHICH), np.nan)
+        np.testing.assert_array_equal(expected, actual[g])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 5).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.lists(
+                st.tuples(st.integers(0, n - 1), st.integers(0, 30), st.integers(0, 10)),
+                max_size=30,
+            ),
+        )
+    )
+)
+def test_group_sweep_equals_a_brute_force_sweep_of_each_group(case):
+    """Per group: the most half-open intervals covering one instant, and the length of their
+    union."""
+    n, calls = case
+    codes = np.array([g for g, _, _ in calls], np.int32)
+    t0 = np.array([float(s) for _, s, _ in calls])
+    t1 = np.array([float(s + d) for _, s, d in calls])
+    peak, busy = group_sweep(codes, t0, t1, n)
+    for g in range(n):
+        spans = [(s, s + d) for c, s, d in calls if c == g]
+        expected_peak = max((sum(a <= t < b for a, b in spans) for t, _ in spans), default=0)
+        covered = {x for a, b in spans for x in range(a, b)}  # integer times: unit cells
+        assert (expected_peak, float(len(covered))) == (int(peak[g]), float(busy[g]))
