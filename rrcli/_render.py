@@ -18,6 +18,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from rrcli.stats.text import cost_cell, cost_line
+
 if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
     from rrcli.config.profile import Profile
@@ -120,6 +122,8 @@ class RunDisplay:
         head += f"  invalid {summary.invalid:,}"
         if summary.skipped:
             head += f"  skipped {summary.skipped:,}"
+        if router.budget is not None:
+            head += f"  {router.budget.progress()}"
         table = Table(box=None, pad_edge=False)
         for name, justify in [
             ("deployment", "left"),
@@ -191,7 +195,7 @@ def print_check(report: CheckReport) -> None:
 
 
 def _extra_check_lines(report: CheckReport) -> list[str]:
-    lines = []
+    lines = report.price_lines()
     if report.jobs is not None:
         lines += jobs_report_lines(report.jobs)
     if report.probes is not None:
@@ -225,26 +229,17 @@ def jobs_report_lines(report: JobsReport) -> list[str]:
 
 
 def print_plan(profile: Profile, plan: Plan) -> None:
-    """``run --dry-run``: jobs per deployment, estimated input tokens and cost."""
+    """``run --dry-run``: the plan's table (each deployment, then the total) and its notes."""
+    head, rows = plan.rows(profile.backends)
     table = Table(title=f"plan: {plan.jobs:,} jobs ({plan.invalid:,} invalid), nothing sent")
-    table.add_column("deployment")
-    table.add_column("model")
-    table.add_column("calls", justify="right")
-    table.add_column("est. input tokens", justify="right")
-    if plan.input_cost is not None:
-        table.add_column("est. input cost (USD)", justify="right")
-    for backend in profile.backends:
-        row = [
-            backend.id,
-            backend.model,
-            f"{plan.calls[backend.id]:,}",
-            f"{plan.input_tokens[backend.id]:,}",
-        ]
-        if plan.input_cost is not None:
-            cost = plan.input_cost.get(backend.id)
-            row.append("-" if cost is None else f"{cost:.4f}")
+    for i, name in enumerate(head):
+        table.add_column(name, justify="left" if i < 2 else "right")
+    for row in rows[:-1]:
         table.add_row(*row)
+    table.add_section()
+    table.add_row(*rows[-1], style="bold")
     stdout.print(table)
+    stdout.print(plan.output_note(), markup=False, highlight=False)
     for message in plan.refused:
         stdout.print(f"invalid: {message}", markup=False, highlight=False)
 
@@ -347,7 +342,7 @@ def _stats_row(group: dict[str, Any]) -> list[str]:
         _ms(group["ttft_ms"]),
         _ms(group["tpot_ms"]),
         f"{group['input_tokens']:,}/{group['output_tokens']:,}",
-        "-" if group["cost_usd"] is None else f"{group['cost_usd']:.4f}",
+        cost_cell(group),
         _number(group["output_tokens_per_s"]),
         str(group["peak_in_flight"]),
     ]
@@ -367,6 +362,9 @@ def _stats_footer(summary: dict[str, Any]) -> Text:
     open_runs = sum(not r["ended"] for r in runs)
     interrupted = sum(bool(r["interrupted"]) for r in runs)
     text = Text(f"jobs: {jobs}   runs: {len(runs)}")
+    cost = cost_line(summary["total"])
+    if cost is not None:
+        text.append(f"   {cost}", "" if summary["total"]["cost_usd"] is not None else "yellow")
     if open_runs or interrupted:
         text.append(f" ({open_runs} without run_end, {interrupted} interrupted)", "yellow")
     malformed = summary["malformed_lines"]

@@ -93,11 +93,25 @@ _profile_option = click.option(
     "--queue", metavar="NAME", help="Work on the shared queue NAME (loading JOBS into it first)."
 )
 @click.option("--dry-run", is_flag=True, help="Parse, validate and route on paper; send nothing.")
+@click.option(
+    "--max-cost",
+    type=float,
+    metavar="USD",
+    help="Stop before the run's spend would pass USD (exit 3); with --resume, earlier runs count.",
+)
 @click.option("--stream", is_flag=True, help="Stream responses (records time to first token).")
 @click.option(
     "--keep-response",
     is_flag=True,
     help="Add the provider's response body to each result line (a stream: the body it folds into).",
+)
+@click.option(
+    "--otlp",
+    is_flag=False,
+    flag_value="",
+    metavar="[URL]",
+    help="Send a span per call to this OTLP/HTTP collector as the run goes (without URL: "
+    "$OTEL_EXPORTER_OTLP_ENDPOINT).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every call.")
@@ -279,6 +293,31 @@ def stats(
     if summary["malformed_lines"]:
         count = summary["malformed_lines"]
         click.echo(f"rrcli: {count} malformed trace line(s) skipped", err=True)
+
+
+@main.command("export")
+@click.argument("traces", nargs=-1, required=True, metavar="TRACES...")
+@click.option(
+    "--otlp",
+    metavar="URL",
+    help="The OTLP/HTTP collector, e.g. http://localhost:4318 [default: "
+    "$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else $OTEL_EXPORTER_OTLP_ENDPOINT].",
+)
+def export_command(traces: tuple[str, ...], otlp: str | None) -> None:
+    """Send trace files (- for standard input) to an OpenTelemetry collector: a span per call,
+    a parent span per job. Exit status 1 when some spans were not delivered."""
+    import os
+
+    from rrcli.otel.endpoint import require_sdk, traces_url
+
+    url = traces_url(otlp, os.environ)
+    require_sdk()
+    from rrcli.otel.export import export_traces
+
+    report = export_traces([sys.stdin.buffer if t == "-" else t for t in traces], url)
+    for line in report.lines():
+        click.echo(line, err=True)
+    sys.exit(report.exit_code)
 
 
 @main.command("results")

@@ -17,9 +17,12 @@ import orjson
 
 __all__ = [
     "MAX_USAGE_TOKENS",
+    "UNCAPPED_OUTPUT",
     "estimate_call_tokens",
     "estimate_input_tokens",
     "estimate_value_tokens",
+    "input_token_bound",
+    "output_cap",
     "plausible_call_tokens",
 ]
 
@@ -27,6 +30,7 @@ CHARS_PER_TOKEN = 4
 TOKENS_PER_MESSAGE = 4  # role and framing around each message
 MAX_USAGE_TOKENS = 1 << 32  # a usage count this large is no call's: the reply's count is unknown
 REPLY_ALLOWANCE = 16_384  # tokens: an output without a cap, images priced beyond their JSON text
+UNCAPPED_OUTPUT = REPLY_ALLOWANCE  # the output a call without a cap is taken to reach at most
 
 
 def estimate_input_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
@@ -72,14 +76,25 @@ def estimate_call_tokens(
     """Tokens a call may cost: its input (``messages``, or a non-chat job's input ``value``
     when given) and its output cap (``max_tokens``, ``max_completion_tokens`` or the Responses
     API's ``max_output_tokens``; 0 when none is set)."""
+    given = estimate_input_tokens(messages) if value is None else estimate_value_tokens(value)
+    return given + (output_cap(params) or 0)
+
+
+def output_cap(params: Mapping[str, Any]) -> int | None:
+    """The output cap a request sets: ``max_tokens``, ``max_completion_tokens`` or the Responses
+    API's ``max_output_tokens`` (the first set); None when none is set to a whole number."""
     out = (
         params.get("max_tokens")
         or params.get("max_completion_tokens")
         or params.get("max_output_tokens")
-        or 0
     )
-    given = estimate_input_tokens(messages) if value is None else estimate_value_tokens(value)
-    return given + (out if isinstance(out, int) else 0)
+    return out if isinstance(out, int) else None
+
+
+def input_token_bound(estimate: int) -> int:
+    """The most input tokens a text estimated at ``estimate`` tokens can be: one a character
+    (the estimate counts four)."""
+    return CHARS_PER_TOKEN * estimate
 
 
 def plausible_call_tokens(estimate: int, tpm: int | None = None) -> int:

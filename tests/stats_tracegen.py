@@ -111,6 +111,7 @@ def run_records(
             "ts": rfc3339(end_ms / 1000),
             "jobs": counts,
             "interrupted": False,
+            "budget": None,
         }
 
 

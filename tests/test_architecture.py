@@ -114,8 +114,10 @@ MAY_IMPORT = {
     },
     "rrcli.runtime": {
         "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers", "rrcli.records",
+        "rrcli.otel",
     },
     "rrcli.stats": {"rrcli.errors", "rrcli.records"},
+    "rrcli.otel": {"rrcli.errors", "rrcli.records"},
 }  # fmt: skip
 TOP = {"rrcli", "rrcli.cli", "rrcli._render", "rrcli._logging", "rrcli.__main__"}
 
@@ -154,7 +156,15 @@ def test_no_import_circles():
 
 #: What each kind of I/O is, by the foreign modules that do it.
 CAPABILITIES = {
-    "network": {"httpx2", "httpcore2", "redis", "uvicorn", "starlette", "urllib.request"},
+    "network": {
+        "httpx2",
+        "httpcore2",
+        "redis",
+        "uvicorn",
+        "starlette",
+        "urllib.request",
+        "opentelemetry.exporter",
+    },
     "dns": {"socket"},
     "processes": {"subprocess", "multiprocessing", "concurrent.futures"},
     "event loop": {"asyncio"},
@@ -177,6 +187,8 @@ MAY_DO = {
     "rrcli.providers": {"network", "dns", "event loop"},
     "rrcli.sim": {"network", "dns", "event loop"},
     "rrcli.runtime": {"network", "dns", "event loop"},
+    "rrcli.otel": {"network"},
+    "rrcli.otel.endpoint": set(),
 }
 
 
@@ -214,6 +226,7 @@ def test_each_part_does_only_its_io(module):
         ("redis", {"rrcli.runtime.redis_gate", "rrcli.runtime._redis", "rrcli.runtime.queue"}),
         ("starlette", {"rrcli.sim"}),
         ("uvicorn", {"rrcli.sim"}),
+        ("opentelemetry", {"rrcli.otel"}),
         ("rrcli.cli", {"rrcli.__main__"}),
         ("rrcli._render", {"rrcli.cli"}),
         ("rrcli._logging", {"rrcli.cli"}),

@@ -59,12 +59,13 @@ def test_resume_and_overwrite_cannot_both_be_asked():
 
 def test_validate_report_is_built_by_the_library(tmp_path):
     """The `rrcli validate --json` document comes from one library call: the profile, the jobs
-    file's shapes and invalid lines, and a failed check making the report not ok (exit 1)."""
+    file's shapes and invalid lines, the backends' prices, and a failed check making the report
+    not ok (exit 1)."""
     jobs = tmp_path / "jobs.jsonl"
     jobs.write_text('{"prompt": "a"}\nnope\n')
     report = validate("demo", environ={}, jobs=jobs)
     document = report.as_dict()
-    assert ["ok", "errors", "warnings", "profile", "jobs"] == list(document)
+    assert ["ok", "errors", "warnings", "profile", "jobs", "prices"] == list(document)
     assert (False, 1, 1) == (
         document["ok"],
         document["jobs"]["jobs"],

@@ -159,3 +159,32 @@ def test_unreachable_redis_at_start_is_exit_2_naming_the_url(tmp_path, sim_serve
     assert 2 == result.returncode
     assert url in result.stderr and "Traceback" not in result.stderr
     assert 0 == server.stats()["requests"]
+
+
+def test_four_processes_share_one_budget_and_spend_no_more(tmp_path, sim_server, redis_gate):
+    """Four processes on one Redis gate with one budget of $1: together they spend no more than
+    it (the cost of every trace's call records), each one that was refused exits 3, and the
+    budget's keys are gone once the last process left."""
+    import redis
+    from test_run_budget import PRICE, traces_cost, write_capped_jobs
+
+    servers = [sim_server(latency_ms=20, output_tokens=30, seed=i) for i in range(2)]
+    profile = shared_profile(tmp_path, servers, (4, 4), redis_gate.url)
+    text = profile.read_text().replace(
+        "max_concurrency = 4", "max_concurrency = 4\nprice = { input = 200.0, output = 1000.0 }"
+    )
+    profile.write_text(text)
+    assert 2 == text.count(f"output = {PRICE['output']}")
+    jobs = write_capped_jobs(tmp_path / "jobs.jsonl", 200)
+    procs = start_shards(tmp_path, profile, jobs, 4, "--max-cost", "1")
+    codes = []
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        codes.append(proc.returncode)
+        assert proc.returncode in (0, 3), err
+    assert 3 in codes
+    spent = sum(traces_cost(tmp_path / f"t{i}.jsonl") for i in range(4))
+    assert 0.5 < spent <= 1.0
+    done = sum(len(read_jsonl(tmp_path / f"r{i}.jsonl")) for i in range(4))
+    assert 0 < done < 200
+    assert [] == redis.Redis.from_url(redis_gate.url).keys("rrcli:{budget:*")

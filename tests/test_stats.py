@@ -117,6 +117,7 @@ def reference_group(calls: list[dict], total: int, prices: dict) -> dict:
         "input_tokens": sum(c["input_tokens"] or 0 for c in calls),
         "output_tokens": tokens_out,
         "cost_usd": round(cost / 1e6, 6) if priced else None,
+        "priced_calls": len(priced),
         "output_tokens_per_s": round(tokens_out / busy * 1000.0, 3) if busy else None,
         "peak_in_flight": brute_peak(intervals),
     }

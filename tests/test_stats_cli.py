@@ -29,6 +29,7 @@ GROUP_KEYS = [
     "input_tokens",
     "output_tokens",
     "cost_usd",
+    "priced_calls",
     "output_tokens_per_s",
     "peak_in_flight",
 ]

@@ -196,7 +196,8 @@ def test_call_defaults(tmp_path):
 
 
 def test_run_end_record(tmp_path):
-    """run_end carries the four job counts (0 when absent) and whether the run was interrupted."""
+    """run_end carries the four job counts (0 when absent), whether the run was interrupted, and
+    its budget (null for a run without one)."""
     path = tmp_path / "t.jsonl"
     with TraceWriter(path, "r", clock=lambda: T0) as writer:
         writer.run_end({"ok": 9, "error": 1}, interrupted=True)
@@ -207,6 +208,7 @@ def test_run_end_record(tmp_path):
         "ts": "2026-11-29T21:31:29.123Z",
         "jobs": {"ok": 9, "error": 1, "invalid": 0, "skipped": 0},
         "interrupted": True,
+        "budget": None,
     }
     assert expected == record
     assert list(expected) == list(record)

@@ -57,7 +57,7 @@ def test_unusable_profile_exits_2_with_one_message_and_no_traceback(tmp_path):
 
 
 def test_json_document_has_the_spec_shape_and_redacts_keys(tmp_path):
-    """--json prints {ok, errors, warnings, profile} with a literal key shown as ***."""
+    """--json prints {ok, errors, warnings, profile, prices} with a literal key shown as ***."""
     path = tmp_path / "p.toml"
     path.write_text(
         GOOD + '[[backends]]\nid = "c"\ncredentials = { api_key = "sk-TOPSECRET" }\n'
@@ -66,7 +66,7 @@ def test_json_document_has_the_spec_shape_and_redacts_keys(tmp_path):
     result = run("--json", str(path))
     doc = json.loads(result.output)
     assert (0, True) == (result.exit_code, doc["ok"])
-    assert ["ok", "errors", "warnings", "profile"] == list(doc)
+    assert ["ok", "errors", "warnings", "profile", "prices"] == list(doc)
     assert ["literal_key"] == [w["code"] for w in doc["warnings"]]
     assert {"api_key": "***"} == doc["profile"]["backends"][2]["credentials"]
     assert "sk-TOPSECRET" not in result.output

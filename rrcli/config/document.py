@@ -15,15 +15,17 @@ from urllib.parse import urlsplit, urlunsplit
 from rrcli.config.addresses import Resolver, UrlCheck, check_base_urls
 from rrcli.config.backends import build_backend
 from rrcli.config.diagnostic import Diagnostic
+from rrcli.config.prices import price_of, unpriced_budget
 from rrcli.config.profile import (
     Backend,
+    BudgetSettings,
     CooldownSettings,
     GateSettings,
     Profile,
     QueueSettings,
     RetrySettings,
 )
-from rrcli.config.schema import COOLDOWN, GATE, QUEUE, RETRY, TOP, as_floats
+from rrcli.config.schema import BUDGET, COOLDOWN, GATE, QUEUE, RETRY, TOP, as_floats
 from rrcli.config.walk import Checker
 from rrcli.providers.registry import info
 
@@ -77,9 +79,11 @@ def check_document(
 
 
 def _settings(check: Checker, top: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``[retry]``, ``[gate]``, ``[cooldown]`` and ``[queue]`` sections."""
+    """The ``[retry]``, ``[gate]``, ``[cooldown]``, ``[budget]`` and ``[queue]`` sections."""
     cooldown = as_floats(check.table(top.get("cooldown", {}), COOLDOWN, "cooldown"), COOLDOWN)
+    budget = as_floats(check.table(top.get("budget", {}), BUDGET, "budget"), BUDGET)
     return {
+        "budget": BudgetSettings(**budget),
         "retry": _retry(check, check.table(top.get("retry", {}), RETRY, "retry")),
         "gate": _gate(check, check.table(top.get("gate", {}), GATE, "gate")),
         "cooldown": CooldownSettings(**cooldown),
@@ -226,6 +230,10 @@ def _pool(check: Checker, profile: Profile) -> None:
             "pool_of_one",
         )
     _same_model(check, profile)
+    if profile.budget.max_cost_usd is not None:
+        unpriced = [b.id for b in backends if price_of(b) is None]
+        if unpriced:
+            check.add("error", "budget.max_cost_usd", *unpriced_budget(unpriced), "unpriced")
     if profile.strategy == "weighted" and backends and all(b.weight == 0 for b in backends):
         check.add(
             "error",

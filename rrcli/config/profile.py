@@ -26,6 +26,7 @@ __all__ = [
     "MAX_SERVER_PAUSE",
     "STRATEGIES",
     "Backend",
+    "BudgetSettings",
     "CooldownSettings",
     "Credentials",
     "GateSettings",
@@ -194,6 +195,13 @@ class CooldownSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetSettings:
+    """The most a run may spend, in USD (None: no budget); ``rrcli run --max-cost`` overrides."""
+
+    max_cost_usd: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Profile:
     name: str = ""
     strategy: str = "round_robin"
@@ -205,6 +213,7 @@ class Profile:
     retry: RetrySettings = field(default_factory=RetrySettings)
     gate: GateSettings = field(default_factory=GateSettings)
     cooldown: CooldownSettings = field(default_factory=CooldownSettings)
+    budget: BudgetSettings = field(default_factory=BudgetSettings)
     queue: QueueSettings = field(default_factory=QueueSettings)
     backends: tuple[Backend, ...] = ()
     source: str = ""
@@ -251,6 +260,8 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
     out["gate"] = _plain(profile.gate)
     out["cooldown"] = _plain(profile.cooldown)
     out["queue"] = _plain(profile.queue)
+    if profile.budget.max_cost_usd is not None:
+        out["budget"] = _plain(profile.budget)
     out["backends"] = [_backend_to_dict(b, redact) for b in profile.backends]
     return out
 

@@ -26,6 +26,7 @@ from rrcli.providers.registry import ENDPOINTS, NAMES, REGISTRY
 
 __all__ = [
     "BACKEND",
+    "BUDGET",
     "COOLDOWN",
     "CREDENTIALS",
     "EXPECTED",
@@ -128,6 +129,7 @@ TOP = {
     "retry": Field("table"),
     "gate": Field("table"),
     "cooldown": Field("table"),
+    "budget": Field("table"),
     "queue": Field("table"),
     "backends": Field("tables"),
 }
@@ -184,6 +186,7 @@ COOLDOWN = {
     "duration": Field("number", above(0)),
     "round_robin": Field("bool"),
 }
+BUDGET = {"max_cost_usd": Field("number", at_least(0))}
 PRICE = {"input": Field("number", at_least(0)), "output": Field("number", at_least(0))}
 SIM = {
     "latency_ms": Field("number", at_least(0)),

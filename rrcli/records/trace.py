@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from rrcli import __version__
+from rrcli.config.prices import price_of
 from rrcli.providers.registry import server_address
 from rrcli.records._jsonl import LineFile
 from rrcli.records.traceschema import CALL_FIELDS, JOB_COUNTS, rfc3339
@@ -42,7 +43,8 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def _backend_record(backend: Backend) -> dict[str, Any]:
-    price = backend.price
+    known = price_of(backend)
+    price = None if known is None else known.price
     return {
         "id": backend.id,
         "provider": backend.provider,
@@ -57,19 +59,28 @@ class TraceWriter:
     """Writes one run's trace records to ``path`` (appended; None writes nothing).
 
     ``clock`` (epoch seconds) stamps the ``run`` and ``run_end`` records; call records carry the
-    times they are given.
+    times they are given. ``tap``, when given, is handed every record as it is written (``rrcli
+    run --otlp`` sends them on from a thread); it must neither block nor change the record.
     """
 
-    __slots__ = ("_clock", "_out", "run_id")
+    __slots__ = ("_clock", "_out", "_tap", "run_id")
 
     def __init__(
-        self, path: Path | None, run_id: str, *, clock: Callable[[], float] = time.time
+        self,
+        path: Path | None,
+        run_id: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        tap: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.run_id = run_id
         self._clock = clock
+        self._tap = tap
         self._out = None if path is None else LineFile(path, append=True, what="traces")
 
     def _put(self, record: dict[str, Any]) -> None:
+        if self._tap is not None:
+            self._tap(record)
         if self._out is not None:
             self._out.write(orjson.dumps(record, option=_NEWLINE))
 
@@ -95,47 +106,50 @@ class TraceWriter:
     def call(self, attempt: Attempt, server_address: str | None) -> None:
         """The ``call`` record of one HTTP attempt; ``server_address`` is the provider's
         host[:port] (None for the in-process sim). The dict literal is in SPEC §5's field order:
-        the hot path builds it and encodes it once, nothing more."""
-        if self._out is None:
+        the hot path builds it and encodes it once, nothing more (and hands it to the tap)."""
+        if self._out is None and self._tap is None:
             return
         reply, error, backend = attempt.reply, attempt.error, attempt.backend
         ts_start = attempt.ts_start
-        self._out.write(
-            orjson.dumps(
-                {
-                    "event": "call",
-                    "run_id": self.run_id,
-                    "job_id": attempt.job_id,
-                    "session": attempt.session,
-                    "turn": attempt.turn,
-                    "attempt": attempt.number,
-                    "deployment": backend.id,
-                    "provider": backend.provider,
-                    "model": backend.model,
-                    "response_model": None if reply is None else reply.response_model,
-                    "server_address": server_address,
-                    "binding": attempt.binding,
-                    "outcome": attempt.outcome,
-                    "http_status": attempt.http_status,
-                    "error_type": None if error is None else error.type,
-                    "retry_after_ms": None if error is None else _ms(error.retry_after),
-                    "backoff_ms": None if error is None else _ms(attempt.backoff_s),
-                    "queue_ms": round(attempt.queue_s * 1000.0, 3),
-                    "ts_start": rfc3339(ts_start),
-                    "ts_end": rfc3339(ts_start + (attempt.ended - attempt.started)),
-                    "latency_ms": attempt.latency_ms,
-                    "ttft_ms": None if reply is None else reply.ttft_ms,
-                    "input_tokens": None if reply is None else reply.input_tokens,
-                    "output_tokens": None if reply is None else reply.output_tokens,
-                    "stream": attempt.stream,
-                    "endpoint": attempt.endpoint,
-                },
-                option=_NEWLINE,
-            )
+        self._put(
+            {
+                "event": "call",
+                "run_id": self.run_id,
+                "job_id": attempt.job_id,
+                "session": attempt.session,
+                "turn": attempt.turn,
+                "attempt": attempt.number,
+                "deployment": backend.id,
+                "provider": backend.provider,
+                "model": backend.model,
+                "response_model": None if reply is None else reply.response_model,
+                "server_address": server_address,
+                "binding": attempt.binding,
+                "outcome": attempt.outcome,
+                "http_status": attempt.http_status,
+                "error_type": None if error is None else error.type,
+                "retry_after_ms": None if error is None else _ms(error.retry_after),
+                "backoff_ms": None if error is None else _ms(attempt.backoff_s),
+                "queue_ms": round(attempt.queue_s * 1000.0, 3),
+                "ts_start": rfc3339(ts_start),
+                "ts_end": rfc3339(ts_start + (attempt.ended - attempt.started)),
+                "latency_ms": attempt.latency_ms,
+                "ttft_ms": None if reply is None else reply.ttft_ms,
+                "input_tokens": None if reply is None else reply.input_tokens,
+                "output_tokens": None if reply is None else reply.output_tokens,
+                "stream": attempt.stream,
+                "endpoint": attempt.endpoint,
+            },
         )
 
-    def run_end(self, jobs: Mapping[str, int], interrupted: bool) -> None:
-        """The ``run_end`` record: jobs by outcome (ok, error, invalid, skipped; 0 if absent)."""
+    def run_end(
+        self,
+        jobs: Mapping[str, int],
+        interrupted: bool,
+        budget: Mapping[str, float] | None = None,
+    ) -> None:
+        """The ``run_end`` record: jobs by outcome (ok, error, invalid, skipped; 0 if absent),
+        and the run's ``budget`` (``{"limit", "spent"}`` in USD; None without one)."""
         self._put(
             {
                 "event": "run_end",
@@ -143,6 +157,7 @@ class TraceWriter:
                 "ts": rfc3339(self._clock()),
                 "jobs": {k: int(jobs.get(k, 0)) for k in JOB_COUNTS},
                 "interrupted": interrupted,
+                "budget": None if budget is None else dict(budget),
             }
         )
 

@@ -75,8 +75,9 @@ PROFILE_FIELDS = ("name", "strategy", "binding", "backends")
 BACKEND_FIELDS = ("id", "provider", "model", "host", "max_concurrency", "price")
 PRICE_FIELDS = ("input", "output")
 #: the run_end record, once when a run ends; ``jobs`` counts jobs by these outcomes: a result
-#: line's status (RESULT_STATUSES), or skipped (it already had an ok line)
-RUN_END_FIELDS = ("event", "run_id", "ts", "jobs", "interrupted")
+#: line's status (RESULT_STATUSES), or skipped (it already had an ok line); ``budget`` is
+#: ``{"limit", "spent"}`` (USD) of a run with a budget, else null
+RUN_END_FIELDS = ("event", "run_id", "ts", "jobs", "interrupted", "budget")
 RESULT_STATUSES = ("ok", "error", "invalid")
 JOB_COUNTS = (*RESULT_STATUSES, "skipped")
 

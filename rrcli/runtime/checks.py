@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rrcli.config.load import ValidationReport, resolve_profile_path, validate_profile
+from rrcli.config.prices import KnownPrice, price_of
 from rrcli.config.profile import Backend, Profile, RetrySettings
 from rrcli.errors import ProviderError, UsageError
 from rrcli.providers import make_provider
@@ -29,7 +30,9 @@ from rrcli.runtime.serving import RouteRules
 if TYPE_CHECKING:
     from rrcli.providers.base import Call
 
-__all__ = ["CheckReport", "JobsReport", "ProbeResult", "check_jobs", "probe", "validate"]
+__all__ = [
+    "CheckReport", "JobsReport", "ProbeResult", "check_jobs", "price_lines", "probe", "validate",
+]  # fmt: skip
 
 PROBE_MESSAGES = [{"role": "user", "content": "Reply with the word ok."}]
 #: what a probe sends to a backend that serves no chat: its first endpoint, a tiny input
@@ -79,6 +82,7 @@ class CheckReport:
     profile: ValidationReport
     jobs: JobsReport | None = None
     probes: tuple[ProbeResult, ...] | None = None
+    prices: Mapping[str, KnownPrice | None] | None = None  # by backend id (config/prices.py)
 
     @property
     def failed(self) -> bool:
@@ -98,7 +102,16 @@ class CheckReport:
             document["jobs"] = self.jobs.as_dict()
         if self.probes is not None:
             document["probe"] = [asdict(p) for p in self.probes]
+        if self.prices is not None:
+            document["prices"] = {
+                bid: None if known is None else {**asdict(known.price), "source": known.source}
+                for bid, known in self.prices.items()
+            }
         return document
+
+    def price_lines(self) -> list[str]:
+        """The prices looked up in genai-prices and the backends with none, as text lines."""
+        return price_lines(self.prices or {})
 
 
 def validate(
@@ -120,7 +133,8 @@ def validate(
     probes = None
     if probe_backends and report.ok and report.profile is not None:
         probes = tuple(asyncio.run(probe(report.profile, environ)))
-    return CheckReport(report, jobs_report, probes)
+    prices = {b.id: price_of(b) for b in backends} if report.profile is not None else None
+    return CheckReport(report, jobs_report, probes, prices)
 
 
 def _probe_call(backend: Backend) -> Call:
@@ -188,3 +202,21 @@ def check_jobs(path: Path, backends: Sequence[Backend] = ()) -> JobsReport:
             report.kinds[job.kind] += 1
             report.endpoints[job.endpoint] += 1
     return report
+
+
+def price_lines(prices: Mapping[str, KnownPrice | None]) -> list[str]:
+    """``validate``: the prices looked up in genai-prices, and the backends with none."""
+    lines = [
+        f"price: {bid}: ${known.price.input:g} / ${known.price.output:g} per million input / "
+        f"output tokens ({known.source})"
+        for bid, known in prices.items()
+        if known is not None and known.source != "profile"
+    ]
+    unpriced = [bid for bid, known in prices.items() if known is None]
+    if unpriced:
+        lines.append(
+            f"price: no price for {', '.join(unpriced)} — add price = {{ input = ..., output = "
+            "... } (USD per million tokens): stats counts their calls unpriced and --max-cost "
+            "refuses to run"
+        )
+    return lines

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from rrcli.records.traceschema import JOB_COUNTS
 
-__all__ = ["Halt", "RunControl", "RunSummary"]
+__all__ = ["Halt", "Halted", "RunControl", "RunSummary"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,11 @@ class Halt:
     code: int
     reason: str
     message: str
+
+
+class Halted(Exception):
+    """Raised where a halted run refuses to start an attempt (the budget would pass): the job
+    ends without a result line, so ``--resume`` runs it."""
 
 
 @dataclass(slots=True)

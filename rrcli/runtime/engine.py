@@ -32,7 +32,7 @@ from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter
 from rrcli.runtime.attempt import Attempt, CallOutcome, Decision
-from rrcli.runtime.control import RunControl, RunSummary
+from rrcli.runtime.control import Halted, RunControl, RunSummary
 from rrcli.runtime.lease import Lease
 from rrcli.runtime.retry import RetryPolicy
 from rrcli.runtime.router import Router
@@ -93,17 +93,23 @@ class Engine:
             if isinstance(job, InvalidJob):
                 self.finish(CallOutcome(job, "invalid"))
                 continue
-            excluded, refusal = self.rules.check(job)
-            if refusal is not None:  # no backend serves its endpoint or can express its params
-                invalid = InvalidJob(job.id, job.line, f"line {job.line}: {refusal}")
-                outcome = CallOutcome(invalid, "invalid")
-            elif job.kind == "session":
-                outcome = await self._run_session(job, excluded)
-            elif job.endpoint == "responses" and "previous_response_id" in job.params:
-                outcome = await self._continue_response(job, excluded)
-            else:
-                outcome = await self._call(job, list(job.messages), 0, excluded)
+            try:
+                outcome = await self._run(job)
+            except Halted:  # an attempt the halted run refused: the job has no result line
+                return
             self.finish(outcome)
+
+    async def _run(self, job: Job) -> CallOutcome:
+        """One job's calls, as its kind asks."""
+        excluded, refusal = self.rules.check(job)
+        if refusal is not None:  # no backend serves its endpoint or can express its params
+            invalid = InvalidJob(job.id, job.line, f"line {job.line}: {refusal}")
+            return CallOutcome(invalid, "invalid")
+        if job.kind == "session":
+            return await self._run_session(job, excluded)
+        if job.endpoint == "responses" and "previous_response_id" in job.params:
+            return await self._continue_response(job, excluded)
+        return await self._call(job, list(job.messages), 0, excluded)
 
     def finish(self, outcome: CallOutcome) -> None:
         """A job ended: its one result line, the counters, a failure logged, and a binding no
@@ -201,7 +207,7 @@ class Engine:
         number, first_try, paused, continued = before, time.monotonic(), None, 0
         while True:
             number += 1
-            await self.router.admit(lease, estimate)
+            await self.router.admit(lease, estimate, call)
             started, ts_start = time.monotonic(), time.time()
             try:
                 reply, error = await provider.send(call, echo), None
@@ -221,7 +227,7 @@ class Engine:
                 job.endpoint, ts_start, started, ended, started - queued, estimate, reply, error,
                 decision, backoff,
             )  # fmt: skip
-            await self._observe(attempt, provider.server_address)
+            await self._observe(attempt, provider.server_address, lease)
             if backoff is not None:
                 await self._back_off(lease, attempt, backoff)
                 queued = time.monotonic()
@@ -256,7 +262,9 @@ class Engine:
             return None
         return self.policy.delay(retry, error, elapsed)
 
-    def _observe(self, attempt: Attempt, server_address: str | None) -> Awaitable[None]:
+    def _observe(
+        self, attempt: Attempt, server_address: str | None, lease: Lease
+    ) -> Awaitable[None]:
         """Hand the attempt to each observer: the trace, with -v the log, and the router
         (counters, cooldowns, AIMD, pauses, the tpm settlement), whose coroutine is returned
         for the loop to await (one coroutine an attempt fewer on the hot path)."""
@@ -272,7 +280,7 @@ class Engine:
                 error_type=attempt.error_type,
                 latency_ms=attempt.latency_ms,
             )
-        return self.router.observe(attempt)
+        return self.router.observe(attempt, lease)
 
     async def _back_off(self, lease: Lease, attempt: Attempt, delay: float) -> None:
         """Give the slot back and sleep before the retry (a waiting job holds no slot)."""

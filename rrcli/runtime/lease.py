@@ -48,8 +48,10 @@ class BackendState:
 
 @dataclass(slots=True, eq=False)
 class Lease:
-    """A routed call. While ``held`` it holds one slot of ``state.gate``."""
+    """A routed call. While ``held`` it holds one slot of ``state.gate``. ``reservation``: the
+    token and USD its attempt in flight set aside from the run's budget (budget.py)."""
 
     state: BackendState
     binding: str | None = None  # "new" | "kept" | "rebound" | None (binding = "request")
     held: bool = True
+    reservation: tuple[str, float] | None = None

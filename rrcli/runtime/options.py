@@ -49,12 +49,18 @@ class RunOptions:
     seed: int | None = None
     stream: bool = False
     keep_response: bool = False  # result lines carry the provider's response body
+    max_cost: float | None = None  # --max-cost: USD the run may spend (budget.py)
     prompts: tuple[str, ...] = ()  # --prompt: jobs given on the command line
+    otlp: str | None = None  # --otlp: send spans to this collector ("": the OTEL_* environment)
     on_text: Callable[[str], None] | None = None  # --prompt --stream: text as it arrives
     on_result: Callable[[dict[str, Any]], None] | None = None  # results to a callback, not a file
     queue: str | None = None  # --queue NAME
 
     def __post_init__(self) -> None:
+        if self.max_cost is not None and not 0 <= self.max_cost < float("inf"):
+            raise UsageError(
+                f"--max-cost {self.max_cost:g}: expected an amount of USD, 0 or more (e.g. 5)"
+            )
         if self.resume and self.overwrite:
             raise UsageError("--resume and --overwrite contradict each other — pass one of them")
         if self.concurrency is not None and not 1 <= self.concurrency <= MAX_IN_FLIGHT:

@@ -1,27 +1,37 @@
 """``rrcli run --dry-run``: parse, validate and route every selected job on paper; send nothing.
 
 The plan is what a user checks before spending money: calls per deployment, estimated input
-tokens and, where backends have a ``price``, the estimated input cost; and the jobs a run would
+tokens and output tokens and, where backends have a price (config/prices.py), the estimated
+input and output cost, with a total; and the jobs a run would
 find invalid because no backend can take them: none serves their endpoint, or none whose API
 can express their params (``refused``, one message each; each job is routed only among the
 backends that can take it). It writes and repairs no file, so it does not read a results file
 either: with ``--resume`` it still plans every selected job (the run skips those already ``ok``).
+
+A call's output is taken at its cap, the most it may cost (as a budget reserves it): the job's
+``max_tokens`` / ``max_completion_tokens`` / ``max_output_tokens``, else the backend's params',
+else ``tokens.UNCAPPED_OUTPUT`` (16,384); embeddings and moderations have none. ``output_from``
+counts the calls by which of the three it was.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from rrcli.config.profile import Profile
+from rrcli.config.prices import pool_prices
+from rrcli.config.profile import Backend, Profile
 from rrcli.errors import UsageError
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
+from rrcli.runtime.budget import NO_OUTPUT
 from rrcli.runtime.control import RunSummary
 from rrcli.runtime.router import Router
-from rrcli.runtime.runner import RunOptions, make_router, open_jobs, select_jobs
+from rrcli.runtime.runner import RunOptions, make_router
 from rrcli.runtime.serving import RouteRules
-from rrcli.tokens import estimate_input_tokens, estimate_value_tokens
+from rrcli.runtime.workers import open_jobs, select_jobs
+from rrcli.tokens import UNCAPPED_OUTPUT, estimate_input_tokens, estimate_value_tokens, output_cap
 
 __all__ = ["Plan", "plan"]
 
@@ -34,8 +44,46 @@ class Plan:
     invalid: int = 0
     calls: dict[str, int] = field(default_factory=dict)
     input_tokens: dict[str, int] = field(default_factory=dict)
-    input_cost: dict[str, float] | None = None
+    output_tokens: dict[str, int] = field(default_factory=dict)  # at each call's cap
+    input_cost: dict[str, float] | None = None  # USD, priced deployments only; None: none is
+    output_cost: dict[str, float] | None = None
+    output_from: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTPUT_FROM, 0))
     refused: list[str] = field(default_factory=list)  # "line N: no backend serves ..."
+
+    def rows(self, backends: Sequence[Backend]) -> tuple[list[str], list[list[str]]]:
+        """The plan as a table of text: its header, and a row per deployment then the total
+        (the cost columns when any deployment is priced)."""
+        counts = (self.calls, self.input_tokens, self.output_tokens)
+        head = ["deployment", "model", "calls", "est. input tokens", "est. output tokens"]
+        inputs, outputs = self.input_cost, self.output_cost
+        if inputs is not None and outputs is not None:
+            head += ["est. input USD", "est. output USD", "est. USD"]
+        rows = []
+        for b in backends:
+            row = [b.id, b.model, *(f"{c[b.id]:,}" for c in counts)]
+            if inputs is not None and outputs is not None:
+                row += _costs(inputs.get(b.id), outputs.get(b.id))
+            rows.append(row)
+        total = ["total", "", *(f"{sum(c.values()):,}" for c in counts)]
+        if inputs is not None and outputs is not None:
+            total += _costs(sum(inputs.values()), sum(outputs.values()))
+        return head, [*rows, total]
+
+    def output_note(self) -> str:
+        """The line under the plan: where each call's output estimate came from."""
+        parts = {"job": "the job's max tokens", "backend": "the backend's params",
+                 "default": f"the default of {UNCAPPED_OUTPUT:,} (no cap set)"}  # fmt: skip
+        counted = [f"{n:,} from {parts[k]}" for k, n in self.output_from.items() if n]
+        note = "output estimated at each call's cap, the most it may cost: " + (
+            "; ".join(counted) or "no call"
+        )
+        if self.input_cost is not None and len(self.input_cost) < len(self.calls):
+            note += "; the total counts priced deployments only"
+        return note
+
+
+#: where a call's output estimate came from: the job's cap, the backend's, or the default
+OUTPUT_FROM = ("job", "backend", "default")
 
 
 async def plan(profile: Profile, options: RunOptions) -> Plan:
@@ -47,6 +95,7 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
     router, _ = make_router(profile, random.Random(seed), local=True)
     result = Plan(calls={b.id: 0 for b in profile.backends})
     result.input_tokens = dict.fromkeys(result.calls, 0)
+    result.output_tokens = dict.fromkeys(result.calls, 0)
     summary = RunSummary("dry-run")
     session_binding = profile.binding == "session"
     rules = RouteRules(profile.backends)
@@ -65,10 +114,13 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
                 continue
             result.jobs += 1
             await _route(router, job, excluded, session_binding, result)
-    prices = {b.id: b.price for b in profile.backends if b.price is not None}
+    prices = {bid: p for bid, p in pool_prices(profile.backends).items() if p is not None}
     if prices:
         result.input_cost = {
-            bid: result.input_tokens[bid] * price.input / 1e6 for bid, price in prices.items()
+            bid: result.input_tokens[bid] * p.input / 1e6 for bid, p in prices.items()
+        }
+        result.output_cost = {
+            bid: result.output_tokens[bid] * p.output / 1e6 for bid, p in prices.items()
         }
     return result
 
@@ -84,10 +136,33 @@ async def _route(
         session = job.session if session_binding else None
         lease = await router.acquire(session=session, exclude=excluded)
         await router.release(lease)
-        backend_id = lease.state.backend.id
+        backend = lease.state.backend
+        backend_id = backend.id
         result.calls[backend_id] += 1
+        result.output_tokens[backend_id] += _output(job, backend, result.output_from)
         result.input_tokens[backend_id] += (
             estimate_input_tokens(history)
             if job.input is None
             else estimate_value_tokens(job.input)
         )
+
+
+def _output(job: Job, backend: Backend, output_from: dict[str, int]) -> int:
+    """The output tokens a call of ``job`` on ``backend`` may take at most, counted by where the
+    cap came from in ``output_from``."""
+    if job.endpoint in NO_OUTPUT:
+        return 0
+    for where, params in (("job", job.params), ("backend", backend.params)):
+        cap = output_cap(params)
+        if cap is not None:
+            output_from[where] += 1
+            return cap
+    output_from["default"] += 1
+    return UNCAPPED_OUTPUT
+
+
+def _costs(input_cost: float | None, output_cost: float | None) -> list[str]:
+    """The cost cells of a row: input, output and their sum, in USD."""
+    if input_cost is None or output_cost is None:
+        return ["-", "-", "no price"]
+    return [f"{input_cost:.4f}", f"{output_cost:.4f}", f"{input_cost + output_cost:.4f}"]

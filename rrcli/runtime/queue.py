@@ -109,9 +109,11 @@ class RedisQueue:
         self._tasks.append(asyncio.create_task(self._beat(), name="rrcli.queue.beat"))
         return total
 
+    def sink(self, writer: Any) -> QueueSink:
+        return QueueSink(writer, self)
+
     def attach(self, engine: Any) -> None:
         self.engine = engine
-        engine.results = QueueSink(engine.results, self)
         self._tasks.append(asyncio.create_task(self._acker(), name="rrcli.queue.acker"))
 
     async def fetch(self) -> list[Job | InvalidJob] | None:

@@ -31,7 +31,9 @@ from rrcli.runtime.strategies import Candidate, FirstAvailable, make_strategy
 from rrcli.tokens import plausible_call_tokens
 
 if TYPE_CHECKING:
+    from rrcli.providers.base import Call
     from rrcli.runtime.attempt import Attempt
+    from rrcli.runtime.budget import Budget
 
 __all__ = ["EWMA_ALPHA", "Router"]
 
@@ -84,6 +86,7 @@ class Router:
         self._poller: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()  # replaced per poller: an Event binds to one loop
         self._quiet = False
+        self.budget: Budget | None = None  # the run's budget, when it has one (budget.py)
         distinct = {id(s.gate): s.gate for s in self.states}.values()
         self._n_gates = len(distinct)
         if isinstance(self._strategy, FirstAvailable):
@@ -138,23 +141,40 @@ class Router:
         lease.state.in_flight -= 1
         await self._free(lease.state.gate)
 
-    def admit(self, lease: Lease, tokens: int) -> Awaitable[None]:
-        """Await it until the lease's next attempt may start: its slot again if a retry gave it
-        back (``reacquire``), then the rpm/tpm budget for ``tokens``. Every attempt starts here.
-        A lease holding its slot awaits the gate's reservation itself: no coroutine between."""
+    def admit(self, lease: Lease, tokens: int, call: Call) -> Awaitable[None]:
+        """Await it until the lease's next attempt may start: with a budget, its worst case set
+        aside (else ``Halted``: the run halts and the attempt is not sent), its slot again if a
+        retry gave it back (``reacquire``), then the rpm/tpm budget for ``tokens``. Every
+        attempt starts here. Without a budget, a lease holding its slot awaits the gate's
+        reservation itself: no coroutine between."""
+        if self.budget is not None:
+            shared = self.budget.reserve(lease, tokens, call)
+            if shared is not None:
+                return self._admit_after(shared, lease, tokens)
         if lease.held:
             return lease.state.gate.reserve(tokens)
         return self._readmit(lease, tokens)
+
+    async def _admit_after(self, step: Awaitable[None], lease: Lease, tokens: int) -> None:
+        await step
+        if not lease.held:
+            await self.reacquire(lease)
+        await lease.state.gate.reserve(tokens)
 
     async def _readmit(self, lease: Lease, tokens: int) -> None:
         await self.reacquire(lease)
         await lease.state.gate.reserve(tokens)
 
-    async def observe(self, attempt: Attempt) -> None:
+    async def observe(self, attempt: Attempt, lease: Lease | None = None) -> None:
         """One attempt, while it still holds its slot: display counters, EWMA latency, cooldowns,
         AIMD, a server-given pause (a 429's Retry-After; a success's rate-limit headers saying a
-        budget is spent until its reset; never longer than ``max_server_pause``), and the tpm
-        booking corrected by the reply's usage (never above what the call could have cost)."""
+        budget is spent until its reset; never longer than ``max_server_pause``), the tpm
+        booking corrected by the reply's usage (never above what the call could have cost), and
+        the budget's reservation settled at what the reply cost."""
+        if self.budget is not None and lease is not None:
+            shared = self.budget.settle(attempt, lease)
+            if shared is not None:
+                await shared
         state = self._by_id[attempt.backend.id]
         reply, error = attempt.reply, attempt.error
         if reply is None:

@@ -113,6 +113,7 @@ def group_rows(
     priced = ~np.isnan(price_in)
     spent = tokens_in[priced] * price_in[priced] + tokens_out[priced] * price_out[priced]
     calls = group_sums(codes, n)
+    priced_calls = group_sums(codes[priced], n)
     columns = (
         calls,
         group_sums(codes[ok], n),
@@ -123,7 +124,8 @@ def group_rows(
         group_percentiles(codes[streamed], tpot, n, (50,)),
         group_sums(codes, n, tokens_in),
         group_sums(codes, n, tokens_out),
-        np.where(group_sums(codes[priced], n) > 0, group_sums(codes[priced], n, spent), np.nan),
+        np.where(priced_calls > 0, group_sums(codes[priced], n, spent), np.nan),
+        priced_calls,
         *group_sweep(codes, c.t0, c.t1, n),
     )
     values = [column.tolist() for column in columns]  # Python numbers: 10x faster to read
@@ -134,8 +136,8 @@ def group_rows(
 
 
 def _row(
-    calls, ok, retried, errors, latency, ttft, tpot, tokens_in, tokens_out, spent, peak, busy,
-    total,
+    calls, ok, retried, errors, latency, ttft, tpot, tokens_in, tokens_out, spent, priced, peak,
+    busy, total,
 ) -> dict[str, Any]:  # fmt: skip
     """One group's SPEC §10 fields from its numbers (NaN: no sample, no price)."""
     return {
@@ -150,6 +152,7 @@ def _row(
         "input_tokens": int(tokens_in),
         "output_tokens": int(tokens_out),
         "cost_usd": None if isnan(spent) else round(spent / 1e6, 6),
+        "priced_calls": int(priced),
         "output_tokens_per_s": _rate(tokens_out, busy),
         "peak_in_flight": int(peak),
     }

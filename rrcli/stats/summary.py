@@ -14,8 +14,9 @@ Definitions (where SPEC §10 is silent):
 - peak in flight: the most calls of the group whose [ts_start, ts_end) overlap at one instant;
 - output tokens per second: the group's output tokens over the time it had at least one call in
   flight (the union of its call intervals), so idle gaps between runs do not count;
-- cost (USD): tokens × the price the run record gives the deployment, per million tokens; None
-  when no call of the group has a price;
+- cost (USD): tokens × the price the run record gives the deployment, per million tokens, over
+  the calls that have a price (``priced_calls`` counts them: a call without a price is never
+  counted as free); None when no call of the group has a price;
 - ``--since`` keeps the runs that started at or after a time (a run's start is its run record's
   ``ts``, else its first call); ``--run`` keeps runs by id or unique id prefix.
 All times in milliseconds unless a name says otherwise. Numbers are rounded for reading:

@@ -1,0 +1,67 @@
+"""What earlier runs spent, read back from a trace file (SPEC §13: a budget with ``--resume``
+covers the earlier runs of the same results file).
+
+Each call record costs its tokens at the price its run record gives its deployment (USD per
+million tokens); a deployment its run left unpriced costs what ``fallback`` (today's prices)
+says, else nothing. Streamed line by line; a line that is not a trace record is skipped, as
+``rrcli stats`` skips it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import orjson
+
+from rrcli.config.profile import Price
+
+__all__ = ["traces_cost"]
+
+
+def traces_cost(path: Path | None, fallback: Mapping[str, Price | None]) -> float:
+    """USD spent by the call records of ``path`` (0.0 when it does not exist)."""
+    if path is None or not path.is_file():
+        return 0.0
+    prices: dict[tuple[str, str], tuple[float, float]] = {}
+    total = 0.0
+    with open(path, "rb") as lines:
+        for line in lines:
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if type(record) is not dict:
+                continue
+            if record.get("event") == "run":
+                prices.update(_run_prices(record))
+            elif record.get("event") == "call":
+                price = prices.get((record.get("run_id"), record.get("deployment")))
+                if price is None:
+                    fell = fallback.get(record.get("deployment"))  # type: ignore[arg-type]
+                    price = (0.0, 0.0) if fell is None else (fell.input, fell.output)
+                total += _tokens(record, "input_tokens") * price[0]
+                total += _tokens(record, "output_tokens") * price[1]
+    return total / 1e6
+
+
+def _run_prices(record: dict) -> Iterator[tuple[tuple[str, str], tuple[float, float]]]:
+    """``{(run id, deployment): (input, output)}`` from a run record's priced backends."""
+    run_id = record.get("run_id")
+    backends = (record.get("profile") or {}).get("backends") or []
+    for backend in backends:
+        if type(backend) is not dict:
+            continue
+        price = backend.get("price")
+        if type(price) is dict:
+            yield (run_id, backend.get("id")), (_num(price, "input"), _num(price, "output"))
+
+
+def _num(record: dict, name: str) -> float:
+    value = record.get(name)
+    return float(value) if type(value) in (int, float) else 0.0
+
+
+def _tokens(record: dict, name: str) -> float:
+    value = record.get(name)
+    return float(value) if type(value) is int and value > 0 else 0.0

@@ -1,0 +1,76 @@
+"""``rrcli run --otlp``: the run's records sent on as OpenTelemetry spans while it goes on.
+
+The trace writer hands each record to the sender's thread (otel/sender.py) and the results
+sink tells it when a job ends (its parent span can go); the run never waits for the collector:
+at the end the spans sent and dropped are logged, a warning when any did not arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+if TYPE_CHECKING:
+    from rrcli.otel.sender import LiveSender
+    from rrcli.runtime.engine import ResultSink
+
+__all__ = ["JobEnds", "close_sender", "open_sender", "otlp_url"]
+
+log = structlog.get_logger("rrcli")
+
+
+def otlp_url(option: str | None, environ: Mapping[str, str]) -> str | None:
+    """The collector's traces URL for ``--otlp`` (None: not asked). UsageError (exit 2, nothing
+    sent) for a bad URL or a missing SDK."""
+    if option is None:
+        return None
+    from rrcli.otel.endpoint import require_sdk, traces_url
+
+    url = traces_url(option, environ)
+    require_sdk()
+    return url
+
+
+def open_sender(url: str | None, run_id: str) -> LiveSender | None:
+    """The span thread of the run, None without a URL."""
+    if url is None:
+        return None
+    from rrcli.otel.sender import LiveSender, Shipper
+
+    return LiveSender(Shipper(url), run_id)
+
+
+class JobEnds:
+    """A results sink that also tells the sender each job that ended."""
+
+    __slots__ = ("_done", "_inner")
+
+    def __init__(self, inner: ResultSink, sender: LiveSender) -> None:
+        self._inner, self._done = inner, sender.job_done
+
+    def write(self, result: dict[str, Any], *, body: dict[str, Any] | None = None) -> None:
+        self._inner.write(result, body=body)
+        self._done(result.get("id"))
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+
+async def close_sender(sender: LiveSender | None) -> None:
+    """End the span thread (without blocking the loop) and log what reached the collector."""
+    if sender is None:
+        return
+    report = await asyncio.to_thread(sender.close)
+    if report.dropped:
+        log.warning(
+            "rrcli.otlp_dropped",
+            dropped=report.dropped,
+            sent=report.sent,
+            endpoint=report.endpoint,
+            error=report.error,
+        )
+    else:
+        log.info("rrcli.otlp_sent", sent=report.sent, endpoint=report.endpoint)

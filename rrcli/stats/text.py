@@ -1,0 +1,35 @@
+"""A summary's money as text (SPEC §13): a group's cost with its priced share, and the line
+under the table. A call without a price is never shown as free: a cost covers the priced calls
+and says what share of the calls they are. Plain strings, no numpy: the renderer draws them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["cost_cell", "cost_line", "priced_share"]
+
+
+def cost_cell(group: dict[str, Any]) -> str:
+    """A group's cost in USD, with the share of its calls priced when some had no price."""
+    if group["cost_usd"] is None:
+        return "-"
+    text = f"{group['cost_usd']:.4f}"
+    if group["priced_calls"] < group["calls"]:
+        text += f" ({priced_share(group)} priced)"
+    return text
+
+
+def cost_line(total: dict[str, Any]) -> str | None:
+    """The line under the table: ``cost 1.23 (94 % of calls priced)``; None without calls."""
+    if total["cost_usd"] is not None:
+        return f"cost {total['cost_usd']:.2f} ({priced_share(total)} of calls priced)"
+    return "cost unknown (no call priced)" if total["calls"] else None
+
+
+def priced_share(group: dict[str, Any]) -> str:
+    """The share of a group's calls that had a price, in whole percent (99 % until all are,
+    "<1 %" while any is)."""
+    share = group["priced_calls"] / group["calls"] * 100
+    if 0 < share < 1:
+        return "<1 %"
+    return f"{min(round(share), 99) if share < 100 else 100} %"

@@ -1,0 +1,61 @@
+"""The price of a backend (config/prices.py): its own, else genai-prices', else none."""
+
+from __future__ import annotations
+
+import pytest
+
+from rrcli.config.prices import price_of
+from rrcli.config.profile import Backend, Price
+from rrcli.runtime.budget import attempt_ceiling
+from rrcli.tokens import UNCAPPED_OUTPUT
+
+pytest.importorskip("genai_prices")
+
+
+def test_a_backends_own_price_wins():
+    """A price in the profile is the price, whatever the library knows of the model."""
+    backend = Backend("a", model="gpt-4o-mini", price=Price(1.0, 2.0))
+    known = price_of(backend)
+    assert known is not None
+    assert (Price(1.0, 2.0), "profile") == (known.price, known.source)
+
+
+def test_a_known_api_and_model_are_priced_by_genai_prices():
+    """OpenAI's and Anthropic's own APIs, with models the library knows: their list prices."""
+    openai = price_of(Backend("o", base_url="https://api.openai.com/v1", model="gpt-4o-mini"))
+    anthropic = price_of(
+        Backend("c", provider="anthropic", base_url="https://api.anthropic.com",
+                model="claude-3-5-haiku-latest")
+    )  # fmt: skip
+    assert openai is not None and anthropic is not None
+    assert ("genai-prices", "genai-prices") == (openai.source, anthropic.source)
+    assert openai.price.input > 0 and openai.price.output > openai.price.input
+    assert anthropic.price.output > anthropic.price.input > 0
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        Backend("local", base_url="http://127.0.0.1:8000/v1", model="gpt-4o-mini"),
+        Backend("unknown", base_url="https://api.openai.com/v1", model="no-such-model-x"),
+        Backend("sim", provider="sim", base_url="sim://local", model="gpt-4o-mini"),
+    ],
+    ids=lambda b: b.id,
+)
+def test_a_server_or_model_the_library_does_not_know_has_no_price(backend):
+    """A local server (whatever its model is called), an unknown model, the simulator: none."""
+    assert None is price_of(backend)
+
+
+def test_an_attempts_ceiling_is_its_input_at_a_token_a_character_and_its_output_cap():
+    """Worst case: input tokens × 4 (a token a character) at the input price plus the output
+    cap (× n choices; the default without a cap; none for embeddings) at the output price."""
+    price = Price(1.0, 10.0)
+    assert (100 * 4 * 1.0 + 50 * 10.0) / 1e6 == attempt_ceiling(
+        price, 150, {"max_tokens": 50}, "chat"
+    )
+    assert (100 * 4 + 50 * 3 * 10.0) / 1e6 == attempt_ceiling(
+        price, 150, {"max_tokens": 50, "n": 3}, "chat"
+    )
+    assert (100 * 4 + UNCAPPED_OUTPUT * 10.0) / 1e6 == attempt_ceiling(price, 100, {}, "chat")
+    assert 100 * 4 / 1e6 == attempt_ceiling(price, 100, {}, "embeddings")
