@@ -137,14 +137,14 @@ class RunDisplay:
         for state in router.states:
             gate = state.gate
             cap = f"{gate.cap}" if gate.cap == gate.max_cap else f"{gate.cap} (max {gate.max_cap})"
-            cooling = state.cooling
+            mark = "[red]down[/]" if state.down else "[yellow]cooling[/]" if state.cooling else ""
             table.add_row(
                 state.backend.id,
                 f"{state.in_flight} / {cap}",
                 f"{state.done:,}",
                 f"{state.retries:,}",
                 f"{state.errors:,}",
-                "[yellow]cooling[/]" if cooling else "",
+                mark,
             )
         lines = [Text(head, style="bold"), table]
         if self.control is not None and self.control.stopping:

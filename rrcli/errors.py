@@ -100,6 +100,9 @@ class ProviderError(RRCLIError):
     server asked us to wait, or None. ``rate_limited``: the failure is the server saying "too
     much load" (429/529): adaptive caps and cooldowns react to it. ``body``: the server's error
     body as text, the key masked and cut to 2 KB (``providers.base.error_body``), or None.
+    ``backend_down``: the answer says the backend can serve no call at all (its key refused, its
+    account out of quota, its model or path not found), not that this call failed: the run
+    takes the backend out of its pool (SPEC §15).
     """
 
     def __init__(
@@ -112,6 +115,7 @@ class ProviderError(RRCLIError):
         retry_after: float | None = None,
         rate_limited: bool = False,
         body: str | None = None,
+        backend_down: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -121,6 +125,7 @@ class ProviderError(RRCLIError):
         self.retry_after = retry_after
         self.rate_limited = rate_limited
         self.body = body
+        self.backend_down = backend_down
 
     def as_dict(self) -> dict[str, object]:
         """The ``error`` object of a result line (SPEC §4), with ``body`` when the server sent

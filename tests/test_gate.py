@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from rrcli.config.profile import Backend, GateSettings, Profile
-from rrcli.runtime.gate import PROBE_INITIAL, Aimd, LocalGate, aimd_step, make_gates
+from rrcli.runtime.gate import PROBE_INITIAL, Aimd, LocalGate, WaitEnded, aimd_step, make_gates
 from tests.test_gate_fakes import FakeTime
 
 
@@ -410,3 +410,23 @@ def test_make_gates_one_gate_per_scope_with_the_smallest_cap():
             "log_level": "warning",
         }
     ] == logs
+
+
+def test_waiters_sent_away_hold_nothing_and_the_next_waiter_is_served():
+    """``wake_waiters`` ends every wait for a slot with WaitEnded, holding nothing: the slot in
+    use is the only one held, and a later waiter gets it when it is released."""
+
+    async def main() -> list[object]:
+        gate = LocalGate("g", 1, clock=time.monotonic)
+        await gate.acquire()
+        waiters = [asyncio.ensure_future(gate.acquire()) for _ in range(3)]
+        await asyncio.sleep(0)
+        gate.wake_waiters()
+        ended = await asyncio.gather(*waiters, return_exceptions=True)
+        later = asyncio.ensure_future(gate.acquire())
+        await asyncio.sleep(0)
+        await gate.release()
+        await later
+        return [{type(e) for e in ended}, gate.in_flight, gate.waiting]
+
+    assert [{WaitEnded}, 1, 0] == asyncio.run(main())

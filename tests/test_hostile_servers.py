@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 import redis
-from hostile import chat, error
+from hostile import Canned, chat, error
 from runkit import calls, read_jsonl, rrcli, write_jobs, write_profile
 from test_redis_gate import _server
 
@@ -226,10 +226,21 @@ def test_max_retry_time_counts_from_the_first_attempt(tmp_path, hostile_server):
     assert took < 5.0
 
 
-@pytest.mark.parametrize("status", [400, 401, 404])
+def job_404() -> Canned:
+    """A 404 for the job's own resource (a previous response this account does not have)."""
+    message = "Previous response with id 'resp_x' not found."
+    error = {"message": message, "type": "invalid_request_error", "param": "previous_response_id"}
+    body = {"error": error}
+    return Canned(404, {"content-type": "application/json"}, orjson.dumps(body))
+
+
+@pytest.mark.parametrize("status", [400, 422, 404])
 def test_failover_never_moves_an_error_that_is_not_transient(tmp_path, hostile_server, status):
-    """With failover on, a 400, 401 or 404 is the job's answer: no other backend is sent it."""
-    servers = [hostile_server(lambda _: error(status)) for _ in range(3)]
+    """With failover on, a 400, a 422 or a 404 naming the job's own resource is the job's
+    answer: no other backend is sent it. (A 401, or a 404 for the model, speaks of the backend:
+    tests/test_run_backend_health.py.)"""
+    answer = job_404() if status == 404 else error(status)
+    servers = [hostile_server(lambda _: answer) for _ in range(3)]
     profile = profile_for(tmp_path, servers, retry={"failover": True})
     jobs = write_jobs(tmp_path / "jobs.jsonl", 1)
     result = rrcli("run", jobs, "-p", profile, cwd=tmp_path)

@@ -93,6 +93,42 @@ def test_status_translation_table(status, headers, payload, expected) -> None:
     assert status == error.status_code
 
 
+def openai_error(message: str, code: str | None = None, param: str | None = None) -> bytes:
+    error = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+    return orjson.dumps({"error": error})
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "payload", "down"),
+    [
+        (401, {}, body("Incorrect API key provided", "invalid_request_error"), True),
+        (401, {"x-should-retry": "true"}, b"", True),
+        (403, {}, body("Country, region, or territory not supported"), True),
+        (429, {}, body("You exceeded your current quota", "insufficient_quota"), True),
+        (404, {}, openai_error("The model `gpt-9` does not exist", "model_not_found"), True),
+        (404, {}, orjson.dumps({"type": "error", "error": {"type": "not_found_error",
+                                                           "message": "model: claude-9"}}), True),
+        (404, {}, orjson.dumps({"error": 'model "llama9" not found, try pulling it first'}), True),
+        (404, {}, openai_error("Invalid URL (POST /v1/chat/completion)"), True),
+        (404, {}, orjson.dumps({"detail": "Not Found"}), True),
+        (404, {}, b"404 page not found", True),
+        (404, {}, openai_error("Previous response with id 'resp_1' not found.",
+                               "previous_response_not_found", "previous_response_id"), False),
+        (404, {}, openai_error("No such thing", None, "previous_response_id"), False),
+        (429, {}, body("Rate limit reached", "rate_limit_error"), False),
+        (400, {}, body("bad param", "invalid_request_error"), False),
+        (500, {}, body("boom"), False),
+    ],
+)  # fmt: skip
+def test_answers_about_the_backend_take_it_down(status, headers, payload, down) -> None:
+    """A key refused (401), no access (403), an account out of quota, or a 404 for the model or
+    the path says the backend can serve no call (``backend_down``, never transient); a 404
+    naming a parameter of the job (a previous response not found), a rate limit, a 400 or a
+    500 is about the call alone."""
+    error = error_from_status(status, httpx2.Headers(headers), payload, RETRY)
+    assert (down, False) == (error.backend_down, error.transient and down)
+
+
 @pytest.mark.parametrize(
     "message",
     [

@@ -21,7 +21,7 @@ from structlog.testing import capture_logs
 
 from rrcli.config.profile import Backend, GateSettings, Profile
 from rrcli.errors import GateUnavailableError
-from rrcli.runtime.gate import make_gates
+from rrcli.runtime.gate import WaitEnded, make_gates
 from rrcli.runtime.redis_gate import make_redis_gates
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -244,6 +244,31 @@ def test_a_cancelled_waiter_leaves_the_queue(redis_url):
         return taken
 
     assert asyncio.run(main())
+
+
+def test_a_waiter_sent_away_leaves_the_queue(redis_url):
+    """``wake_waiters`` ends a Redis wait at once with WaitEnded, holding nothing, and its
+    ticket leaves the queue: another process takes the slot once it frees."""
+
+    async def main() -> list[object]:
+        a, b, c = (make_redis_gates(profile(redis_url), rng=random.Random(i)) for i in range(3))
+        await a["b"].acquire()
+        waiter = asyncio.create_task(b["b"].acquire())
+        await until(lambda: 1 == b["b"].waiting)
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        b["b"].wake_waiters()
+        with contextlib.suppress(WaitEnded):
+            await waiter
+        took = time.monotonic() - started
+        await b.hub.close()  # lets the abandon step finish
+        await a["b"].release()
+        taken = await c["b"].try_acquire()
+        for s in (a, c):
+            await s.close()
+        return [type(waiter.exception()), took < 0.5, b["b"].in_flight, taken]
+
+    assert [WaitEnded, True, 0, True] == asyncio.run(main())
 
 
 def test_renewal_puts_back_leases_an_emptied_redis_lost(redis_url):

@@ -32,6 +32,9 @@ def check_record(record: dict[str, Any]) -> None:
         assert list(schema.PROFILE_FIELDS) == list(record["profile"])
         for backend in record["profile"]["backends"]:
             assert list(schema.BACKEND_FIELDS) == list(backend)
+    elif record["event"] == "backend":
+        assert list(schema.BACKEND_EVENT_FIELDS) == list(record)
+        assert record["state"] in schema.BACKEND_STATES
     else:
         assert list(schema.RUN_END_FIELDS) == list(record)
         assert list(schema.JOB_COUNTS) == list(record["jobs"])
@@ -65,6 +68,30 @@ def test_the_writer_follows_the_schema(tmp_path, sim_server):
         check_record(record)
 
 
+def test_a_backend_record_follows_the_schema_and_stats_reads_it(tmp_path, sim_server):
+    """A run whose backend's key is refused writes a ``backend`` record with the schema's
+    fields in order; ``rrcli stats`` reads the trace with no malformed line."""
+    locked, open_ = sim_server(api_keys=("right",)), sim_server()
+    profile = write_profile(
+        tmp_path / "p.toml",
+        [
+            {"id": "locked", "base_url": locked.openai_url, "credentials": {"api_key": "wrong"}},
+            {"id": "open", "base_url": open_.openai_url},
+        ],
+    )
+    (tmp_path / "jobs.jsonl").write_text('{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": "y"}\n')
+    done = rrcli("run", "jobs.jsonl", "-p", profile, "-q", "--concurrency", "1", "--traces",
+                 "t.jsonl", cwd=tmp_path)  # fmt: skip
+    assert 0 == done.returncode, done.stderr
+    records = [orjson.loads(line) for line in (tmp_path / "t.jsonl").read_bytes().splitlines()]
+    assert ["run", "call", "backend", "call", "call", "run_end"] == [r["event"] for r in records]
+    for record in records:
+        check_record(record)
+    stats = rrcli("stats", "t.jsonl", "--json", cwd=tmp_path)
+    assert 0 == stats.returncode, stats.stderr
+    assert 0 == orjson.loads(stats.stdout)["malformed_lines"]
+
+
 def test_the_generator_follows_the_schema():
     """The tests' synthetic traces have exactly the schema's records and types."""
     for record in run_records("r", jobs=40, start_ms=1_767_000_000_000, seed=1):
@@ -86,6 +113,7 @@ def test_the_reader_reads_schema_fields_with_schema_types():
         columns._Backend: schema.BACKEND_FIELDS,
         columns._Price: schema.PRICE_FIELDS,
         columns._RunEnd: schema.RUN_END_FIELDS,
+        columns._BackendEvent: schema.BACKEND_EVENT_FIELDS,
     }
     for struct, fields in nested.items():
         assert set() == set(struct.__struct_fields__) - set(fields), struct.__name__

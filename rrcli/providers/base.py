@@ -49,6 +49,7 @@ __all__ = [
     "error_body",
     "error_from_status",
     "invalid_response",
+    "is_backend_fault",
     "is_context_length_message",
     "redact",
     "translate_transport_error",
@@ -266,8 +267,10 @@ def error_from_status(
     Transient when the status is in ``retry.retry_on_status`` or the error is Anthropic's
     ``overloaded_error``; the server's ``x-should-retry`` header overrides that; a 429 for
     ``insufficient_quota`` and a 400 saying the context is too long are never transient.
-    ``retry_after`` is the server's Retry-After; without one, the reset of a rate-limit budget
-    its headers say is spent (``rate_limit_pause``), as a success's headers pause the gate.
+    An answer about the backend rather than the call (``is_backend_fault``) is
+    ``backend_down`` and never transient. ``retry_after`` is the server's Retry-After; without
+    one, the reset of a rate-limit budget its headers say is spent (``rate_limit_pause``), as a
+    success's headers pause the gate.
     """
     if 300 <= status < 400:
         return _redirect(status, headers, body, secret)
@@ -288,6 +291,9 @@ def error_from_status(
         text += " — the account is out of credit or quota; add funds or use another key"
     elif status in (400, 413) and is_context_length_message(f"{message} {kind} {code}"):
         type_, transient = "context_length_exceeded", False
+    down = is_backend_fault(status, type_, f"{message} {kind} {code}", body)
+    if down:
+        transient = False
     retry_after = None
     if transient or rate_limited:
         retry_after = server_delay(headers, now)
@@ -299,7 +305,37 @@ def error_from_status(
         retry_after=retry_after,
         rate_limited=rate_limited,
         body=error_body(body, secret),
+        backend_down=down,
     )
+
+
+def is_backend_fault(status: int, type_: str, words: str, body: bytes | Any) -> bool:
+    """Whether an error answer speaks of the backend, not of the call: a key refused (401) or
+    without access (403), an account out of credit (``insufficient_quota``), or a 404 for the
+    model or the path (SPEC §15). A 404 naming a parameter of the request other than the model
+    (``previous_response_id`` not found: a resource of that job) is the call's alone. ``words``:
+    the error's message, type and code."""
+    if status in (401, 403) or type_ == "insufficient_quota":
+        return True
+    if status != 404:
+        return False
+    lowered = words.lower()
+    if "model" in lowered:
+        return True
+    if "previous_response" in lowered or "previous response" in lowered:
+        return False
+    return _error_param(body) in ("", "model")
+
+
+def _error_param(body: bytes | Any) -> str:
+    """The request parameter an OpenAI-style error body names (``error.param``), or ""."""
+    try:
+        data = orjson.loads(body) if isinstance(body, bytes | bytearray) else body
+    except orjson.JSONDecodeError:
+        return ""
+    error = data.get("error") if isinstance(data, dict) else None
+    param = error.get("param") if isinstance(error, dict) else None
+    return param if isinstance(param, str) else ""
 
 
 def _redirect(

@@ -2,9 +2,10 @@
 
 Append-only, one JSON object a line, every line with ``event`` and ``run_id``: one ``run`` record
 when the run starts (the pool, never its credentials or headers), one ``call`` record per HTTP
-attempt, one ``run_end`` record. ``call`` is on the hot path: the attempt's fields straight into a
-dict literal in the SPEC's field order, one ``orjson.dumps``, timestamps formatted from a cache of
-the current second. All times given are epoch seconds; the ``*_ms`` fields are milliseconds.
+attempt, a ``backend`` record when a backend leaves the pool, one ``run_end`` record. ``call`` is on
+the hot path: the attempt's fields straight into a dict literal in the SPEC's field order, one
+``orjson.dumps``, timestamps formatted from a cache of the current second. All times given are epoch
+seconds; the ``*_ms`` fields are milliseconds.
 """
 
 from __future__ import annotations
@@ -140,6 +141,20 @@ class TraceWriter:
                 "stream": attempt.stream,
                 "endpoint": attempt.endpoint,
             },
+        )
+
+    def backend(self, deployment: str, state: str, reason: str, message: str) -> None:
+        """The ``backend`` record: ``deployment`` is now ``state`` (``down``) for ``reason``."""
+        self._put(
+            {
+                "event": "backend",
+                "run_id": self.run_id,
+                "ts": rfc3339(self._clock()),
+                "deployment": deployment,
+                "state": state,
+                "reason": reason,
+                "message": message,
+            }
         )
 
     def run_end(

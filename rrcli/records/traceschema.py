@@ -17,10 +17,13 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 __all__ = [
+    "BACKEND_EVENT_FIELDS",
     "BACKEND_FIELDS",
+    "BACKEND_STATES",
     "CALL",
     "CALL_FIELDS",
     "CALL_TYPES",
+    "EVENTS",
     "JOB_COUNTS",
     "OUTCOMES",
     "PROFILE_FIELDS",
@@ -80,6 +83,13 @@ PRICE_FIELDS = ("input", "output")
 RUN_END_FIELDS = ("event", "run_id", "ts", "jobs", "interrupted", "budget")
 RESULT_STATUSES = ("ok", "error", "invalid")
 JOB_COUNTS = (*RESULT_STATUSES, "skipped")
+#: the backend record, when a backend changes state during a run (SPEC §15): ``down`` when an
+#: answer says it can serve no call (``reason``: the error type, such as ``http_401`` or
+#: ``insufficient_quota``; ``message``: the server's words and what to check)
+BACKEND_EVENT_FIELDS = ("event", "run_id", "ts", "deployment", "state", "reason", "message")
+BACKEND_STATES = ("down",)
+#: every event a trace holds, in the order a run writes them first
+EVENTS = ("run", "call", "backend", "run_end")
 
 _seconds: dict[int, str] = {}  # epoch second → "YYYY-MM-DDTHH:MM:SS"
 # ".000Z" ... ".999Z": a lookup and a concatenation instead of formatting (550 → 380 ns a call)

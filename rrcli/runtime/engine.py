@@ -33,6 +33,7 @@ from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter
 from rrcli.runtime.attempt import Attempt, CallOutcome, Decision
 from rrcli.runtime.control import Halted, RunControl, RunSummary
+from rrcli.runtime.health import BackendDown, Health, NoHealthyBackend
 from rrcli.runtime.lease import Lease
 from rrcli.runtime.retry import RetryPolicy
 from rrcli.runtime.router import Router
@@ -73,6 +74,7 @@ class Engine:
     policy: RetryPolicy = field(init=False)
     session_binding: bool = field(init=False)
     rules: RouteRules = field(init=False)
+    health: Health = field(init=False)
     origins: ResponseOrigins = field(init=False)
     _log_calls: bool = field(init=False)
 
@@ -80,10 +82,13 @@ class Engine:
         self.policy = RetryPolicy(self.profile.retry, self.rng)
         self.session_binding = self.profile.binding == "session"
         self.rules = RouteRules(self.profile.backends)
+        self.health = Health(self.router, self.traces, self.control)
         self.origins = ResponseOrigins()
         self._log_calls = _debug_logged()
 
     async def worker(self, jobs: Iterator[Job | InvalidJob]) -> None:
+        """Jobs one after the other until none is left or the run stops; a job the halted run
+        refuses (a spent budget, no healthy backend left) ends without a result line."""
         for n, job in enumerate(jobs, 1):
             if self.control.stopping:
                 return
@@ -95,7 +100,7 @@ class Engine:
                 continue
             try:
                 outcome = await self._run(job)
-            except Halted:  # an attempt the halted run refused: the job has no result line
+            except (Halted, NoHealthyBackend):  # the job has no result line: --resume runs it
                 return
             self.finish(outcome)
 
@@ -159,8 +164,9 @@ class Engine:
         self, job: Job, messages: list[dict[str, Any]], turn: int, excluded: frozenset[str]
     ) -> CallOutcome:
         """One call of a job: its attempts on the routed backend (never one of ``excluded``);
-        with ``failover``, when that backend's budget is spent on a transient error, on a
-        backend not yet tried."""
+        routed again when that backend goes down, and with ``failover`` when its budget is
+        spent on a transient error, to a backend not yet tried. NoHealthyBackend: none is
+        left (the run halted)."""
         tried = excluded
         outcome: CallOutcome | None = None
         while True:
@@ -169,8 +175,10 @@ class Engine:
                 lease = await self.router.acquire(
                     session=job.session if self.session_binding else None, exclude=tried
                 )
+            except NoHealthyBackend:
+                raise
             except NoBackendError as exc:
-                # failover found no backend left to try: the last real error is the job's
+                # no backend left to try: the last real error is the job's
                 if outcome is not None:
                     return outcome
                 error = {"type": "no_backend", "message": str(exc)}
@@ -182,7 +190,7 @@ class Engine:
             finally:
                 if lease.held:  # cancelled while holding the slot
                     await asyncio.shield(self.router.release(lease))
-            if outcome.attempt is None or outcome.attempt.decision != "failover":
+            if outcome.attempt is None or outcome.attempt.decision not in _MOVES:
                 return outcome
             tried |= {lease.state.backend.id}
 
@@ -205,9 +213,14 @@ class Engine:
         estimate = estimate_call_tokens(messages, call.params, job.input)
         echo = _Echo(self.on_text) if (call.stream and self.on_text is not None) else None
         number, first_try, paused, continued = before, time.monotonic(), None, 0
+        attempt: Attempt | None = None
         while True:
             number += 1
-            await self.router.admit(lease, estimate, call)
+            try:
+                await self.router.admit(lease, estimate, call)
+            except BackendDown:  # while this retry waited, its backend left the pool
+                assert attempt is not None  # only a retry waits for its backend's slot again
+                return self._outcome(job, attempt, None)
             started, ts_start = time.monotonic(), time.time()
             try:
                 reply, error = await provider.send(call, echo), None
@@ -265,10 +278,14 @@ class Engine:
     def _observe(
         self, attempt: Attempt, server_address: str | None, lease: Lease
     ) -> Awaitable[None]:
-        """Hand the attempt to each observer: the trace, with -v the log, and the router
-        (counters, cooldowns, AIMD, pauses, the tpm settlement), whose coroutine is returned
-        for the loop to await (one coroutine an attempt fewer on the hot path)."""
+        """Hand the attempt to each observer: the trace, with -v the log, health (an answer
+        saying its backend serves no call), and the router (counters, cooldowns, AIMD, pauses,
+        the tpm settlement), whose coroutine is returned for the loop to await (one coroutine an
+        attempt fewer on the hot path)."""
         self.traces.call(attempt, server_address)
+        error = attempt.error
+        if error is not None and error.backend_down:
+            self.health.down(attempt.backend.id, error)
         if self._log_calls:
             log.debug(
                 "rrcli.call",
@@ -325,14 +342,19 @@ class _Echo:
         self._out(text)
 
 
+#: the decisions of a call's last attempt here after which the call is routed again: its
+#: backend went down (at the attempt, or while a retry waited) or failover moves it
+_MOVES = ("failover", "retry")
+
+
 def _decide(error: ProviderError | None, backoff: float | None, failover: bool) -> Decision:
-    """What follows an attempt: ``failover`` when this backend's budget is spent on a transient
-    error and another backend may take the call."""
+    """What follows an attempt: ``failover`` when the backend went down with it, or when this
+    backend's budget is spent on a transient error and another backend may take the call."""
     if error is None:
         return "ok"
     if backoff is not None:
         return "retry"
-    return "failover" if failover and error.transient else "error"
+    return "failover" if error.backend_down or (failover and error.transient) else "error"
 
 
 def _log_failure(outcome: CallOutcome) -> None:

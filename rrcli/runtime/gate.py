@@ -30,12 +30,27 @@ from rrcli.runtime.scopes import scope_limits
 if TYPE_CHECKING:
     from rrcli.config.profile import Profile
 
-__all__ = ["Aimd", "Clock", "Gate", "Gcra", "LocalGate", "Sleep", "aimd_step", "make_gates"]
+__all__ = [
+    "Aimd",
+    "Clock",
+    "Gate",
+    "Gcra",
+    "LocalGate",
+    "Sleep",
+    "WaitEnded",
+    "aimd_step",
+    "make_gates",
+]
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
 log = structlog.get_logger()
+
+
+class WaitEnded(Exception):
+    """A wait for a slot ended holding nothing: the gate sent its waiters away
+    (``wake_waiters``), as when the backend they wait for leaves the pool. They choose again."""
 
 
 class Gate(Protocol):
@@ -59,6 +74,7 @@ class Gate(Protocol):
     async def settle(self, estimated: int, actual: int) -> None: ...
     def record(self, rate_limited: bool) -> None: ...
     def pause_until(self, deadline: float) -> None: ...
+    def wake_waiters(self) -> None: ...
     def add_release_listener(self, callback: Callable[[], None]) -> None: ...
     def remove_release_listener(self, callback: Callable[[], None]) -> None: ...
 
@@ -195,7 +211,8 @@ class LocalGate:
         return self._in_flight < self._aimd.cap and self._clock() >= self._paused_until
 
     async def acquire(self) -> None:
-        """Wait for a slot; FIFO among waiters. Cancelled while waiting, it holds nothing."""
+        """Wait for a slot; FIFO among waiters. Cancelled while waiting, or sent away
+        (WaitEnded), it holds nothing."""
         if not self._waiters and self._admits():
             self._in_flight += 1
             return
@@ -205,9 +222,9 @@ class LocalGate:
         try:
             await future
         except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
+            if future.done() and not future.cancelled() and future.exception() is None:
                 self._free_slot()  # handed a slot just as we were cancelled: pass it on
-            else:
+            elif future in self._waiters:  # a release since may have dropped it already
                 self._waiters.remove(future)
             raise
 
@@ -238,6 +255,13 @@ class LocalGate:
         if self._admits():
             for callback in tuple(self._listeners):
                 callback()
+
+    def wake_waiters(self) -> None:
+        """End every wait for a slot with WaitEnded: the waiters hold nothing and go elsewhere."""
+        while self._waiters:
+            future = self._waiters.popleft()
+            if not future.done():
+                future.set_exception(WaitEnded(self.scope))
 
     def add_release_listener(self, callback: Callable[[], None]) -> None:
         """``callback()`` runs whenever a slot may have become free (release, regrowth, a pause

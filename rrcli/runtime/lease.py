@@ -1,8 +1,9 @@
 """A backend's live state and a routed call's hold on it: what the router hands out.
 
 ``BackendState`` is one backend's counters as the run goes (calls in flight, EWMA latency,
-cooldown, the display's done/retries/errors); ``Lease`` is one routed call, holding one slot of
-its backend's gate while ``held``. The router (router.py) is the only one that changes them.
+cooldown, the display's done/retries/errors, whether it is down); ``Lease`` is one routed call,
+holding one slot of its backend's gate while ``held``. The router (router.py) is the only one
+that changes them.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class BackendState:
     ewma_latency_ms: float | None = None
     cooldown_until: float = 0.0
     failures_in_a_row: int = 0
+    down: str | None = None  # why it left the pool for the rest of the run (SPEC §15), or None
 
     @property
     def errors(self) -> int:

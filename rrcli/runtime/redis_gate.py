@@ -42,7 +42,7 @@ from rrcli.runtime._redis_hub import (
     import_redis,
     redacted_url,
 )
-from rrcli.runtime.gate import PROBE_INITIAL, PROBE_MAX, Gcra
+from rrcli.runtime.gate import PROBE_INITIAL, PROBE_MAX, Gcra, WaitEnded
 from rrcli.runtime.scopes import ScopeLimits, scope_limits
 
 __all__ = ["RedisGate", "RedisGates", "make_redis_gates", "redacted_url"]
@@ -71,6 +71,7 @@ class RedisGate:
         self.cap = limits.max_cap
         self.waiting = 0
         self._wakes = 0
+        self._sendoffs = 0  # wake_waiters calls: a wait that began before one ends with it
         self._woken = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
         self.paused_until = 0.0
@@ -100,13 +101,17 @@ class RedisGate:
         return bool(admitted), int(ahead), int(free), pause
 
     async def acquire(self) -> None:
-        """Wait for a slot, FIFO with every waiter of every process."""
+        """Wait for a slot, FIFO with every waiter of every process; sent away (WaitEnded,
+        ``wake_waiters``), it holds nothing."""
         hub = self.hub
         token = hub.token()
         self.waiting += 1
         delay = BACKOFF_INITIAL
+        sendoffs = self._sendoffs
         try:
             while True:
+                if self._sendoffs != sendoffs:
+                    raise WaitEnded(self.scope)
                 seen = self._wakes
                 try:
                     if hub.outage:
@@ -122,7 +127,7 @@ class RedisGate:
                 if pause > 0:  # a server asked every process to hold off
                     await hub.sleep(min(pause, hub.poll))
                     continue
-                await self._await_releases(seen, max(1, ahead - free + 1))
+                await self._await_releases(seen, max(1, ahead - free + 1), sendoffs)
         except BaseException:
             if token not in self.held:
                 hub.background(
@@ -132,11 +137,12 @@ class RedisGate:
         finally:
             self.waiting -= 1
 
-    async def _await_releases(self, seen: int, needed: int) -> None:
-        """Sleep until ``needed`` releases were announced since ``seen``, or a jittered poll."""
+    async def _await_releases(self, seen: int, needed: int, sendoffs: int) -> None:
+        """Sleep until ``needed`` releases were announced since ``seen``, a jittered poll, or
+        ``wake_waiters`` (``sendoffs`` is its count when the wait began)."""
         hub = self.hub
         deadline = hub.clock() + hub.rng.uniform(0.5, 1.0) * hub.poll
-        while self._wakes - seen < needed:
+        while self._wakes - seen < needed and self._sendoffs == sendoffs:
             left = deadline - hub.clock()
             if left <= 0:
                 return
@@ -172,6 +178,11 @@ class RedisGate:
         self._woken = asyncio.Event()
         for callback in list(self._listeners):
             callback()
+
+    def wake_waiters(self) -> None:
+        """End every wait for a slot in this process with WaitEnded (they hold nothing)."""
+        self._sendoffs += 1
+        self.wake()
 
     def add_release_listener(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)

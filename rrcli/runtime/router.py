@@ -6,6 +6,7 @@ cooldown and display counters, the session bindings, and the queue of requests w
 takes the slot on the chosen backend's gate and hands it back as a ``Lease``. It is the gates'
 one driver: every attempt starts at ``admit`` (slot, rate budget) and is ``observe``d once.
 
+A backend whose answer says it can serve no call leaves the pool (``take_down``; health.py).
 Counters cannot drift: ``in_flight`` goes up only in ``_grant`` and down only in ``release``,
 each guarded by ``lease.held``; a request cancelled while waiting never got a lease, and a slot
 handed to it as it was cancelled is passed on. Times are seconds unless a name ends in ``_ms``;
@@ -24,8 +25,9 @@ from typing import TYPE_CHECKING
 import structlog
 
 from rrcli.config.profile import Profile
-from rrcli.errors import NoBackendError, ProviderError
-from rrcli.runtime.gate import Clock, Gate, Sleep
+from rrcli.errors import ProviderError
+from rrcli.runtime.gate import Clock, Gate, Sleep, WaitEnded
+from rrcli.runtime.health import BackendDown, no_backend
 from rrcli.runtime.lease import BackendState, Lease
 from rrcli.runtime.strategies import Candidate, FirstAvailable, make_strategy
 from rrcli.tokens import plausible_call_tokens
@@ -100,35 +102,34 @@ class Router:
     ) -> Lease:
         """One routing decision, returning holding ONE slot on the chosen backend's gate.
 
-        With ``binding = "session"`` a session routes at its first call and stays there;
-        ``exclude`` names backends not to use (failover). Raises NoBackendError when every
-        backend is excluded."""
+        With ``binding = "session"`` a session routes at its first call and stays there while
+        its backend is up; ``exclude`` names backends not to use. Raises NoBackendError."""
         if not (self._sessions and session is not None):
             return self._grant(await self._route(exclude), None)
         bound = self._bindings.get(session)
         tag = "new"
         if bound is None and session in self._saved:
-            saved = self._by_id.get(self._saved.pop(session))
-            if saved is not None:
+            if (saved := self._by_id.get(self._saved.pop(session))) is not None:
                 bound = self._bindings[session] = (saved, "kept")
             else:
                 tag = "rebound"
         if bound is not None:
             state, tag = bound
-            if state.backend.id not in exclude:
-                await state.gate.acquire()
+            if state.backend.id not in exclude and await self._slot(state):
                 return self._grant(state, tag)
-            tag = "rebound"  # failover moves the session
+            tag = "rebound"  # failover, or its backend went down: the session moves
         state = await self._route(exclude)
         self._bindings[session] = (state, tag)
         return self._grant(state, tag)
 
     async def reacquire(self, lease: Lease) -> None:
-        """A retry takes a slot again on the SAME backend (FIFO at its gate)."""
+        """A retry takes a slot again on the SAME backend (FIFO at its gate); raises
+        BackendDown, holding nothing, when that backend is or goes down."""
         if lease.held:
             raise RuntimeError("reacquire of a lease that still holds its slot")
         state = lease.state
-        await state.gate.acquire()
+        if not await self._slot(state):
+            raise BackendDown(state.backend.id)
         state.retries += 1
         self._grant(state, lease.binding, lease)
 
@@ -209,6 +210,25 @@ class Router:
         self._bindings.pop(session, None)
         self._saved.pop(session, None)
 
+    @property
+    def healthy(self) -> int:
+        """How many backends a decision may choose: neither down nor weighted out."""
+        return len(self._admitted)
+
+    def take_down(self, deployment: str, reason: str) -> BackendState | None:
+        """Take backend ``deployment`` out of the pool for the run, its state returned (None: it
+        already was out); calls waiting at its gate choose again, calls in flight finish."""
+        if (state := self._by_id[deployment]).down is not None:
+            return None
+        state.down = reason
+        self._admitted = tuple(s for s in self._admitted if s is not state)
+        state.gate.wake_waiters()
+        healthy = {s.backend.id for s in self._admitted}
+        for waiter in self._queue:  # first_available requests left with no backend fail
+            if not (waiter.granted.done() or healthy - waiter.exclude):
+                waiter.granted.set_exception(no_backend(self.states, bool(healthy), waiter.exclude))
+        return state
+
     # -- internals ---------------------------------------------------------------------------
 
     def _grant(self, state: BackendState, binding: str | None, lease: Lease | None = None) -> Lease:
@@ -245,6 +265,16 @@ class Router:
                 "rrcli.backend_cooling", backend=state.backend.id, reason=reason, seconds=seconds
             )
 
+    async def _slot(self, state: BackendState) -> bool:
+        """Wait for a slot at ``state``'s gate: True once held, False (holding none) once down."""
+        while state.down is None:
+            try:
+                await state.gate.acquire()
+            except WaitEnded:  # sent away: its backend went down, or another of its scope
+                continue
+            return True
+        return False
+
     def _candidates(self, exclude: frozenset[str]) -> tuple[Sequence[BackendState], float | None]:
         """The backends this decision may use, and, when every one of them is cooling, the time
         the first recovers (then the list is empty)."""
@@ -252,12 +282,7 @@ class Router:
         if exclude:
             allowed = tuple(s for s in allowed if s.backend.id not in exclude)
         if not allowed:
-            tried = ", ".join(sorted(exclude))
-            raise NoBackendError(
-                f"no backend left to route to: already tried {tried}"
-                if exclude
-                else "no backend can be chosen: every weight is 0"
-            )
+            raise no_backend(self.states, bool(self._admitted), exclude)
         if not self._skip_cooling:
             return allowed, None
         warm = [s for s in allowed if not s.cooling]
@@ -267,30 +292,27 @@ class Router:
         if self._fixed is not None:
             return [self._fixed[s.position] for s in states]
         return [
-            Candidate(
-                s.position,
-                s.backend.weight,
-                s.gate.in_flight,
-                s.gate.waiting,
-                max(1, s.gate.cap),
-                s.ewma_latency_ms,
-            )
+            Candidate(s.position, s.backend.weight, s.gate.in_flight, s.gate.waiting,
+                      max(1, s.gate.cap), s.ewma_latency_ms)
             for s in states
-        ]
+        ]  # fmt: skip
 
     async def _route(self, exclude: frozenset[str]) -> BackendState:
         """Choose a backend and take one slot on its gate."""
         while True:
             candidates, recovery = self._candidates(exclude)
-            if candidates:
-                break
-            # every candidate is cooling: wait for the first to recover instead of failing
-            await self._sleep(max(0.0, (recovery or 0.0) - self._clock()))
-        if isinstance(self._strategy, FirstAvailable):
-            return await self._first_available(exclude)
-        state = candidates[self._strategy.choose(self._snapshot(candidates))]
-        await state.gate.acquire()
-        return state
+            if not candidates:
+                # every candidate is cooling: wait for the first to recover instead of failing
+                await self._sleep(max(0.0, (recovery or 0.0) - self._clock()))
+                continue
+            if isinstance(self._strategy, FirstAvailable):
+                return await self._first_available(exclude)
+            state = candidates[self._strategy.choose(self._snapshot(candidates))]
+            try:
+                await state.gate.acquire()
+            except WaitEnded:  # its backend, or another of its scope, went down: choose again
+                continue
+            return state
 
     async def _sweep(self, exclude: frozenset[str], refused: set[int]) -> BackendState | None:
         """Try the eligible gates in a fresh shuffle; the first that admits without queuing gives

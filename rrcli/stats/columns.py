@@ -8,12 +8,12 @@ a block that does not decode whole is decoded again line by line, so one bad lin
 itself. Canonical ``2026-11-29T21:31:29.123Z`` timestamps parse vectorised; any other RFC 3339
 form goes through ``datetime.fromisoformat``. Times are float milliseconds since the epoch.
 
-Malformed (counted, skipped): not JSON, not an object, no ``event``, a run, call or run_end
-record missing a field or with a wrong type (a call needs ``run_id``, ``deployment``, ``outcome``
-in ok|retry|error and two timestamps with ts_end >= ts_start), a call whose numbers cannot be
-true (``_sane``: a negative or infinite latency, TTFT or token count, a latency that is not its
-interval's). Blank lines and records of an unknown event (a newer rrcli) are skipped without
-counting.
+Malformed (counted, skipped): not JSON, not an object, no ``event``, a run, call, backend or
+run_end record missing a field or with a wrong type (a call needs ``run_id``, ``deployment``,
+``outcome`` in ok|retry|error and two timestamps with ts_end >= ts_start), a call whose numbers
+cannot be true (``_sane``: a negative or infinite latency, TTFT or token count, a latency that is
+not its interval's). Blank lines and records of an unknown event (a newer rrcli) are skipped
+without counting.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import IO, Any
 import msgspec
 import numpy as np
 
-from rrcli.records.traceschema import CALL, OUTCOMES, parse_rfc3339
+from rrcli.records.traceschema import CALL, EVENTS, OUTCOMES, parse_rfc3339
 
 _BLOCK_BYTES = 1 << 22
 _LATENCY_SLACK_MS = 1000.0  # a latency further than this from ts_end − ts_start is malformed
@@ -92,7 +92,15 @@ class _RunEnd(msgspec.Struct, tag="run_end", tag_field="event", gc=False):
     interrupted: bool | None = None
 
 
-_DECODER = msgspec.json.Decoder(_Call | _Run | _RunEnd)
+class _BackendEvent(msgspec.Struct, tag="backend", tag_field="event", gc=False):
+    """A backend's change of state: known, read, and not used by the numbers."""
+
+    run_id: str
+    deployment: str
+    state: str
+
+
+_DECODER = msgspec.json.Decoder(_Call | _Run | _RunEnd | _BackendEvent)
 _NUMBERS = attrgetter("latency_ms", "ttft_ms", "input_tokens", "output_tokens")
 
 
@@ -251,7 +259,9 @@ class TraceReader:
             cols = [c[good] for c in cols]
         self._blocks.append(tuple(cols))
 
-    def _meta(self, record: _Run | _RunEnd) -> None:
+    def _meta(self, record: _Run | _RunEnd | _BackendEvent) -> None:
+        if type(record) is _BackendEvent:
+            return
         info = self.run_info(record.run_id)
         if type(record) is _RunEnd:
             info.jobs, info.interrupted = record.jobs, record.interrupted
@@ -286,7 +296,7 @@ def _unknown_event(line: bytes) -> bool:
     return (
         type(record) is dict
         and isinstance(record.get("event"), str)
-        and record["event"] not in ("call", "run", "run_end")
+        and record["event"] not in EVENTS
         and isinstance(record.get("run_id"), str)
     )
 

@@ -1,0 +1,129 @@
+"""Backends that leave the pool (SPEC §15): what the run does when an answer says a backend can
+serve no call at all, and what it tells the user.
+
+Which answers mean that is decided where errors are made (``providers.base.is_backend_fault``:
+a key refused, an account out of quota, a model or path not found); the error carries it as
+``backend_down``. Here ``Health.down`` acts on it once per backend: the router takes the
+backend out of every later decision and wakes the calls waiting for it (router.py), the trace
+gets a ``backend`` record, the log an error-level line (shown even with ``-q``) naming the
+backend and what to check, and when no healthy backend is left the run halts (exit 1, each
+backend's reason, fix and ``--resume``). All of it is on the error path: a successful attempt
+never comes here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import structlog
+
+from rrcli.errors import NoBackendError, ProviderError
+from rrcli.runtime.control import Halt, RunControl
+
+if TYPE_CHECKING:
+    from rrcli.config.profile import Backend
+    from rrcli.records.trace import TraceWriter
+    from rrcli.runtime.lease import BackendState
+    from rrcli.runtime.router import Router
+
+__all__ = [
+    "BackendDown",
+    "Health",
+    "NoHealthyBackend",
+    "check_hint",
+    "no_backend",
+    "pool_down_message",
+]
+
+log = structlog.get_logger("rrcli")
+
+
+class NoHealthyBackend(NoBackendError):
+    """Every backend of the pool is down: the run has halted, and a call that could not be
+    routed leaves its job without a result line (``--resume`` runs it once fixed)."""
+
+
+class BackendDown(Exception):
+    """The backend a retry waited for went down meanwhile: the call is routed again."""
+
+
+def no_backend(
+    states: Sequence[BackendState], healthy: bool, exclude: frozenset[str]
+) -> NoBackendError:
+    """Why a routing decision excluding ``exclude`` has no backend to choose: the whole pool
+    down (``healthy`` False), the job's own backends down, failover's tries spent, or every
+    weight 0."""
+    down = [s for s in states if s.down is not None and s.backend.id not in exclude]
+    if down and not healthy:
+        return NoHealthyBackend("no healthy backend left: every backend is down")
+    if down:
+        names = ", ".join(f"{s.backend.id} ({s.down})" for s in down)
+        return NoBackendError(f"no healthy backend left for this job: {names} down")
+    if exclude:
+        return NoBackendError(
+            f"no backend left to route to: already tried {', '.join(sorted(exclude))}"
+        )
+    return NoBackendError("no backend can be chosen: every weight is 0")
+
+
+def check_hint(backend: Backend, reason: str) -> str:
+    """What to check for a backend down for ``reason``: the key's variable (never the key),
+    the account, or the model and address."""
+    creds = backend.credentials
+    if creds.api_key_env is not None:
+        key = f"the key in ${creds.api_key_env}"
+    elif creds.api_key is not None:
+        key = "the profile's api_key"
+    else:
+        key = "the credentials (it sends no key: set credentials.api_key_env)"
+    if reason == "insufficient_quota":
+        return f"check the credit and quota of the account behind {key}"
+    if reason == "http_403":
+        return f"check that {key} may use model {backend.model!r} (project, organisation, region)"
+    if reason == "http_404":
+        return f"check the model {backend.model!r} and the base_url {backend.base_url}"
+    return f"check {key}"
+
+
+def pool_down_message(states: Iterable[BackendState]) -> str:
+    """The halt's message: each backend's reason and what to check, and the way to finish."""
+    reasons = "; ".join(
+        f"{s.backend.id}: {s.down} ({check_hint(s.backend, s.down)})"
+        for s in states
+        if s.down is not None
+    )
+    return (
+        f"no healthy backend left — {reasons}. Fix that, then run again with --resume to run "
+        "the jobs that did not finish (they have no result line)"
+    )
+
+
+class Health:
+    """Takes backends out of the pool as their answers say (``down``), once each."""
+
+    __slots__ = ("control", "router", "traces")
+
+    def __init__(self, router: Router, traces: TraceWriter, control: RunControl) -> None:
+        self.router = router
+        self.traces = traces
+        self.control = control
+
+    def down(self, deployment: str, error: ProviderError) -> None:
+        """``error`` says backend ``deployment`` serves no call: out of the pool for the rest
+        of the run (a second such answer from it changes nothing)."""
+        reason = error.type
+        state = self.router.take_down(deployment, reason)
+        if state is None:
+            return
+        backend = state.backend
+        message = f"{error.message} — {check_hint(backend, reason)}"
+        self.traces.backend(backend.id, "down", reason, message)
+        log.error(
+            "rrcli.backend_down",
+            backend=backend.id,
+            reason=reason,
+            message=f"{backend.id} leaves the pool for the rest of the run: {message}",
+        )
+        if not self.router.healthy:
+            self.control.halt(Halt(1, "no_backend", pool_down_message(self.router.states)))
