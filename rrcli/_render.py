@@ -172,6 +172,8 @@ def print_summary(summary: RunSummary, out: Path | None, traces: Path | None) ->
     """One closing line on stderr: the counts and where the outputs are."""
     jobs = summary.jobs
     line = ", ".join(f"{count:,} {name}" for name, count in jobs.items())
+    if summary.cached:
+        line += f" ({summary.cached:,} calls answered from the cache)"
     if out is not None:
         line += f" → {out}"
     if traces is not None:
@@ -283,7 +285,7 @@ def stats_plot_bins() -> int:
 
 
 _STATS_COLUMNS = (
-    *("calls", "ok", "retried", "errors", "share"),
+    *("calls", "ok", "retried", "errors", "cached", "share"),
     *("latency ms\np50/p95/p99", "TTFT ms\np50/p95", "TPOT ms\np50", "tokens\nin/out"),
     *("cost\nUSD", "out tok/s", "peak in\nflight"),
 )
@@ -337,6 +339,7 @@ def _stats_row(group: dict[str, Any]) -> list[str]:
         f"{group['ok']:,}",
         f"{group['retried']:,}",
         f"{group['errors']:,}",
+        f"{group['cached']:,}",
         "-" if share is None else f"{share:.1%}",
         _ms(group["latency_ms"]),
         _ms(group["ttft_ms"]),

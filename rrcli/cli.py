@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from rrcli import __version__
-from rrcli.config.profile import DEFAULT_PROVIDER
+from rrcli.config.profile import CACHE_MODES, DEFAULT_PROVIDER
 from rrcli.errors import RRCLIError, UsageError
 from rrcli.providers.registry import NAMES
 from rrcli.records.traceschema import RESULT_STATUSES
@@ -104,6 +104,17 @@ _profile_option = click.option(
     "--keep-response",
     is_flag=True,
     help="Add the provider's response body to each result line (a stream: the body it folds into).",
+)
+@click.option(
+    "--cache",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Response cache (SQLite file): answer repeated requests from it, store ok answers.",
+)
+@click.option(
+    "--cache-mode",
+    type=click.Choice(CACHE_MODES),
+    help="Look up and store (readwrite), only look up (read), only store (write), or off "
+    "[default: the profile's, else readwrite].",
 )
 @click.option(
     "--otlp",

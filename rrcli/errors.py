@@ -10,6 +10,7 @@ interrupted)::
     │   ├── OutputExistsError       results file exists without --resume/--overwrite
     │   ├── OutputBusyError         another run holds the results or traces file
     │   ├── GateUnavailableError    the shared gate (Redis) cannot be reached at start
+    │   ├── CacheError              the response cache file cannot be used (corrupt, foreign...)
     │   └── NoBackendError          routing found no backend the call may use (failover tried all)
     └── ProviderError               one HTTP attempt failed; translated ONCE in providers/base.py
         ├── TransportError          connection refused/reset, DNS, TLS: no response at all
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from rrcli.config.diagnostic import Diagnostic
 
 __all__ = [
+    "CacheError",
     "GateUnavailableError",
     "InvalidResponseError",
     "NoBackendError",
@@ -82,6 +84,11 @@ class OutputBusyError(UsageError):
 
 class GateUnavailableError(UsageError):
     """The shared gate's server (Redis) cannot be reached when the run starts."""
+
+
+class CacheError(UsageError):
+    """The response cache file (``--cache``) cannot be used as asked: not an SQLite database,
+    corrupt, another program's database, or read-only while answers would be stored."""
 
 
 class NoBackendError(UsageError):

@@ -22,6 +22,7 @@ GROUP_KEYS = [
     "ok",
     "retried",
     "errors",
+    "cached",
     "share",
     "latency_ms",
     "ttft_ms",

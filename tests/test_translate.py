@@ -411,6 +411,15 @@ def test_any_content_translates_or_is_untranslatable_never_a_crash(messages, par
             pass
 
 
+@pytest.mark.parametrize("source", [True, "x", 3, ["url"]])
+def test_an_image_whose_source_is_not_an_object_is_untranslatable(source) -> None:
+    """An Anthropic image block whose ``source`` is not an object (found by the property test
+    above) is an UntranslatableError naming the block, not an AttributeError."""
+    messages = [{"role": "developer", "content": [{"type": "image", "source": source}]}]
+    with pytest.raises(UntranslatableError, match="image"):
+        to_openai(messages, {})
+
+
 # --- what cannot be said -------------------------------------------------------------------
 
 

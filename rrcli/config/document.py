@@ -9,6 +9,7 @@ ids, ``same_model``, weights, shared gate scopes, and the base_url address polic
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -19,13 +20,14 @@ from rrcli.config.prices import price_of, unpriced_budget
 from rrcli.config.profile import (
     Backend,
     BudgetSettings,
+    CacheSettings,
     CooldownSettings,
     GateSettings,
     Profile,
     QueueSettings,
     RetrySettings,
 )
-from rrcli.config.schema import BUDGET, COOLDOWN, GATE, QUEUE, RETRY, TOP, as_floats
+from rrcli.config.schema import BUDGET, CACHE, COOLDOWN, GATE, QUEUE, RETRY, TOP, as_floats
 from rrcli.config.walk import Checker
 from rrcli.providers.registry import info
 
@@ -79,7 +81,8 @@ def check_document(
 
 
 def _settings(check: Checker, top: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``[retry]``, ``[gate]``, ``[cooldown]``, ``[budget]`` and ``[queue]`` sections."""
+    """The ``[retry]``, ``[gate]``, ``[cooldown]``, ``[budget]``, ``[cache]`` and ``[queue]``
+    sections."""
     cooldown = as_floats(check.table(top.get("cooldown", {}), COOLDOWN, "cooldown"), COOLDOWN)
     budget = as_floats(check.table(top.get("budget", {}), BUDGET, "budget"), BUDGET)
     return {
@@ -87,6 +90,7 @@ def _settings(check: Checker, top: Mapping[str, Any]) -> dict[str, Any]:
         "retry": _retry(check, check.table(top.get("retry", {}), RETRY, "retry")),
         "gate": _gate(check, check.table(top.get("gate", {}), GATE, "gate")),
         "cooldown": CooldownSettings(**cooldown),
+        "cache": _cache(check, check.table(top.get("cache", {}), CACHE, "cache")),
         "queue": _queue(check, check.table(top.get("queue", {}), QUEUE, "queue")),
     }
 
@@ -149,6 +153,19 @@ def _redis_url(check: Checker, where: str, url: str) -> None:
             'write e.g. url = "redis://127.0.0.1:6379/0"',
             "bad_value",
         )
+
+
+def _cache(check: Checker, values: dict[str, Any]) -> CacheSettings:
+    settings = CacheSettings(**values)
+    if settings.path and Path(settings.path).is_dir():
+        check.add(
+            "error",
+            "cache.path",
+            f'"{settings.path}" is a folder; the cache is one SQLite file',
+            'name a file, e.g. path = "answers.sqlite"',
+            "bad_value",
+        )
+    return settings
 
 
 def _addresses(check: Checker, backends: tuple[Backend, ...], resolve: Resolver | None) -> None:

@@ -19,6 +19,7 @@ from rrcli.providers.registry import REGISTRY
 
 __all__ = [
     "BINDINGS",
+    "CACHE_MODES",
     "DEFAULT_PROVIDER",
     "GATE_KINDS",
     "MAX_CONTINUATIONS",
@@ -27,6 +28,7 @@ __all__ = [
     "STRATEGIES",
     "Backend",
     "BudgetSettings",
+    "CacheSettings",
     "CooldownSettings",
     "Credentials",
     "GateSettings",
@@ -52,6 +54,8 @@ STRATEGIES = (
 )
 BINDINGS = ("request", "session")
 GATE_KINDS = ("local", "redis")
+#: --cache-mode: look answers up and store new ones, only look up, only store, no cache at all
+CACHE_MODES = ("readwrite", "read", "write", "off")
 DEFAULT_PROVIDER = "openai"
 DEFAULT_RETRY_ON_STATUS = (408, 409, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524, 529)
 
@@ -195,6 +199,15 @@ class CooldownSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """The response cache (``[cache]``): its SQLite file ("" for none; a relative path is from
+    the working folder, as ``--cache``'s) and what a run does with it (CACHE_MODES)."""
+
+    path: str = ""
+    mode: str = "readwrite"
+
+
+@dataclass(frozen=True, slots=True)
 class BudgetSettings:
     """The most a run may spend, in USD (None: no budget); ``rrcli run --max-cost`` overrides."""
 
@@ -213,6 +226,7 @@ class Profile:
     retry: RetrySettings = field(default_factory=RetrySettings)
     gate: GateSettings = field(default_factory=GateSettings)
     cooldown: CooldownSettings = field(default_factory=CooldownSettings)
+    cache: CacheSettings = field(default_factory=CacheSettings)
     budget: BudgetSettings = field(default_factory=BudgetSettings)
     queue: QueueSettings = field(default_factory=QueueSettings)
     backends: tuple[Backend, ...] = ()
@@ -259,6 +273,8 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
     out["retry"] = retry
     out["gate"] = _plain(profile.gate)
     out["cooldown"] = _plain(profile.cooldown)
+    if profile.cache != CacheSettings():
+        out["cache"] = {k: v for k, v in _plain(profile.cache).items() if v}
     out["queue"] = _plain(profile.queue)
     if profile.budget.max_cost_usd is not None:
         out["budget"] = _plain(profile.budget)

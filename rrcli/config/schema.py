@@ -16,6 +16,7 @@ from typing import Any
 
 from rrcli.config.profile import (
     BINDINGS,
+    CACHE_MODES,
     GATE_KINDS,
     MAX_CONTINUATIONS,
     MAX_IN_FLIGHT,
@@ -27,6 +28,7 @@ from rrcli.providers.registry import ENDPOINTS, NAMES, REGISTRY
 __all__ = [
     "BACKEND",
     "BUDGET",
+    "CACHE",
     "COOLDOWN",
     "CREDENTIALS",
     "EXPECTED",
@@ -129,6 +131,7 @@ TOP = {
     "retry": Field("table"),
     "gate": Field("table"),
     "cooldown": Field("table"),
+    "cache": Field("table"),
     "budget": Field("table"),
     "queue": Field("table"),
     "backends": Field("tables"),
@@ -186,6 +189,7 @@ COOLDOWN = {
     "duration": Field("number", above(0)),
     "round_robin": Field("bool"),
 }
+CACHE = {"path": Field("str", NOT_EMPTY), "mode": Field("str", choices=CACHE_MODES)}
 BUDGET = {"max_cost_usd": Field("number", at_least(0))}
 PRICE = {"input": Field("number", at_least(0)), "output": Field("number", at_least(0))}
 SIM = {

@@ -177,7 +177,8 @@ def _openai_part(block: Any, where: str) -> Any:
     if kind == "text":
         return {"type": "text", "text": block.get("text", "")}
     if kind == "image":
-        source = block.get("source") or {}
+        source = block.get("source")
+        source = source if isinstance(source, dict) else {}
         if source.get("type") == "url":
             return {"type": "image_url", "image_url": {"url": source.get("url")}}
         if source.get("type") == "base64":

@@ -18,7 +18,7 @@ __all__ = ["result_line"]
 def result_line(outcome: CallOutcome, keep_response: bool = False) -> dict[str, Any]:
     """The SPEC §4 line of one job, from how it ended. The key order is part of the format:
     ``id, status, deployment, model, output, refusal?, tool_calls?, finish_reason, usage,
-    attempts, latency_ms, request_id?, system_fingerprint?, metadata, reasoning_content?,
+    attempts, latency_ms, cached?, request_id?, system_fingerprint?, metadata, reasoning_content?,
     logprobs?, choices?, session?, turns?, response?`` for ``ok``; ``id, status, deployment,
     attempts, error, metadata, session?, turns?`` for ``error``; ``id, status, error,
     duplicate_of?`` for ``invalid``. ``usage`` is ``input_tokens, output_tokens,
@@ -81,6 +81,8 @@ def _chat_line(
     line["usage"] = _usage(turns) if turns else _tokens(reply)
     line["attempts"] = _attempts(turns) if turns else outcome.attempts
     line["latency_ms"] = _latency_ms(turns) if turns else attempt.latency_ms
+    if _cached(outcome):
+        line["cached"] = True
     if reply.request_id is not None:
         line["request_id"] = reply.request_id
     if reply.system_fingerprint is not None and not turns:
@@ -114,7 +116,7 @@ def _endpoint_line(
     endpoint``, then its answer: ``embeddings`` (one vector per input, in input order) or
     ``moderations`` (one result per input), else ``output, refusal?, tool_calls?,
     finish_reason, response_id?`` (a Responses answer's id); then ``usage`` (embeddings and
-    moderations: input tokens only), ``attempts, latency_ms, request_id?, metadata``, the
+    moderations: input tokens only), ``attempts, latency_ms, cached?, request_id?, metadata``, the
     details as a chat line's (a completion's several ``choices`` among them) and ``session?``."""
     line: dict[str, Any] = {
         "id": job.id,
@@ -135,6 +137,8 @@ def _endpoint_line(
         line["usage"] = _tokens(reply)
     line["attempts"] = outcome.attempts
     line["latency_ms"] = attempt.latency_ms
+    if _cached(outcome):
+        line["cached"] = True
     if reply.request_id is not None:
         line["request_id"] = reply.request_id
     line["metadata"] = job.metadata or {}
@@ -142,6 +146,14 @@ def _endpoint_line(
     if outcome.session is not None:
         line["session"] = outcome.session
     return line
+
+
+def _cached(outcome: CallOutcome) -> bool:
+    """Whether the response cache gave the answer (no HTTP call was made): a call's, or every
+    turn's of a session."""
+    if outcome.turns:
+        return all(_cached(turn) for turn in outcome.turns)
+    return outcome.attempt is not None and outcome.attempt.decision == "cached"
 
 
 def _answer(entry: dict[str, Any], reply: Reply) -> None:
@@ -200,7 +212,7 @@ def _latency_ms(turns: tuple[CallOutcome, ...]) -> float:
 
 def _turn(turn: CallOutcome, keep_response: bool) -> dict[str, Any]:
     """A session turn's entry in its line's ``turns``: ``output, refusal?, tool_calls?,
-    deployment, usage, system_fingerprint?, reasoning_content?, logprobs?, choices?,
+    deployment, usage, cached?, system_fingerprint?, reasoning_content?, logprobs?, choices?,
     response?``."""
     reply, attempt = turn.reply, turn.attempt
     assert reply is not None and attempt is not None
@@ -208,6 +220,8 @@ def _turn(turn: CallOutcome, keep_response: bool) -> dict[str, Any]:
     _answer(entry, reply)
     entry["deployment"] = attempt.backend.id
     entry["usage"] = _tokens(reply)
+    if _cached(turn):
+        entry["cached"] = True
     if reply.system_fingerprint is not None:
         entry["system_fingerprint"] = reply.system_fingerprint
     _details(entry, reply, keep_response)

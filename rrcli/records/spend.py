@@ -2,9 +2,10 @@
 covers the earlier runs of the same results file).
 
 Each call record costs its tokens at the price its run record gives its deployment (USD per
-million tokens); a deployment its run left unpriced costs what ``fallback`` (today's prices)
-says, else nothing. Streamed line by line; a line that is not a trace record is skipped, as
-``rrcli stats`` skips it.
+million tokens), but an answer from the response cache (outcome ``cached``), which made no
+call; a deployment its run left unpriced costs what ``fallback`` (today's prices) says, else
+nothing. Streamed line by line; a line that is not a trace record is skipped, as ``rrcli
+stats`` skips it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def traces_cost(path: Path | None, fallback: Mapping[str, Price | None]) -> floa
                 continue
             if record.get("event") == "run":
                 prices.update(_run_prices(record))
-            elif record.get("event") == "call":
+            elif record.get("event") == "call" and record.get("outcome") != "cached":
                 price = prices.get((record.get("run_id"), record.get("deployment")))
                 if price is None:
                     fell = fallback.get(record.get("deployment"))  # type: ignore[arg-type]

@@ -34,8 +34,9 @@ __all__ = [
     "rfc3339",
 ]
 
-Outcome = Literal["ok", "retry", "error"]
-#: ok; retry (failed, another attempt follows); error (failed, final)
+Outcome = Literal["ok", "retry", "error", "cached"]
+#: ok; retry (failed, another attempt follows); error (failed, final); cached (answered from the
+#: response cache: no HTTP call, zero latency, never counted against caps, limits or budgets)
 OUTCOMES: tuple[str, ...] = Outcome.__args__
 
 #: the call record, one per HTTP attempt: (field, type) in the SPEC's order. ``turn`` counts

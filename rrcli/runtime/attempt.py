@@ -21,13 +21,15 @@ if TYPE_CHECKING:
 __all__ = ["Attempt", "CallOutcome", "Decision"]
 
 #: what the loop decided after an attempt: ``ok``; ``retry`` on the same backend after
-#: ``backoff_s``; ``failover`` to another backend; ``error``, final.
-Decision = Literal["ok", "retry", "failover", "error"]
+#: ``backoff_s``; ``failover`` to another backend; ``error``, final; ``cached``: no HTTP attempt
+#: was made, the response cache answered (``runtime.cached``).
+Decision = Literal["ok", "retry", "failover", "error", "cached"]
 
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One HTTP attempt and what was decided after it."""
+    """One HTTP attempt and what was decided after it (or a cached answer standing for one:
+    decision ``cached``, zero latency, no error)."""
 
     job_id: str | int
     session: str | None
@@ -58,7 +60,7 @@ class Attempt:
     @property
     def outcome(self) -> str:
         """The trace's ``outcome``: ok | retry (another attempt follows, here or elsewhere) |
-        error."""
+        error | cached."""
         return "retry" if self.decision == "failover" else self.decision
 
     @property

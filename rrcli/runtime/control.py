@@ -43,6 +43,7 @@ class RunSummary:
     interrupted: bool = False
     total: int | None = None  # jobs expected, when the input could be counted
     halted: Halt | None = None  # the run stopped itself (jobs not started have no result)
+    cached: int = 0  # calls answered from the response cache (--cache), known at the end
     started: float = field(default_factory=time.monotonic)
 
     @property

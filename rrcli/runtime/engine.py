@@ -7,6 +7,7 @@ the trace, the log, the router (which alone drives the gates). On a transient fa
 released, the policy's delay slept, and a slot on the SAME backend taken again; with ``failover``
 a spent budget routes the call among the backends not yet tried. A job ends as one
 ``CallOutcome``, its result line's only input: one failing job never cancels its siblings.
+With --cache, a call the cache answers (runtime/cached.py) is traced and never routed.
 ``runner.py`` sets the run up around the workers (outputs, signals, flushing).
 """
 
@@ -32,6 +33,7 @@ from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter
 from rrcli.runtime.attempt import Attempt, CallOutcome, Decision
+from rrcli.runtime.cached import ResponseCache
 from rrcli.runtime.control import Halted, RunControl, RunSummary
 from rrcli.runtime.health import BackendDown, Health, NoHealthyBackend
 from rrcli.runtime.lease import Lease
@@ -58,7 +60,8 @@ class ResultSink(Protocol):
 class Engine:
     """One run's live state: the router, the providers, the writers and the counters.
     ``stream`` is --stream; ``on_text`` takes text as it arrives (--prompt --stream);
-    ``keep_response`` is --keep-response (result lines carry the provider's body)."""
+    ``keep_response`` is --keep-response (result lines carry the provider's body); ``cache``
+    the response cache (--cache)."""
 
     profile: Profile
     stream: bool
@@ -71,6 +74,7 @@ class Engine:
     control: RunControl
     rng: random.Random
     keep_response: bool = False
+    cache: ResponseCache | None = None  # --cache
     policy: RetryPolicy = field(init=False)
     session_binding: bool = field(init=False)
     rules: RouteRules = field(init=False)
@@ -161,6 +165,22 @@ class Engine:
         return await self._call(job, [], 0, excluded)
 
     async def _call(
+        self, job: Job, messages: list[dict[str, Any]], turn: int, excluded: frozenset[str]
+    ) -> CallOutcome:
+        """One call of a job: answered by the response cache when it holds the answer (traced,
+        never routed), else routed and sent, its ok answer then stored (runtime/cached.py)."""
+        cache = self.cache
+        if cache is None:
+            return await self._routed(job, messages, turn, excluded)
+        hit, keys = cache.lookup(job, messages, turn, excluded, self._request)
+        if hit is not None:
+            self.traces.call(hit, None)
+            return self._outcome(job, hit, hit.reply)
+        outcome = await self._routed(job, messages, turn, excluded)
+        cache.keep(outcome, keys, messages, self._request)
+        return outcome
+
+    async def _routed(
         self, job: Job, messages: list[dict[str, Any]], turn: int, excluded: frozenset[str]
     ) -> CallOutcome:
         """One call of a job: its attempts on the routed backend (never one of ``excluded``);

@@ -54,6 +54,8 @@ class RunOptions:
     otlp: str | None = None  # --otlp: send spans to this collector ("": the OTEL_* environment)
     on_text: Callable[[str], None] | None = None  # --prompt --stream: text as it arrives
     on_result: Callable[[dict[str, Any]], None] | None = None  # results to a callback, not a file
+    cache: Path | None = None  # --cache: the response cache file (None: the profile's, if any)
+    cache_mode: str | None = None  # --cache-mode (None: the profile's, else readwrite)
     queue: str | None = None  # --queue NAME
 
     def __post_init__(self) -> None:

@@ -33,6 +33,7 @@ from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.records.results import ResultWriter, ResumeState, prepare_output
 from rrcli.records.trace import TraceWriter, new_run_id
 from rrcli.runtime.budget import budget_prices, final_halt, make_budget
+from rrcli.runtime.cached import ResponseCache, open_cache
 from rrcli.runtime.control import RunControl, RunSummary
 from rrcli.runtime.engine import Engine, ResultSink
 from rrcli.runtime.options import RunOptions
@@ -135,8 +136,9 @@ async def _run_open(
     control = start.control
     seed = options.seed if options.seed is not None else profile.seed
     rng = random.Random(seed)
-    resume = _prepare_results(options, stack)
     summary = RunSummary(new_run_id(), total=total)
+    cache = _open_cache(profile, options, summary, stack)  # CacheError: exit 2, nothing sent
+    resume = _prepare_results(options, stack)
     router, gates = make_router(profile, rng)
     router.budget = await make_budget(profile, options, start.prices, control, gates)
     if resume is not None and resume.sessions:
@@ -148,7 +150,7 @@ async def _run_open(
     traces.run(profile, None if shared is None else shared.label)
     engine = Engine(
         profile, options.stream, options.on_text, router, providers, results, traces,
-        summary, control, rng, options.keep_response,
+        summary, control, rng, options.keep_response, cache,
     )  # fmt: skip
     engine.origins.update(resume.responses.items() if resume is not None else ())
     if shared is not None:
@@ -209,6 +211,30 @@ def _prepare_results(options: RunOptions, stack: ExitStack) -> ResumeState | Non
     return prepare_output(
         options.out_file, resume=options.resume, overwrite=options.overwrite, fmt=options.fmt
     )
+
+
+def _open_cache(
+    profile: Profile, options: RunOptions, summary: RunSummary, stack: ExitStack
+) -> ResponseCache | None:
+    """The response cache, if the run has one; at the end its writes are waited for, its hits
+    counted in ``summary`` and logged."""
+    cache = open_cache(profile, options)
+    if cache is None:
+        return None
+
+    def close() -> None:
+        cache.file.close()
+        summary.cached = cache.hits
+        log.info(
+            "rrcli.cache_closed",
+            path=str(cache.file.path),
+            hits=cache.hits,
+            stored=cache.file.stored,
+            lost=cache.file.lost,
+        )
+
+    stack.callback(close)
+    return cache
 
 
 def make_providers(
@@ -307,7 +333,11 @@ async def _drive(
     """
     control = engine.control
     feed = JobFeed(engine.worker, concurrency, control)
-    everything = asyncio.ensure_future(_feed(feed, jobs, reader))
+    if not isinstance(jobs, Iterator):  # a shared queue
+        filling: Awaitable[None] = feed.fill(jobs.fetch)
+    else:
+        filling = feed.pull(jobs) if reader is None else feed.read(jobs, reader)
+    everything = asyncio.ensure_future(filling)
     control._cancel = everything.cancel
     flusher = asyncio.create_task(_flush_periodically(engine))
     try:
@@ -320,16 +350,6 @@ async def _drive(
     except asyncio.CancelledError:  # the workers', cancelled by a stop: not this task's
         if not control.stopping:
             raise
-
-
-def _feed(
-    feed: JobFeed,
-    jobs: Iterator[Job | InvalidJob] | SharedQueue,
-    reader: StoppableReader | None,
-) -> Awaitable[None]:
-    if not isinstance(jobs, Iterator):
-        return feed.fill(jobs.fetch)
-    return feed.pull(jobs) if reader is None else feed.read(jobs, reader)
 
 
 async def _until_done(everything: asyncio.Future[Any], control: RunControl, router: Router) -> None:

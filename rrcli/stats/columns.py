@@ -10,10 +10,10 @@ form goes through ``datetime.fromisoformat``. Times are float milliseconds since
 
 Malformed (counted, skipped): not JSON, not an object, no ``event``, a run, call, backend or
 run_end record missing a field or with a wrong type (a call needs ``run_id``, ``deployment``,
-``outcome`` in ok|retry|error and two timestamps with ts_end >= ts_start), a call whose numbers
-cannot be true (``_sane``: a negative or infinite latency, TTFT or token count, a latency that is
-not its interval's). Blank lines and records of an unknown event (a newer rrcli) are skipped
-without counting.
+``outcome`` in ok|retry|error|cached and two timestamps with ts_end >= ts_start), a call whose
+numbers cannot be true (``_sane``: a negative or infinite latency, TTFT or token count, a
+latency that is not its interval's). Blank lines and records of an unknown event (a newer rrcli)
+are skipped without counting.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from rrcli.records.traceschema import CALL, EVENTS, OUTCOMES, parse_rfc3339
 
 _BLOCK_BYTES = 1 << 22
 _LATENCY_SLACK_MS = 1000.0  # a latency further than this from ts_end − ts_start is malformed
-_OUTCOMES = {name: code for code, name in enumerate(OUTCOMES)}  # ok 0, retry 1, error 2
+_OUTCOMES = {name: code for code, name in enumerate(OUTCOMES)}  # ok 0, retry 1, error 2, cached 3
+CACHED = _OUTCOMES["cached"]  # the outcome of an answer from the response cache: no call made
 KEY_FIELDS = {
     "deployment": "deployment",
     "model": "model",
@@ -120,7 +121,8 @@ class RunInfo:
 @dataclass(frozen=True, slots=True)
 class Columns:
     """Call records as columns, one entry per call. Codes index a TraceReader's ``run_ids``,
-    ``deployments`` and ``keys``; outcome is 0 ok, 1 retry, 2 error; NaN is a null number."""
+    ``deployments`` and ``keys``; outcome is 0 ok, 1 retry, 2 error, 3 cached; NaN is a null
+    number."""
 
     run: np.ndarray
     deployment: np.ndarray

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rrcli.stats.columns import Columns
+from rrcli.stats.columns import CACHED, Columns
 
 __all__ = ["group_percentiles", "group_rows", "group_sums", "group_sweep"]
 
@@ -103,7 +103,13 @@ def group_rows(
 ) -> list[tuple[int, dict[str, Any]]]:
     """(code, its SPEC §10 fields) of each of the ``n`` groups that has calls (with ``empty``,
     of every group), each number computed for all groups at once. ``price_in``/``price_out``:
-    USD per million tokens of each call, NaN when unpriced; ``total``: the calls a share is of."""
+    USD per million tokens of each call, NaN when unpriced; ``total``: the calls a share is of.
+    Answers from the response cache count in ``cached`` and nowhere else."""
+    from_cache = c.outcome == CACHED
+    cached = group_sums(codes[from_cache], n)
+    if cached.any():
+        kept = ~from_cache
+        c, codes, price_in, price_out = c.take(kept), codes[kept], price_in[kept], price_out[kept]
     ok = c.outcome == 0
     timed = ok & ~np.isnan(c.latency)
     with_ttft = ok & ~np.isnan(c.ttft)
@@ -119,6 +125,7 @@ def group_rows(
         group_sums(codes[ok], n),
         group_sums(codes[c.outcome == 1], n),
         group_sums(codes[c.outcome == 2], n),
+        cached,
         group_percentiles(codes[timed], c.latency[timed], n, (50, 95, 99)),
         group_percentiles(codes[with_ttft], c.ttft[with_ttft], n, (50, 95)),
         group_percentiles(codes[streamed], tpot, n, (50,)),
@@ -131,13 +138,13 @@ def group_rows(
     values = [column.tolist() for column in columns]  # Python numbers: 10x faster to read
     return [
         (g, _row(*(column[g] for column in values), total))
-        for g in (range(n) if empty else np.flatnonzero(calls).tolist())
+        for g in (range(n) if empty else np.flatnonzero(calls + cached).tolist())
     ]
 
 
 def _row(
-    calls, ok, retried, errors, latency, ttft, tpot, tokens_in, tokens_out, spent, priced, peak,
-    busy, total,
+    calls, ok, retried, errors, cached, latency, ttft, tpot, tokens_in, tokens_out, spent, priced,
+    peak, busy, total,
 ) -> dict[str, Any]:  # fmt: skip
     """One group's SPEC §10 fields from its numbers (NaN: no sample, no price)."""
     return {
@@ -145,6 +152,7 @@ def _row(
         "ok": int(ok),
         "retried": int(retried),
         "errors": int(errors),
+        "cached": int(cached),
         "share": round(int(calls) / total, 4) if total else None,
         "latency_ms": _percentiles(latency, (50, 95, 99)),
         "ttft_ms": _percentiles(ttft, (50, 95)),

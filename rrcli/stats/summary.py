@@ -7,6 +7,9 @@ SPEC §10 and the CLI renders it. Reading lines into columns is ``_tracecols``'s
 the arithmetic on the columns.
 
 Definitions (where SPEC §10 is silent):
+- a call answered by the response cache (outcome ``cached``) counts in ``cached`` only: not in
+  ``calls``, ``share``, latency, tokens, cost, throughput or peak in flight (no HTTP call was
+  made);
 - latency, TTFT and TPOT percentiles are over ``ok`` calls; percentiles are numpy's default
   linear method (type 7); no samples → None;
 - TPOT is (latency − TTFT) / (output tokens − 1), over streamed ok calls with a TTFT and more
@@ -40,7 +43,7 @@ import orjson
 
 from rrcli.errors import UsageError
 from rrcli.records.traceschema import JOB_COUNTS, parse_rfc3339, rfc3339
-from rrcli.stats.columns import KEY_FIELDS, Columns, TraceReader
+from rrcli.stats.columns import CACHED, KEY_FIELDS, Columns, TraceReader
 from rrcli.stats.grouped import group_rows, group_sums, group_sweep
 
 __all__ = ["BY_FIELDS", "parse_since", "summarize"]
@@ -86,11 +89,12 @@ def summarize(
     if len(codes) < len(reader.run_ids):
         cols = cols.take(np.isin(cols.run, codes))
     price_in, price_out = _prices(reader, cols)
-    per_run = group_sums(cols.run, len(reader.run_ids)).astype(int).tolist()
+    sent = cols.outcome != CACHED
+    per_run = group_sums(cols.run[sent], len(reader.run_ids)).astype(int).tolist()
     summary = {
         "by": by,
-        "groups": _groups(reader, cols, price_in, price_out, runs),
-        "total": _total(cols, price_in, price_out),
+        "groups": _groups(reader, cols, price_in, price_out, runs, int(sent.sum())),
+        "total": _total(cols, price_in, price_out, int(sent.sum())),
         "jobs": _jobs(reader, runs),
         "runs": [_run_row(reader, per_run, r, starts[r]) for r in runs],
         "malformed_lines": reader.malformed,
@@ -254,9 +258,10 @@ def _prices(reader: TraceReader, cols: Columns) -> tuple[np.ndarray, np.ndarray]
     return price_in, price_out
 
 
-def _groups(reader, cols, price_in, price_out, runs) -> list[dict[str, Any]]:
+def _groups(reader, cols, price_in, price_out, runs, sent: int) -> list[dict[str, Any]]:
+    """One row per group; ``sent``: the calls sent in all (what a share is of)."""
     values = {code: value for value, code in reader.keys.items()}
-    rows = group_rows(cols, cols.key, len(reader.keys), price_in, price_out, len(cols.t0))
+    rows = group_rows(cols, cols.key, len(reader.keys), price_in, price_out, sent)
     groups = [{"key": values[code], **row} for code, row in rows]
     if reader.by == "run":
         rank = {r: i for i, r in enumerate(runs)}
@@ -264,10 +269,10 @@ def _groups(reader, cols, price_in, price_out, runs) -> list[dict[str, Any]]:
     return sorted(groups, key=lambda g: (g["key"] is None, g["key"]))
 
 
-def _total(cols: Columns, price_in, price_out) -> dict[str, Any]:
+def _total(cols: Columns, price_in, price_out, sent: int) -> dict[str, Any]:
     """The SPEC §10 fields of all calls together: one group."""
     everyone = np.zeros(len(cols.t0), np.int32)
-    [(_, row)] = group_rows(cols, everyone, 1, price_in, price_out, len(cols.t0), empty=True)
+    [(_, row)] = group_rows(cols, everyone, 1, price_in, price_out, sent, empty=True)
     return {"key": "total", **row}
 
 

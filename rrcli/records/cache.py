@@ -1,0 +1,286 @@
+"""The response cache file (``--cache PATH``): an SQLite database of answers by request key.
+
+Why a module of its own: SQLite calls block, and the run is one event loop. A lookup is a
+primary-key SELECT on an in-process connection (a few microseconds: cheaper than a hop to a
+thread and back), made on the loop; every write goes to ONE writer thread through a queue, and
+the thread commits what has queued up as one transaction, so the loop never waits for a commit
+or a lock held by another process (and the thread gathers answers for LINGER before each
+commit: one commit a call would cost more CPU than the call).
+
+Several processes may share one file: it is in WAL mode (readers never wait for writers), each
+connection waits up to BUSY_TIMEOUT for a lock, and a batch that still meets a lock is tried
+again until WRITE_DEADLINE, so no answer is dropped under contention. Keys and values are opaque
+bytes here: what a key hashes and how an answer is encoded is ``runtime.cached``'s business.
+
+A file that is not an rrcli cache is refused before anything is sent (``CacheError``, exit 2,
+naming the file and the fix): not an SQLite database, a corrupt one, another program's
+database (it has tables, none of them ours), a newer format. A file without write permission
+is refused when answers would be stored (``read-only use`` is ``--cache-mode read``, explicit).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sqlite3
+import stat
+import threading
+import time
+from pathlib import Path
+
+import structlog
+
+from rrcli.errors import CacheError
+
+__all__ = ["FORMAT", "CacheFile"]
+
+log = structlog.get_logger("rrcli")
+
+FORMAT = 1  # the table layout's version, in the meta table as ("format", "1")
+BUSY_TIMEOUT = 30.0  # seconds a connection waits for another process's lock
+WRITE_DEADLINE = 300.0  # seconds a batch keeps being retried against locks before it is lost
+BATCH = 1024  # answers committed in one transaction at most
+LINGER = 0.05  # seconds the writer gathers answers after the first before committing them
+_HEADER = b"SQLite format 3\x00"
+_META = "rrcli_cache_meta"
+_TABLE = "rrcli_cache"
+_SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS {_META} (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {_TABLE} (key BLOB PRIMARY KEY, model TEXT NOT NULL, "
+    "answer BLOB NOT NULL, stored REAL NOT NULL) WITHOUT ROWID",
+    f"INSERT OR IGNORE INTO {_META} VALUES ('format', '{FORMAT}')",
+)
+_GET = f"SELECT answer FROM {_TABLE} WHERE key = ?"
+_PUT = f"INSERT OR REPLACE INTO {_TABLE} VALUES (?, ?, ?, ?)"
+_STOP = None
+_FIX = "delete it (answers are stored again as jobs run) or name another --cache file"
+
+
+class CacheFile:
+    """One run's handle on a cache file: ``get`` on the caller's thread, ``put`` queued for the
+    writer thread, ``close`` waits for the queue to be written. ``read``/``write`` say what the
+    run may do (``--cache-mode``)."""
+
+    def __init__(self, path: Path, *, read: bool = True, write: bool = True) -> None:
+        self.path = path
+        self.stored = 0  # answers committed by this handle
+        self.lost = 0  # answers that could not be written (an error logged for them)
+        self._reader: sqlite3.Connection | None = None
+        self._lookup: sqlite3.Cursor | None = None
+        self._queue: queue.SimpleQueue[tuple[bytes, str, bytes, float] | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        _refuse_unusable(path, write)
+        conn = _connect(path, read_only=not write)
+        try:
+            _prepare(conn, path, write)
+        except BaseException:
+            conn.close()
+            raise
+        if read:
+            self._reader = conn
+            self._lookup = conn.cursor()  # one cursor for every lookup: 4 µs less than a new one
+        else:
+            conn.close()
+        if write:
+            self._writer = threading.Thread(
+                target=self._write_loop, name="rrcli-cache", daemon=True
+            )
+            self._writer.start()
+
+    def get(self, key: bytes) -> bytes | None:
+        """The answer stored under ``key``, None when there is none (or reads are off)."""
+        if self._lookup is None:
+            return None
+        try:
+            row = self._lookup.execute(_GET, (key,)).fetchone()
+        except sqlite3.DatabaseError as exc:  # damaged under us: a miss, said once
+            log.warning("rrcli.cache_unreadable", path=str(self.path), error=str(exc))
+            self._lookup = None
+            return None
+        return None if row is None else row[0]
+
+    def put(self, key: bytes, model: str, answer: bytes) -> None:
+        """Store ``answer`` under ``key`` (by the writer thread, soon); no-op when writes are
+        off."""
+        if self._writer is not None:
+            self._queue.put((key, model, answer, time.time()))
+
+    def close(self) -> None:
+        """Write everything queued, then close both connections."""
+        if self._writer is not None:
+            self._queue.put(_STOP)
+            self._writer.join()
+            self._writer = None
+        self._lookup = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def _write_loop(self) -> None:
+        """The writer thread: whatever has queued up, committed as one transaction."""
+        conn = _connect(self.path, read_only=False)
+        try:
+            stopping = False
+            while not stopping:
+                batch, stopping = self._gather()
+                if batch:
+                    self._commit(conn, batch)
+        finally:
+            conn.close()
+
+    def _gather(self) -> tuple[list, bool]:
+        """(the next batch: the first answer and what queued up in the LINGER after it, at most
+        BATCH; whether the handle is closing). A commit costs about 100 µs of CPU and waking
+        this thread for each answer half that: a commit a call would cost more than the call."""
+        item = self._queue.get()
+        if item is _STOP:
+            return [], True
+        if self._queue.qsize() < BATCH:  # a full batch waiting is committed at once
+            time.sleep(LINGER)
+        batch = [item]
+        while len(batch) < BATCH:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return batch, False
+            if item is _STOP:
+                return batch, True
+            batch.append(item)
+        return batch, False
+
+    def _commit(self, conn: sqlite3.Connection, batch: list) -> None:
+        """One transaction for ``batch``; a lock held by another process is waited out (the
+        busy timeout, then again until WRITE_DEADLINE); any other failure loses the batch,
+        logged."""
+        deadline = time.monotonic() + WRITE_DEADLINE
+        while True:
+            try:
+                with conn:  # BEGIN ... COMMIT, ROLLBACK on error
+                    conn.executemany(_PUT, batch)
+            except sqlite3.OperationalError as exc:
+                if _locked(exc) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                self._lose(batch, exc)
+            except sqlite3.DatabaseError as exc:
+                self._lose(batch, exc)
+            else:
+                self.stored += len(batch)
+            return
+
+    def _lose(self, batch: list, exc: Exception) -> None:
+        self.lost += len(batch)
+        log.error(
+            "rrcli.cache_write_failed", path=str(self.path), answers=len(batch), error=str(exc)
+        )
+
+
+def _locked(exc: sqlite3.OperationalError) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
+    """A connection in autocommit mode (``with conn`` opens the writer's transactions), with the
+    busy timeout; ``read_only`` opens the file as it is, never creating it."""
+    try:
+        if read_only:
+            uri = f"{path.resolve().as_uri()}?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT, check_same_thread=False)
+        else:
+            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise CacheError(f"{path}: cannot open the cache file: {exc} — {_FIX}") from exc
+    conn.isolation_level = "IMMEDIATE"  # the writer takes the write lock at BEGIN, waiting
+    return conn
+
+
+def _refuse_unusable(path: Path, write: bool) -> None:
+    """CacheError for what is wrong before SQLite is asked: a folder, a file without the SQLite
+    header, a read-only file (or folder) when answers would be stored, a missing file to read."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        if not write:
+            raise CacheError(
+                f"{path}: no such cache file — --cache-mode read needs an existing cache; run "
+                "once with --cache-mode readwrite to fill one"
+            ) from None
+        folder = path.parent
+        if not folder.is_dir():
+            raise CacheError(
+                f"{path}: cannot create the cache file: no folder {folder} — create it, or name "
+                "a --cache file in an existing folder"
+            ) from None
+        if not os.access(folder, os.W_OK):
+            raise CacheError(
+                f"{path}: cannot create the cache file: the folder {folder} is not writable — "
+                "name a --cache file in a writable folder"
+            ) from None
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise CacheError(f"{path}: the cache must be a regular file — name a file for --cache")
+    if info.st_size:
+        with open(path, "rb") as f:
+            if f.read(len(_HEADER)) != _HEADER:
+                raise CacheError(
+                    f"{path}: not an SQLite database, so not an rrcli cache — name another "
+                    "--cache file (rrcli creates it), or delete this one if it is an old cache"
+                )
+    if write and (not info.st_mode & 0o222 or not os.access(path, os.W_OK)):
+        raise CacheError(
+            f"{path}: the cache file is read-only — make it writable (chmod u+w {path}), or "
+            "pass --cache-mode read to use its answers without storing new ones"
+        )
+    if write and not os.access(path.parent, os.W_OK):
+        raise CacheError(
+            f"{path}: the cache's folder is not writable (SQLite keeps its write-ahead log "
+            "next to the file) — make it writable, or pass --cache-mode read"
+        )
+
+
+def _prepare(conn: sqlite3.Connection, path: Path, write: bool) -> None:
+    """WAL mode and our tables on a new or empty file; CacheError for a corrupt file, another
+    program's database or a newer format."""
+    try:
+        if write:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            _create(conn)
+        tables = _tables(conn)
+        if not tables:  # an empty database opened read-only: nothing stored yet
+            return
+        if _META not in tables or _TABLE not in tables:
+            names = ", ".join(sorted(tables)[:4])
+            raise CacheError(
+                f"{path}: an SQLite database of another program (tables: {names}), not an rrcli "
+                "cache — name another --cache file; rrcli never writes into a database it did "
+                "not create"
+            )
+        row = conn.execute(f"SELECT value FROM {_META} WHERE name = 'format'").fetchone()
+        conn.execute(f"SELECT 1 FROM {_TABLE} LIMIT 1").fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise CacheError(f"{path}: the cache file is damaged ({exc}) — {_FIX}") from exc
+    if row is None or row[0] != str(FORMAT):
+        raise CacheError(
+            f"{path}: a cache of another format ({row[0] if row else 'none'}; this rrcli reads "
+            f"{FORMAT}) — {_FIX}"
+        )
+
+
+def _create(conn: sqlite3.Connection) -> None:
+    """Our tables and format, in one write transaction, on a database that holds no other
+    table: processes opening a new file at once never see it half made."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if not _tables(conn) - {_META, _TABLE}:
+            for statement in _SCHEMA:
+                conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
