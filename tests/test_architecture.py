@@ -116,7 +116,7 @@ MAY_IMPORT = {
         "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers", "rrcli.records",
         "rrcli.otel",
     },
-    "rrcli.stats": {"rrcli.errors", "rrcli.records"},
+    "rrcli.stats": {"rrcli.errors", "rrcli.records", "rrcli.tokens"},
     "rrcli.otel": {"rrcli.errors", "rrcli.records"},
 }  # fmt: skip
 TOP = {"rrcli", "rrcli.cli", "rrcli._render", "rrcli._logging", "rrcli.__main__"}

@@ -24,7 +24,7 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 
 def send(provider: str, url: str, call: Call, key: str | None = KEY) -> Reply:
-    backend = Backend(id="b", provider=provider, base_url=url, model="m")
+    backend = Backend(id="b", provider=provider, base_url=url, model="m", allow_private=True)
 
     async def go() -> Reply:
         adapter = make_provider(backend, key, retry=RetrySettings(), seed=None)

@@ -27,7 +27,13 @@ PROVIDERS = ["openai", "anthropic"]
 
 def backend(server, provider: str, **fields: object) -> Backend:
     url = server.openai_url if provider == "openai" else server.url
-    return Backend(id=f"{provider}-1", provider=provider, base_url=url, model="m", **fields)
+    return Backend(
+        id=f"{provider}-1",
+        provider=provider,
+        base_url=url,
+        model="m",
+        **{"allow_private": True, **fields},
+    )
 
 
 def send(b: Backend, call: Call, key: str | None = "sk-test", on_text=None) -> Reply:
@@ -222,7 +228,9 @@ def test_connection_refused_is_a_transient_transport_error() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    b = Backend(id="x", provider="openai", base_url=f"http://127.0.0.1:{port}/v1")
+    b = Backend(
+        id="x", provider="openai", base_url=f"http://127.0.0.1:{port}/v1", allow_private=True
+    )
     error = failure(b, Call(MESSAGES))
     assert isinstance(error, TransportError)
     assert ("connect_error", True) == (error.type, error.transient)

@@ -18,16 +18,34 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["Finding", "Resolver", "UrlCheck", "address_kind", "check_base_urls", "resolve_hosts"]
+from rrcli.config.redaction import redacted_url
+
+__all__ = [
+    "Finding",
+    "Resolver",
+    "UrlCheck",
+    "address_kind",
+    "check_base_urls",
+    "forbidden",
+    "resolve_hosts",
+]
 
 #: ``resolve(host) -> addresses``; raises OSError when the host does not resolve.
 Resolver = Callable[[str], Sequence[str]]
 
 RESOLVE_BUDGET = 2.0  # seconds, for every host of a profile together
+#: Where clouds serve instance and container credentials: AWS, GCP, Azure, Oracle (IPv4 and
+#: IPv6), ECS task credentials, EKS pod identity, Alibaba, Tencent.
 METADATA_ADDRESSES = frozenset(
-    {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
-)
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254", "fd00:ec2::254", "169.254.170.2", "169.254.170.23", "fd00:ec2::23",
+        "100.100.100.200", "169.254.0.23",
+    )
+)  # fmt: skip
 METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata.goog"})
+#: Shared address space (RFC 6598): private to a carrier's network, not the internet.
+CARRIER_NAT = ipaddress.ip_network("100.64.0.0/10")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
@@ -39,6 +57,7 @@ class UrlCheck:
     url: str
     allow_private: bool
     sends_key: bool
+    http: bool = True  # a backend's base_url; False: another service's URL (the Redis gate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +70,8 @@ class Finding:
 
 
 def address_kind(text: str) -> str | None:
-    """``metadata``, ``loopback``, ``unspecified``, ``link-local``, ``private``, or None (public).
+    """``metadata``, ``loopback``, ``unspecified``, ``link-local``, ``private``, ``carrier-grade
+    NAT``, or None (public).
 
     Raises ValueError when ``text`` is not an IP address.
     """
@@ -68,7 +88,15 @@ def address_kind(text: str) -> str | None:
     for kind in ("loopback", "unspecified", "link_local", "private"):
         if getattr(addr, f"is_{kind}"):
             return kind.replace("_", "-")
+    if addr in CARRIER_NAT:
+        return "carrier-grade NAT"
     return None
+
+
+def forbidden(kind: str | None, allow_private: bool) -> bool:
+    """Whether an address of ``kind`` (``address_kind``) is refused: metadata always, the other
+    non-public kinds unless the backend allows private addresses."""
+    return kind == "metadata" or (kind is not None and not allow_private)
 
 
 def _system_resolve(host: str) -> Sequence[str]:
@@ -153,12 +181,23 @@ def _parse(check: UrlCheck, findings: list[Finding]) -> str | None:
         findings.append(Finding("error", check.path, message, fix, code))
 
     example = 'e.g. "https://api.openai.com/v1"'
+    control = next((i for i, c in enumerate(check.url) if c <= " " or c == "\x7f"), None)
+    if control is not None:
+        char = f"U+{ord(check.url[control]):04X}"
+        error(
+            f"has {char} (a control character or space) at character {control + 1}",
+            f"write the URL without it, {example}",
+            "bad_url",
+        )
+        return None
     try:
         parts = urlsplit(check.url)
         port_ok = parts.port is None or parts.port > 0
     except ValueError as exc:
         error(f"not a valid URL ({exc})", f"write a full URL, {example}", "bad_url")
         return None
+    if not check.http:
+        return parts.hostname or None
     if parts.scheme not in ("http", "https"):
         shown = f'scheme "{parts.scheme}"' if parts.scheme else "no scheme"
         error(
@@ -173,7 +212,8 @@ def _parse(check: UrlCheck, findings: list[Finding]) -> str | None:
         )
         return None
     if not parts.hostname or not port_ok:
-        error(f'"{check.url}" has no host or a bad port', f"write a full URL, {example}", "bad_url")
+        shown = redacted_url(check.url)
+        error(f'"{shown}" has no host or a bad port', f"write a full URL, {example}", "bad_url")
         return None
     return parts.hostname
 

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from rrcli.config.profile import DEFAULT_PROVIDER, Backend, Credentials, Price, SimSettings
+from rrcli.config.redaction import looks_like_key
 from rrcli.config.schema import PRICE, SIM, as_floats
-from rrcli.config.walk import Checker
+from rrcli.config.walk import Checker, unsendable
 from rrcli.providers.registry import ProviderInfo, info
 
 __all__ = ["build_backend"]
@@ -148,15 +149,63 @@ def _credentials(
         return Credentials(auth="none")
     reported = check.reported(f"{written_at}.credentials")
     _key_source(check, provider, env, key, where, missing_reported=reported)
-    if env is not None and key is None and not environ.get(env):
+    if env is not None and key is None:
+        _key_variable(check, f"{where}.api_key_env", env, environ.get(env), for_run)
+    if isinstance(key, str) and key != key.strip():
+        check.add(
+            "warning",
+            f"{where}.api_key",
+            "the key has whitespace around it; it is sent without",
+            "remove the spaces or line breaks around the key",
+            "key_whitespace",
+        )
+    if isinstance(key, str) and (bad := unsendable(key.strip(), spaces=False)) is not None:
+        _unsendable_key(check, f"{where}.api_key", "the key", bad)
+    return Credentials(api_key_env=env, api_key=key)
+
+
+def _unsendable_key(check: Checker, where: str, what: str, bad: str) -> None:
+    check.add(
+        "error",
+        where,
+        f"{what} cannot be sent in an HTTP header: it has {bad}",
+        "copy the key again; an invisible character came with it",
+        "key_unsendable",
+    )
+
+
+def _key_variable(check: Checker, where: str, env: str, value: str | None, for_run: bool) -> None:
+    """The findings for a key read from variable ``env`` (its ``value``; never printed). A
+    name that looks like a key itself is never printed either."""
+    shown = env
+    if looks_like_key(env):
+        shown = "named here"
+        check.add(
+            "warning",
+            where,
+            "this looks like a key, not the name of an environment variable",
+            "put the key in a variable (export OPENAI_API_KEY=...) and write its name here",
+            "env_looks_like_key",
+        )
+    if not (value or "").strip():
         check.add(
             "error" if for_run else "warning",
-            f"{where}.api_key_env",
-            f"environment variable {env} is not set",
-            f"export {env}=... before rrcli run",
+            where,
+            f"environment variable {shown} is not set",
+            f"export {env if shown == env else 'it'}=... before rrcli run",
             "env_unset",
         )
-    return Credentials(api_key_env=env, api_key=key)
+    elif (bad := unsendable(value.strip(), spaces=False)) is not None:
+        _unsendable_key(check, where, f"the key in environment variable {shown}", bad)
+    elif value != value.strip():
+        check.add(
+            "warning",
+            where,
+            f"environment variable {shown} has whitespace around the key (a line break from "
+            "a .env file?); it is sent without",
+            f"remove the spaces or line breaks around the value of {shown}",
+            "key_whitespace",
+        )
 
 
 def _key_source(

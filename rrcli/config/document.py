@@ -27,6 +27,7 @@ from rrcli.config.profile import (
     QueueSettings,
     RetrySettings,
 )
+from rrcli.config.redaction import redacted_url
 from rrcli.config.schema import BUDGET, CACHE, COOLDOWN, GATE, QUEUE, RETRY, TOP, as_floats
 from rrcli.config.walk import Checker
 from rrcli.providers.registry import info
@@ -76,7 +77,7 @@ def check_document(
     )
     _pool(check, profile)
     _endpoint_paths(check, backends)
-    _addresses(check, backends, resolve)
+    _addresses(check, backends, profile.gate, resolve)
     return profile, check.diagnostics
 
 
@@ -149,7 +150,7 @@ def _redis_url(check: Checker, where: str, url: str) -> None:
         check.add(
             "error",
             where,
-            f'"{url}" is not a redis:// or rediss:// URL',
+            f'"{redacted_url(url)}" is not a redis:// or rediss:// URL',
             'write e.g. url = "redis://127.0.0.1:6379/0"',
             "bad_value",
         )
@@ -168,8 +169,11 @@ def _cache(check: Checker, values: dict[str, Any]) -> CacheSettings:
     return settings
 
 
-def _addresses(check: Checker, backends: tuple[Backend, ...], resolve: Resolver | None) -> None:
-    """The base_url address policy over every backend that sends requests over the network."""
+def _addresses(
+    check: Checker, backends: tuple[Backend, ...], gate: GateSettings, resolve: Resolver | None
+) -> None:
+    """The base_url address policy over every backend that sends requests over the network, and
+    the metadata rule over the Redis gate's URL (Redis is often private, never metadata)."""
     urls = [
         UrlCheck(
             f"backends[{i}].base_url", b.base_url, b.allow_private, b.credentials.auth != "none"
@@ -177,6 +181,8 @@ def _addresses(check: Checker, backends: tuple[Backend, ...], resolve: Resolver 
         for i, b in enumerate(backends)
         if info(b.provider).needs_network
     ]
+    if gate.kind == "redis":
+        urls.append(UrlCheck("gate.url", gate.url, allow_private=True, sends_key=False, http=False))
     for finding in check_base_urls(urls, resolve):
         check.add(finding.severity, finding.path, finding.message, finding.fix, finding.code)
 
@@ -204,7 +210,7 @@ def _endpoint_paths(check: Checker, backends: tuple[Backend, ...]) -> None:
         if owner == provider:
             problem = (
                 f"ends with {ending}, which rrcli adds itself: calls would go to "
-                f"{backend.base_url.rstrip('/')}{_APPENDS[provider]}"
+                f"{redacted_url(backend.base_url).rstrip('/')}{_APPENDS[provider]}"
             )
             fix = f'write base_url = "{base}"'
         else:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rrcli.config._toml_shape import shape_problem
 from rrcli.config.addresses import Resolver
 from rrcli.config.diagnostic import Diagnostic
 from rrcli.config.document import check_document
@@ -144,6 +145,9 @@ def validate_profile(
     text, problem = read_profile_text(Path(path))
     if problem is not None:
         return ValidationReport(source, (replace(problem, source=source),), None, readable=False)
+    shape = shape_problem(text)
+    if shape is not None:
+        return ValidationReport(source, (_shape_diagnostic(shape, source),), None, readable=False)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -234,4 +238,17 @@ def _syntax_diagnostic(exc: tomllib.TOMLDecodeError, source: str) -> Diagnostic:
         line,
         column,
         code="toml_syntax",
+    )
+
+
+def _shape_diagnostic(shape: tuple[int, str], source: str) -> Diagnostic:
+    line, message = shape
+    return Diagnostic(
+        "error",
+        "",
+        f"not a profile rrcli reads: {message}",
+        "no profile needs this; check that the file is the profile you meant",
+        source,
+        line,
+        code="toml_shape",
     )

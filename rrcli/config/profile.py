@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from rrcli.config.redaction import MASK, looks_like_key, redacted_headers, redacted_url
 from rrcli.errors import UsageError
 from rrcli.providers.registry import REGISTRY
 
@@ -72,27 +73,37 @@ class Credentials:
     auth: str = "key"
 
     def resolve(self, environ: Mapping[str, str]) -> str | None:
-        """The key to send, or None for ``auth = "none"``; raises UsageError if it is unset."""
+        """The key to send, or None for ``auth = "none"``; raises UsageError if it is unset.
+        Whitespace around it (a CR or LF left by a .env file) is dropped: validation
+        warns of it, naming the variable."""
         if self.auth == "none":
             return None
         if self.api_key is not None:
-            return self.api_key
+            return self.api_key.strip()
         if self.api_key_env is not None:
-            value = environ.get(self.api_key_env)
+            value = environ.get(self.api_key_env, "").strip()
             if value:
                 return value
+            shown = "named in api_key_env" if looks_like_key(self.api_key_env) else self.api_key_env
             raise UsageError(
-                f"environment variable {self.api_key_env} is not set — export it, "
+                f"environment variable {shown} is not set — export it, "
                 "or name another variable in credentials.api_key_env"
             )
         return None
+
+    def padded(self, environ: Mapping[str, str]) -> bool:
+        """Whether the key has whitespace around it (``resolve`` drops it)."""
+        if self.auth == "none":
+            return False
+        value = self.api_key if self.api_key is not None else environ.get(self.api_key_env or "")
+        return bool(value) and value != value.strip()
 
     def redacted(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.auth == "none":
             out["auth"] = "none"
         if self.api_key_env is not None:
-            out["api_key_env"] = self.api_key_env
+            out["api_key_env"] = MASK if looks_like_key(self.api_key_env) else self.api_key_env
         if self.api_key is not None:
             out["api_key"] = "***"
         return out
@@ -255,7 +266,8 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
 
     It is what ``rrcli validate --json`` prints, and it is valid TOML input again
     (``tomli_w.dumps``): a profile written from it means the same. ``redact`` replaces a
-    literal api_key by ``"***"``.
+    literal api_key, a password in the gate's URL, a credential header's value and a token in a
+    base_url's query by ``"***"``.
     """
     out: dict[str, Any] = {
         "name": profile.name,
@@ -272,6 +284,8 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
     retry["retry_on_status"] = sorted(profile.retry.retry_on_status)
     out["retry"] = retry
     out["gate"] = _plain(profile.gate)
+    if redact and "url" in out["gate"]:
+        out["gate"]["url"] = redacted_url(out["gate"]["url"])
     out["cooldown"] = _plain(profile.cooldown)
     if profile.cache != CacheSettings():
         out["cache"] = {k: v for k, v in _plain(profile.cache).items() if v}
@@ -294,7 +308,9 @@ def _backend_to_dict(backend: Backend, redact: bool) -> dict[str, Any]:
             creds["api_key"] = backend.credentials.api_key
         out["credentials"] = creds
     out["endpoints"] = list(backend.endpoints)
-    out["headers"] = dict(backend.headers)
+    out["headers"] = redacted_headers(dict(backend.headers)) if redact else dict(backend.headers)
+    if redact:
+        out["base_url"] = redacted_url(backend.base_url)
     out["params"] = copy.deepcopy(dict(backend.params))
     if backend.price is not None:
         out["price"] = _plain(backend.price)

@@ -165,4 +165,16 @@ def _header_problem(name: str, value: Any) -> tuple[str, str, str] | None:
         return f"expected a string, got {kind_of(value)}", EXPECTED["str"][1], "wrong_type"
     if "\r" in value or "\n" in value:
         return "a header value cannot contain a line break", "remove the line break", "bad_value"
+    if (bad := unsendable(value)) is not None:
+        return f"a header value is sent as ASCII; this one has {bad}", "remove it", "bad_value"
+    return None
+
+
+def unsendable(value: str, *, spaces: bool = True) -> str | None:
+    """What makes ``value`` impossible to send in an HTTP header (a character outside printable
+    ASCII, or with ``spaces=False`` a space), described without repeating the value; None when
+    it can be sent."""
+    for i, char in enumerate(value):
+        if not (" " < char <= "~" or (spaces and char in " \t")):
+            return f"U+{ord(char):04X} at character {i + 1}"
     return None

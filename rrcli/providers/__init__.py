@@ -23,10 +23,15 @@ def make_provider(
     backend: Backend, api_key: str | None, *, retry: RetrySettings, seed: int | None
 ) -> Provider:
     """The provider for ``backend``, sending ``api_key`` (None: no auth header) in its own
-    header. ``seed`` makes the simulated provider repeatable (the HTTP ones ignore it)."""
+    header, and masked in every string the server sends back (``scrub.Redacting``). ``seed``
+    makes the simulated provider repeatable (the HTTP ones ignore it)."""
     try:
         module, name = info(backend.provider).adapter.split(":")
     except KeyError:
         raise ValueError(f"backend {backend.id!r}: unknown provider {backend.provider!r}") from None
     adapter = getattr(importlib.import_module(module), name)
-    return adapter(backend, api_key, retry=retry, seed=seed)
+    provider = adapter(backend, api_key, retry=retry, seed=seed)
+    if not api_key:
+        return provider
+    redacting = importlib.import_module("rrcli.providers.scrub").Redacting
+    return redacting(provider, api_key)  # whatever the server says, its key reaches no record

@@ -25,9 +25,11 @@ from rrcli.providers.base import (
     error_body,
     error_from_status,
     invalid_response,
+    redact,
     stream_error,
     translate_transport_error,
 )
+from rrcli.providers.peer import guard_connections
 from rrcli.providers.ratelimit import rate_limit_pause
 from rrcli.providers.registry import info, server_address
 from rrcli.providers.vocabulary import tool_arguments, tool_call
@@ -100,6 +102,7 @@ class HTTPProvider:
             follow_redirects=False,
             transport=transport,
         )
+        guard_connections(self._client, backend.allow_private)  # the address policy, per connection
 
     # --- the adapter's hooks --------------------------------------------------------------
 
@@ -265,7 +268,7 @@ def checked_tool_call(
     ``fault`` and the text, the body (``data``, the key masked) kept in it."""
     arguments = tool_arguments(raw)
     if arguments is None:
-        raise invalid_answer(f"{fault}: {repr(raw)[:80]}", data, key)
+        raise invalid_answer(f"{fault}: {redact(repr(raw), key)[:80]}", data, key)
     return tool_call(call_id, name, arguments)
 
 

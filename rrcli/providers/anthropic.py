@@ -25,6 +25,7 @@ from rrcli.providers.base import (
     Reply,
     error_body,
     invalid_response,
+    redact,
     stream_error,
 )
 from rrcli.providers.translate import answer_from_forced_tool, to_anthropic
@@ -221,7 +222,7 @@ class _AnthropicStream:
             block["input"] = orjson.loads(text)
         except orjson.JSONDecodeError:
             raise invalid_response(
-                f"a tool_use block's input is not JSON: {text[:80]!r}",
+                f"a tool_use block's input is not JSON: {redact(text, self._key)[:80]!r}",
                 body=error_body(text, self._key),
             ) from None
 

@@ -32,6 +32,7 @@ import httpx2
 import orjson
 
 from rrcli.config.profile import RetrySettings
+from rrcli.config.redaction import redact
 from rrcli.errors import (
     InvalidResponseError,
     ProviderError,
@@ -130,6 +131,8 @@ class Provider(Protocol):
 
 MESSAGE_LIMIT = 300  # characters of the server's error message kept in ours
 BODY_LIMIT = 2048  # characters of the server's error body kept in ours (2 KB)
+TYPE_LIMIT = 64  # characters of a server's error type kept as ours
+_TEXT_BYTES = 4 * MESSAGE_LIMIT + 4096  # bytes of a text body read for its message: a key fits
 
 #: How servers say "the prompt does not fit": OpenAI, Anthropic, vLLM, llama.cpp, Ollama, TGI...
 _CONTEXT_WORDINGS = (
@@ -166,19 +169,12 @@ _TRANSPORT_ERRORS: tuple[tuple[type[Exception], type[ProviderError], str, bool],
 )
 
 
-def redact(text: str, secret: str | None) -> str:
-    """``text`` with every occurrence of ``secret`` masked (a last guard; keys never belong)."""
-    if secret and secret in text:
-        return text.replace(secret, "***")
-    return text
-
-
 def error_body(body: bytes | str | object, secret: str | None) -> str | None:
     """An error response's body as text for the result's ``error.body``: ``secret`` masked,
     cut to BODY_LIMIT characters (the last one an ellipsis) when longer; None when empty.
     Only the first bytes are decoded, so a huge body costs no more than a small one."""
     if isinstance(body, bytes | bytearray):
-        limit = 4 * BODY_LIMIT + len(secret or "")  # UTF-8: at most 4 bytes a character
+        limit = 4 * BODY_LIMIT + 6 * len(secret or "")  # UTF-8: at most 4 bytes a character
         text = body[:limit].decode("utf-8", "replace")
         cut = len(body) > limit
     elif isinstance(body, str):
@@ -237,7 +233,8 @@ def error_details(body: bytes | Any) -> tuple[str, str, str]:
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError:
-            return body[:MESSAGE_LIMIT].decode("utf-8", "replace").strip(), "", ""
+            # generously more than the message keeps: it is redacted before it is cut
+            return body[:_TEXT_BYTES].decode("utf-8", "replace").strip(), "", ""
     if not isinstance(data, dict):
         return "", "", ""
     error = data.get("error", data)
@@ -366,7 +363,7 @@ def stream_error(
     the event's data (or the whole body), kept redacted as the error's body."""
     message, kind, code = error_details({"error": error})
     message = redact(message, secret)[:MESSAGE_LIMIT]
-    kind = kind or code or "stream_error"
+    kind = redact(kind or code or "stream_error", secret)[:TYPE_LIMIT]
     return ProviderError(
         f"error event in the stream: {kind}: {message}" if message else f"error event: {kind}",
         type=kind,

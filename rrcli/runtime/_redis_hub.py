@@ -25,11 +25,11 @@ import random
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 
 from rrcli.config.profile import GateSettings
+from rrcli.config.redaction import redacted_url
 from rrcli.errors import GateUnavailableError
 from rrcli.runtime import _redis_scripts as lua
 
@@ -64,17 +64,6 @@ class ScopeGate(Protocol):
 
 class RedisDown(Exception):
     """Redis could not be reached for one step (translated once, in ``Hub.guarded``)."""
-
-
-def redacted_url(url: str) -> str:
-    """The url with any password replaced by ``***``: urls appear in messages, secrets never."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def import_redis() -> Any:

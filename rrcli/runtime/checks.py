@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rrcli.config.load import ValidationReport, resolve_profile_path, validate_profile
 from rrcli.config.prices import KnownPrice, price_of
 from rrcli.config.profile import Backend, Profile, RetrySettings
+from rrcli.config.redaction import redacted_url
 from rrcli.errors import ProviderError, UsageError
 from rrcli.providers import make_provider
 from rrcli.records.jobs import InvalidJob, iter_jobs
@@ -155,6 +156,7 @@ async def _probe_one(backend: Backend, environ: Mapping[str, str], timeout: floa
         return ProbeResult(backend.id, False, None, str(exc))
     provider = make_provider(backend, key, retry=RetrySettings(), seed=0)
     url = getattr(provider, "url", None)
+    url = None if url is None else redacted_url(url)
     t0 = time.monotonic()
     try:
         reply = await asyncio.wait_for(provider.send(_probe_call(backend)), timeout)

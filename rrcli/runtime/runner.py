@@ -87,7 +87,7 @@ async def run(
     exists (the CLI starts its live display there)."""
     options = options.with_defaults()
     environ = os.environ if environ is None else environ
-    keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}  # UsageError if unset
+    keys = _keys(profile, environ)  # UsageError if one is unset
     prices = budget_prices(profile, options)  # UsageError: a budget with an unpriced backend
     start = _Start(keys, prices, otlp_url(options.otlp, environ), control or RunControl(), on_start)
     if queue is None and options.queue is not None:
@@ -166,6 +166,21 @@ async def _run_open(
         await _close(engine, gates)
         await close_sender(sender)
     return summary
+
+
+def _keys(profile: Profile, environ: Mapping[str, str]) -> dict[str, str | None]:
+    """Each backend's key (UsageError if one is unset), with a warning naming each key's
+    variable (never its value) that has whitespace around it."""
+    keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}
+    for backend in profile.backends:
+        if backend.credentials.padded(environ):
+            log.warning(
+                "rrcli.key_whitespace",
+                backend=backend.id,
+                variable=backend.credentials.api_key_env or "credentials.api_key",
+                fix="the key is sent without the whitespace; remove it from the variable",
+            )
+    return keys
 
 
 def _ended(

@@ -11,21 +11,24 @@ form goes through ``datetime.fromisoformat``. Times are float milliseconds since
 Malformed (counted, skipped): not JSON, not an object, no ``event``, a run, call, backend or
 run_end record missing a field or with a wrong type (a call needs ``run_id``, ``deployment``,
 ``outcome`` in ok|retry|error|cached and two timestamps with ts_end >= ts_start), a call whose
-numbers cannot be true (``_sane``: a negative or infinite latency, TTFT or token count, a
-latency that is not its interval's). Blank lines and records of an unknown event (a newer rrcli)
-are skipped without counting.
+numbers cannot be true (``_sane``: a negative or infinite latency, TTFT or token count, a token
+count no call reaches, ``tokens.MAX_USAGE_TOKENS`` or more, a latency that is not its
+interval's), a line nested past the decoder's depth. Blank lines and records of an unknown event
+(a newer rrcli) are skipped without counting.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import IO, Any
+from typing import IO, Annotated, Any
 
 import msgspec
 import numpy as np
 
 from rrcli.records.traceschema import CALL, EVENTS, OUTCOMES, parse_rfc3339
+from rrcli.tokens import MAX_USAGE_TOKENS
 
 _BLOCK_BYTES = 1 << 22
 _LATENCY_SLACK_MS = 1000.0  # a latency further than this from ts_end − ts_start is malformed
@@ -50,6 +53,9 @@ _REQUIRED = ("run_id", "deployment", "outcome", "ts_start", "ts_end")
 _READ = _REQUIRED + tuple(KEY_FIELDS.values()) + (
     "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "stream",
 )  # fmt: skip
+#: a count no call reaches (MAX_USAGE_TOKENS or more, or negative) makes its record malformed:
+#: it would overflow every sum made with it
+_Count = Annotated[int, msgspec.Meta(ge=0, lt=MAX_USAGE_TOKENS)]
 _Call = msgspec.defstruct(
     "_Call",
     [
@@ -71,7 +77,7 @@ class _Price(msgspec.Struct, gc=False):
 
 class _Backend(msgspec.Struct, gc=False):
     id: str
-    max_concurrency: int | None = None
+    max_concurrency: _Count | None = None
     price: _Price | None = None
 
 
@@ -89,7 +95,7 @@ class _Run(msgspec.Struct, tag="run", tag_field="event", gc=False):
 
 class _RunEnd(msgspec.Struct, tag="run_end", tag_field="event", gc=False):
     run_id: str
-    jobs: dict[str, int]
+    jobs: dict[str, _Count]
     interrupted: bool | None = None
 
 
@@ -216,7 +222,7 @@ class TraceReader:
     def _feed(self, block: bytes | memoryview) -> None:
         try:
             records = _DECODER.decode_lines(block)
-        except msgspec.MsgspecError:
+        except (msgspec.MsgspecError, RecursionError):  # a line nested past the decoder's depth
             records = self._decode_each(bytes(block).split(b"\n"))
         if set(map(type, records)) <= {_Call}:
             calls = records
@@ -233,7 +239,7 @@ class TraceReader:
         for line in lines:
             try:
                 records.append(_DECODER.decode(line))
-            except msgspec.MsgspecError:
+            except (msgspec.MsgspecError, RecursionError):
                 self.malformed += bool(line.strip()) and not _unknown_event(line)
         return records
 
@@ -241,7 +247,10 @@ class TraceReader:
         n = len(calls)
         t0 = _timestamps(list(map(attrgetter("ts_start"), calls)))
         t1 = _timestamps(list(map(attrgetter("ts_end"), calls)))
-        numbers = np.array(list(map(_NUMBERS, calls)), dtype=float).reshape(n, 4).T
+        try:
+            numbers = np.array(list(map(_NUMBERS, calls)), dtype=float).reshape(n, 4).T
+        except OverflowError:  # an integer past any float
+            numbers = np.array([list(map(_float, _NUMBERS(c))) for c in calls]).reshape(n, 4).T
         cols = [
             _codes(self.run_ids, list(map(attrgetter("run_id"), calls))),
             _codes(self.deployments, list(map(attrgetter("deployment"), calls))),
@@ -277,15 +286,25 @@ class TraceReader:
             info.backends = {b.id: b for b in record.profile.backends}
 
 
+def _float(value: float | None) -> float:
+    """``value`` as a float (NaN for None, infinity for an integer past any float)."""
+    try:
+        return math.nan if value is None else float(value)
+    except OverflowError:
+        return math.inf
+
+
 def _sane(t0: np.ndarray, t1: np.ndarray, numbers: np.ndarray) -> np.ndarray:
     """Which calls' numbers can be true: two timestamps with ts_end >= ts_start; latency,
-    TTFT and token counts null or finite and >= 0; a latency within a second of the call's
-    interval (the writer takes both from one clock reading) and a TTFT no longer than it.
+    TTFT and token counts null or finite and >= 0, a count below MAX_USAGE_TOKENS; a latency
+    within a second of the call's interval (the writer takes both from one clock reading) and
+    a TTFT no longer than it.
     A p50 of −5,000,000,000 ms from one bad line is worse than the line skipped and counted."""
     latency, ttft = numbers[0], numbers[1]
     with np.errstate(invalid="ignore"):
         good = (t1 >= t0) & ~((numbers < 0) | np.isinf(numbers)).any(axis=0)
         good &= ~(np.abs(latency - (t1 - t0)) > _LATENCY_SLACK_MS) & ~(ttft > latency + 1.0)
+        good &= ~(numbers[2:] >= MAX_USAGE_TOKENS).any(axis=0)
     return good  # comparisons with NaN (null, or not a timestamp) are False
 
 
@@ -293,7 +312,7 @@ def _unknown_event(line: bytes) -> bool:
     """A well-formed record of an event this version does not know (skipped, not malformed)."""
     try:
         record = msgspec.json.decode(line)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):
         return False
     return (
         type(record) is dict

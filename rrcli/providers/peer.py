@@ -1,0 +1,83 @@
+"""The address policy at connect time: a connection to a forbidden peer is closed unused.
+
+Validation checks where a base_url's host resolves (``config.addresses``); a name can resolve
+elsewhere later (DNS rebinding: public when checked, the metadata address when connected). So
+every new connection of a backend's client is checked too, by the address its socket actually
+reached, before a byte of the request (and its key) is written: the cloud metadata addresses
+always, the loopback, private, link-local and carrier-grade NAT ones unless the backend has
+``allow_private``. A refusal is the call's error, naming the address and the rule, and is not
+retried. One check per new connection: a pooled connection costs nothing.
+
+A request sent through a proxy (``HTTPS_PROXY``...) connects to the proxy, whose own policy
+decides where it goes; its connections are not checked here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import httpcore2
+import httpx2
+
+from rrcli.config.addresses import address_kind, forbidden
+from rrcli.errors import ProviderError
+
+__all__ = ["PeerCheck", "guard_connections"]
+
+
+class PeerCheck(httpcore2.AsyncNetworkBackend):
+    """A network backend that refuses a connection whose peer is a forbidden address."""
+
+    def __init__(self, inner: httpcore2.AsyncNetworkBackend, allow_private: bool) -> None:
+        self.inner = inner
+        self.allow_private = allow_private
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        stream = await self.inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        peer = stream.get_extra_info("server_addr")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else None
+        try:
+            kind = None if address is None else address_kind(address)
+        except ValueError:
+            kind = None
+        if forbidden(kind, self.allow_private):
+            await stream.aclose()
+            raise refused(host, str(address), str(kind), self.allow_private)
+        return stream
+
+    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> Any:
+        return await self.inner.connect_unix_socket(*args, **kwargs)
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+def refused(host: str, address: str, kind: str, allow_private: bool) -> ProviderError:
+    """The error of a connection refused by the address policy (not transient)."""
+    if kind == "metadata":
+        rule = "the cloud metadata address is refused always, even with allow_private"
+    else:
+        rule = f"a {kind} address needs allow_private = true on this backend"
+    return ProviderError(
+        f'forbidden address: "{host}" connected to {address} — {rule} (checked at connect '
+        "time: the name resolved elsewhere when the profile was validated?)",
+        type="forbidden_address",
+        transient=False,
+    )
+
+
+def guard_connections(client: httpx2.AsyncClient, allow_private: bool) -> None:
+    """Check every new connection ``client`` makes without a proxy (a test's mock transport,
+    which makes none, is left alone)."""
+    pool = getattr(getattr(client, "_transport", None), "_pool", None)
+    inner = getattr(pool, "_network_backend", None)
+    if inner is not None:
+        pool._network_backend = PeerCheck(inner, allow_private)  # type: ignore[union-attr]

@@ -1,0 +1,170 @@
+"""Keys go nowhere, whatever the server says (docs/reliability.md).
+
+A loopback server (tests/hostile.py) sends the key it received back in every string it can: its
+error type, message and code, a text body cut where a key would straddle the cut, JSON-escaped
+and URL-encoded spellings, the model, the request id, the answer, an SSE error event. Not one
+spelling reaches a result, a trace, the terminal or ``validate``'s output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import quote
+
+import orjson
+import pytest
+from hostile import Canned, chat
+from runkit import read_jsonl, rrcli, write_profile
+
+KEY = "sk-hostile-0123456789abcdefXYZ"
+ENV = {"HOSTILE_KEY": KEY + "\r\n"}  # as a .env file leaves it
+ESCAPED = "".join(f"\\u{ord(c):04x}" for c in KEY)
+VARIABLE_KEY = "AbC9xYz012qWeRtY7uIoP3mN"  # a key written where a variable's name belongs
+SPELLINGS = [KEY, KEY[:10], ESCAPED[:30], quote(KEY, safe=""), KEY.replace("-", "%2d")]
+
+
+def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> Canned:
+    return Canned(status, {"content-type": "application/json", **(headers or {})}, body)
+
+
+def attack(kind: str, key: str) -> Canned:
+    """The answer echoing ``key`` in the way ``kind`` names."""
+    if kind == "type":
+        return _json(400, orjson.dumps({"error": {"message": key, "type": key, "code": key}}))
+    if kind == "cut":  # the key straddles the 300th character of a text body
+        return Canned(500, {"content-type": "text/plain"}, ("x" * 290 + key + "y" * 40).encode())
+    if kind == "escaped":
+        body = '{"error": {"message": "' + ESCAPED + '", "type": "' + ESCAPED + '"}}'
+        return _json(400, body.encode())
+    if kind == "url":
+        return _json(400, orjson.dumps({"error": {"message": f"see ?key={quote(key, safe='')}"}}))
+    if kind == "sse":
+        event = orjson.dumps({"error": {"type": key, "message": f"bad key {key}"}})
+        return Canned(200, {"content-type": "text/event-stream"}, b"data: " + event + b"\n\n")
+    body = {
+        "id": key,
+        "model": key,
+        "system_fingerprint": quote(key, safe=""),
+        "choices": [{"index": 0, "message": {"content": f"your key: {key}"}, "finish_reason": key}],
+    }
+    return _json(200, orjson.dumps(body), {"x-request-id": key})
+
+
+KINDS = ["type", "cut", "escaped", "url", "sse", "reply"]
+
+
+def echoing(request) -> Canned:
+    """Reads the key from the request's header, the attack from the prompt."""
+    key = request.headers["authorization"].removeprefix("Bearer ")
+    return attack(request.json()["messages"][-1]["content"], key)
+
+
+def profile_for(tmp_path: Path, server, **backend) -> Path:
+    entry = {
+        "id": "h",
+        "base_url": server.openai_url,
+        "credentials": {"api_key_env": "HOSTILE_KEY"},
+    }
+    return write_profile(tmp_path / "p.toml", [{**entry, **backend}], retry={"max_retries": 0})
+
+
+def assert_no_key(*texts: str) -> None:
+    for text in texts:
+        assert [] == [s for s in SPELLINGS if s in text]
+
+
+def strings(value) -> list[str]:
+    """Every string of a JSON value, keys of objects too."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [*value, *(s for v in value.values() for s in strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return []
+
+
+def test_a_server_echoing_the_key_everywhere_gets_it_into_no_output(tmp_path, hostile_server):
+    """A key with a trailing CR LF in its variable is sent stripped (the run warns, naming the
+    variable, never the value); the server sends it back as the error type, message and code, in
+    a text body cut at 300 characters, JSON-escaped, URL-encoded, in an SSE error event, as the
+    model, the request id and the answer: results (with the response kept), traces, stdout and
+    stderr hold none of those spellings, nor the key's first ten characters."""
+    server = hostile_server(echoing)
+    profile = profile_for(tmp_path, server)
+    jobs = tmp_path / "jobs.jsonl"
+    lines = [
+        {"id": kind, "prompt": kind, **({"params": {"stream": True}} if kind == "sse" else {})}
+        for kind in KINDS
+    ]
+    jobs.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    result = rrcli("run", jobs, "-p", profile, "--keep-response", cwd=tmp_path, env=ENV)
+    assert 1 == result.returncode, result.stderr
+    assert {f"Bearer {KEY}"} == {r.headers["authorization"] for r in server.requests}
+    assert "HOSTILE_KEY" in result.stderr and "whitespace" in result.stderr
+    results = (tmp_path / "jobs.results.jsonl").read_text()
+    traces = (tmp_path / "jobs.traces.jsonl").read_text()
+    records = read_jsonl(tmp_path / "jobs.results.jsonl") + read_jsonl(
+        tmp_path / "jobs.traces.jsonl"
+    )
+    assert_no_key(results, traces, result.stdout, result.stderr, *strings(records))
+    by_id = {r["id"]: r for r in read_jsonl(tmp_path / "jobs.results.jsonl")}
+    assert "ok" == by_id["reply"]["status"]
+    assert "your key: ***" == by_id["reply"]["output"]
+    assert ("***", "***") == (by_id["reply"]["request_id"], by_id["sse"]["error"]["type"])
+
+
+def test_probe_never_shows_a_key(tmp_path, hostile_server):
+    """``validate --probe`` against a server answering 401 with the key in its message, and
+    against one naming the key as its model: neither output shows the key."""
+    for answer in (attack("type", KEY), attack("reply", KEY)):
+        server = hostile_server(lambda _, a=answer: a)
+        profile = profile_for(tmp_path, server)
+        result = rrcli("validate", profile, "--probe", cwd=tmp_path, env=ENV)
+        assert 1 == len(server.requests)
+        assert_no_key(result.stdout, result.stderr)
+
+
+def test_validate_json_masks_every_secret_of_a_profile(tmp_path, hostile_server):
+    """``validate --json`` and its text form mask the Redis password, the values of api-key,
+    x-goog-api-key and Cookie headers and a ``?key=`` in base_url; an ``api_key_env`` that holds
+    a key instead of a variable name is a warning that never repeats it."""
+    server = hostile_server(lambda _: chat())
+    secret = "hunter2-redis-pass"
+    headers = {"api-key": KEY, "x-goog-api-key": KEY, "Cookie": f"s={KEY}", "x-trace": "t1"}
+    entry = {
+        "id": "h",
+        "base_url": f"{server.openai_url}?key={KEY}&v=2",
+        "credentials": {"api_key_env": VARIABLE_KEY},
+        "headers": headers,
+    }
+    gate = {"kind": "redis", "url": f"redis://:{secret}@127.0.0.1:6379/0"}
+    profile = write_profile(tmp_path / "p.toml", [entry], gate=gate)
+    result = rrcli("validate", profile, "--json", cwd=tmp_path)
+    text = rrcli("validate", profile, cwd=tmp_path)
+    for output in (result.stdout + result.stderr, text.stdout + text.stderr):
+        assert_no_key(output)
+        assert secret not in output and VARIABLE_KEY not in output
+    report = orjson.loads(result.stdout)
+    (backend,) = report["profile"]["backends"]
+    assert {"api-key": "***", "x-goog-api-key": "***", "Cookie": "***", "x-trace": "t1"} == (
+        backend["headers"]
+    )
+    assert backend["base_url"].endswith("?key=***&v=2")
+    assert "redis://:***@127.0.0.1:6379/0" == report["profile"]["gate"]["url"]
+    assert ["env_looks_like_key"] == [
+        w["code"] for w in report["warnings"] if w["code"] == "env_looks_like_key"
+    ]
+    assert [] == server.requests
+
+
+@pytest.mark.parametrize(
+    "name", ["OPENAI_API_KEY", "my_key_var", "KEY_A", "ANTHROPIC_API_KEY_PROD_2024"]
+)
+def test_a_variable_name_is_not_mistaken_for_a_key(tmp_path, hostile_server, name):
+    """Ordinary variable names raise no "looks like a key" warning."""
+    server = hostile_server(lambda _: chat())
+    entry = {"id": "h", "base_url": server.openai_url, "credentials": {"api_key_env": name}}
+    profile = write_profile(tmp_path / "p.toml", [entry])
+    report = orjson.loads(rrcli("validate", profile, "--json", cwd=tmp_path).stdout)
+    assert [] == [w for w in report["warnings"] if w["code"] == "env_looks_like_key"]
