@@ -38,15 +38,17 @@ def main() -> None:
 
 
 def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, int] | None:
-    if value is None:
-        return None
+    from rrcli.runtime.options import parse_shard
+
     try:
-        index, count = (int(x) for x in value.split("/"))
-    except ValueError:
-        raise click.BadParameter("expected I/N, e.g. 0/4") from None
-    if count < 1 or not 0 <= index < count:
-        raise click.BadParameter(f"expected 0 <= I < N, got {value}")
-    return index, count
+        return None if value is None else parse_shard(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+_profile_option = click.option(
+    "-p", "--profile", "profile_path", help="Profile file, or `demo` for the built-in pool."
+)
 
 
 @main.command()
@@ -54,9 +56,7 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 @click.option(
     "--prompt", "prompts", multiple=True, help="A one-off prompt (repeatable); prints the answer."
 )
-@click.option(
-    "-p", "--profile", "profile_path", help="Profile file, or `demo` for the built-in pool."
-)
+@_profile_option
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
@@ -89,6 +89,9 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     "--shard", callback=_shard, metavar="I/N", help="Only jobs whose stable id hash mod N is I."
 )
 @click.option("--seed", type=int, help="Seed for random choices and jitter.")
+@click.option(
+    "--queue", metavar="NAME", help="Work on the shared queue NAME (loading JOBS into it first)."
+)
 @click.option("--dry-run", is_flag=True, help="Parse, validate and route on paper; send nothing.")
 @click.option(
     "--max-cost",
@@ -148,7 +151,7 @@ def run(
     from rrcli.config.load import load_profile, resolve_profile_path
     from rrcli.runtime.runner import RunControl, RunOptions, run_sync
 
-    if bool(jobs) == bool(prompts):
+    if bool(jobs) == bool(prompts) and not fields["queue"]:
         raise click.UsageError("give a JOBS file or --prompt TEXT (one of the two)")
     tty = sys.stderr.isatty()
     configure_logging(level=log_level(verbose=verbose, quiet=quiet, tty=tty), fmt=log_format)
@@ -156,7 +159,7 @@ def run(
     stream = fields["stream"]
     answers = _render.PromptPrinter(stream=stream) if (prompts and not fields["out"]) else None
     options = RunOptions(  # the other options are RunOptions fields by name
-        jobs=None if jobs in (None, "-") else Path(jobs),
+        jobs=None if jobs is None or (jobs == "-" and not fields["queue"]) else Path(jobs),
         prompts=prompts,
         on_text=answers.text if (answers and stream) else None,
         on_result=answers.result if answers else None,
@@ -208,7 +211,6 @@ def validate(
     """
     import json
     import os
-    from pathlib import Path
 
     from rrcli import _render
     from rrcli.runtime.checks import validate as check
@@ -245,8 +247,6 @@ def validate(
 @click.option("--force", is_flag=True, help="Overwrite PATH if it exists.")
 def init(path: str, provider: str, backends: int, force: bool) -> None:
     """Write a starter profile to PATH (default ./rrcli.toml) that validates as written."""
-    from pathlib import Path
-
     from rrcli.config.starter import write_starter
 
     written = write_starter(Path(path), provider, backends, force)
@@ -333,11 +333,7 @@ def export_command(traces: tuple[str, ...], otlp: str | None) -> None:
 
 @main.command("results")
 @click.argument(
-    "sources",
-    nargs=-1,
-    required=True,
-    metavar="RESULTS...",
-    type=click.Path(dir_okay=False, path_type=Path),
+    "sources", nargs=-1, metavar="RESULTS...", type=click.Path(dir_okay=False, path_type=Path)
 )
 @click.option(
     "--jobs",
@@ -355,18 +351,44 @@ def export_command(traces: tuple[str, ...], otlp: str | None) -> None:
     type=click.Choice(RESULT_STATUSES),
     help="Only the jobs whose final line has this status.",
 )
+@click.option("--queue", metavar="NAME", help="Collect the shared queue NAME instead of files.")
+@_profile_option
 def results_command(
-    sources: tuple[Path, ...], jobs_path: Path | None, out: Path | None, status: str | None
+    sources: tuple[Path, ...],
+    jobs_path: Path | None,
+    out: Path | None,
+    status: str | None,
+    queue: str | None,
+    profile_path: str | None,
 ) -> None:
-    """The final line of each job in RESULTS (its last line there): one line a job, in the
-    format the files hold, ready to hand on. Exit status 1 when a job of --jobs has no line."""
+    """The final line of each job in RESULTS (its last line there), or in the shared --queue:
+    one line a job, in the format the files hold, ready to hand on. Exit status 1 when a job of
+    --jobs (of the queue) has no line."""
     from rrcli.records.collect import collect_files
+    from rrcli.runtime.queue_report import collect_queue
 
     target = None if out in (None, Path("-")) else out
-    report = collect_files(sources, target, jobs=jobs_path, status=status)
+    if bool(queue) == bool(sources or jobs_path):
+        raise click.UsageError("give RESULTS files (and --jobs), or --queue NAME -p PROFILE")
+    if queue is not None:
+        report: Any = collect_queue(profile_path, queue, target, status)
+    else:
+        report = collect_files(sources, target, jobs=jobs_path, status=status)
     for line in report.lines(target, jobs_path):
         click.echo(line, err=True)
     sys.exit(report.exit_code)
+
+
+@main.command("queue")
+@click.argument("name")
+@_profile_option
+@click.option("--json", "as_json", is_flag=True, help="Print the progress as one JSON document.")
+def queue_command(name: str, profile_path: str | None, as_json: bool) -> None:
+    """Progress of the shared queue NAME: jobs, done, pending per worker, workers alive."""
+    from rrcli.runtime.queue_report import queue_progress
+
+    progress = queue_progress(profile_path, name)
+    click.echo(progress.json() if as_json else "\n".join(progress.lines()))
 
 
 @main.command("sim")

@@ -71,6 +71,7 @@ def run_records(
                 for b in pool
             ],
         },
+        "queue": None,
     }
     lanes = {b.id: [start_ms] * b.max_concurrency for b in pool}
     counts = dict.fromkeys(JOB_COUNTS, 0)

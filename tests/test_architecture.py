@@ -223,7 +223,7 @@ def test_each_part_does_only_its_io(module):
         ("httpx2", {"rrcli.providers", "rrcli.sim"}),
         ("rich", {"rrcli._render"}),
         ("click", {"rrcli.cli"}),
-        ("redis", {"rrcli.runtime.redis_gate", "rrcli.runtime._redis"}),
+        ("redis", {"rrcli.runtime.redis_gate", "rrcli.runtime._redis", "rrcli.runtime.queue"}),
         ("starlette", {"rrcli.sim"}),
         ("uvicorn", {"rrcli.sim"}),
         ("opentelemetry", {"rrcli.otel"}),

@@ -71,8 +71,18 @@ def test_page_renders_without_warnings(page):
 
 def test_profile_page_documents_every_key():
     """rrcli-profile(5) names every key of the schema."""
-    from rrcli.config.schema import BACKEND, CACHE, COOLDOWN, CREDENTIALS, GATE, RETRY, SIM, TOP
+    from rrcli.config.schema import (
+        BACKEND,
+        CACHE,
+        COOLDOWN,
+        CREDENTIALS,
+        GATE,
+        QUEUE,
+        RETRY,
+        SIM,
+        TOP,
+    )
 
     text = page_text(MAN / "rrcli-profile.5")
-    keys = {*TOP, *BACKEND, *CREDENTIALS, *RETRY, *GATE, *COOLDOWN, *CACHE, *SIM}
+    keys = {*TOP, *BACKEND, *CREDENTIALS, *RETRY, *GATE, *COOLDOWN, *CACHE, *SIM, *QUEUE}
     assert [] == sorted(k for k in keys if k not in text)

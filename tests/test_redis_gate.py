@@ -34,17 +34,19 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """A redis-server of our own on 127.0.0.1, no persistence; can be restarted empty."""
+    """A redis-server of our own on 127.0.0.1, no persistence (unless ``persist`` names
+    redis-server options, e.g. an AOF in a folder); can be restarted (empty without them)."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, persist: tuple[str, ...] = ()) -> None:
         self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.persist = persist or ("--appendonly", "no")
 
     def start(self) -> RedisServer:
         self.proc = subprocess.Popen(
             [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no"],
+             *self.persist],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip

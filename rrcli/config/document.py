@@ -24,10 +24,11 @@ from rrcli.config.profile import (
     CooldownSettings,
     GateSettings,
     Profile,
+    QueueSettings,
     RetrySettings,
 )
 from rrcli.config.redaction import redacted_url
-from rrcli.config.schema import BUDGET, CACHE, COOLDOWN, GATE, RETRY, TOP, as_floats
+from rrcli.config.schema import BUDGET, CACHE, COOLDOWN, GATE, QUEUE, RETRY, TOP, as_floats
 from rrcli.config.walk import Checker
 from rrcli.providers.registry import info
 
@@ -81,7 +82,8 @@ def check_document(
 
 
 def _settings(check: Checker, top: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``[retry]``, ``[gate]``, ``[cooldown]``, ``[budget]`` and ``[cache]`` sections."""
+    """The ``[retry]``, ``[gate]``, ``[cooldown]``, ``[budget]``, ``[cache]`` and ``[queue]``
+    sections."""
     cooldown = as_floats(check.table(top.get("cooldown", {}), COOLDOWN, "cooldown"), COOLDOWN)
     budget = as_floats(check.table(top.get("budget", {}), BUDGET, "budget"), BUDGET)
     return {
@@ -90,6 +92,7 @@ def _settings(check: Checker, top: Mapping[str, Any]) -> dict[str, Any]:
         "gate": _gate(check, check.table(top.get("gate", {}), GATE, "gate")),
         "cooldown": CooldownSettings(**cooldown),
         "cache": _cache(check, check.table(top.get("cache", {}), CACHE, "cache")),
+        "queue": _queue(check, check.table(top.get("queue", {}), QUEUE, "queue")),
     }
 
 
@@ -130,15 +133,27 @@ def _retry(check: Checker, values: dict[str, Any]) -> RetrySettings:
 
 def _gate(check: Checker, values: dict[str, Any]) -> GateSettings:
     settings = GateSettings(**as_floats(values, GATE))
-    if settings.kind == "redis" and not settings.url.startswith(("redis://", "rediss://")):
+    if settings.kind == "redis":
+        _redis_url(check, "gate.url", settings.url)
+    return settings
+
+
+def _queue(check: Checker, values: dict[str, Any]) -> QueueSettings:
+    settings = QueueSettings(**as_floats(values, QUEUE))
+    if settings.url:
+        _redis_url(check, "queue.url", settings.url)
+    return settings
+
+
+def _redis_url(check: Checker, where: str, url: str) -> None:
+    if not url.startswith(("redis://", "rediss://")):
         check.add(
             "error",
-            "gate.url",
-            f'"{redacted_url(settings.url)}" is not a redis:// or rediss:// URL',
+            where,
+            f'"{redacted_url(url)}" is not a redis:// or rediss:// URL',
             'write e.g. url = "redis://127.0.0.1:6379/0"',
             "bad_value",
         )
-    return settings
 
 
 def _cache(check: Checker, values: dict[str, Any]) -> CacheSettings:

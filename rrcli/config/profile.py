@@ -36,6 +36,7 @@ __all__ = [
     "GateSettings",
     "Price",
     "Profile",
+    "QueueSettings",
     "RetrySettings",
     "SimSettings",
     "profile_to_dict",
@@ -187,6 +188,18 @@ class GateSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """The shared work queue (``--queue``, SPEC §14): ``url`` of its Redis ("": the gate's when
+    the gate is Redis); ``lease``: seconds a job may sit pending without its worker renewing it
+    before another worker claims it; ``max_deliveries``: deliveries of one job before it ends as
+    an error."""
+
+    url: str = ""
+    lease: float = 60.0
+    max_deliveries: int = 3
+
+
+@dataclass(frozen=True, slots=True)
 class CooldownSettings:
     """When a backend is taken out of the load-aware strategies for a while.
 
@@ -230,6 +243,7 @@ class Profile:
     cooldown: CooldownSettings = field(default_factory=CooldownSettings)
     cache: CacheSettings = field(default_factory=CacheSettings)
     budget: BudgetSettings = field(default_factory=BudgetSettings)
+    queue: QueueSettings = field(default_factory=QueueSettings)
     backends: tuple[Backend, ...] = ()
     source: str = ""
 
@@ -237,6 +251,14 @@ class Profile:
     def label(self) -> str:
         """What logs call the profile: its name, else its file's name."""
         return self.name or Path(self.source).name or "(unnamed)"
+
+    @property
+    def queue_url(self) -> str:
+        """The queue's Redis: ``[queue] url``, else ``[gate] url`` when the gate is Redis, else
+        "" (none)."""
+        if self.queue.url:
+            return self.queue.url
+        return self.gate.url if self.gate.kind == "redis" else ""
 
     @property
     def effective_concurrency(self) -> int:
@@ -271,6 +293,7 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
     out["cooldown"] = _plain(profile.cooldown)
     if profile.cache != CacheSettings():
         out["cache"] = {k: v for k, v in _plain(profile.cache).items() if v}
+    out["queue"] = _plain(profile.queue)
     if profile.budget.max_cost_usd is not None:
         out["budget"] = _plain(profile.budget)
     out["backends"] = [_backend_to_dict(b, redact) for b in profile.backends]

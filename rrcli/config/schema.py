@@ -37,6 +37,7 @@ __all__ = [
     "HEADER_NAME",
     "KEY_HEADERS",
     "PRICE",
+    "QUEUE",
     "RETRY",
     "SIM",
     "TOP",
@@ -132,6 +133,7 @@ TOP = {
     "cooldown": Field("table"),
     "cache": Field("table"),
     "budget": Field("table"),
+    "queue": Field("table"),
     "backends": Field("tables"),
 }
 BACKEND = {
@@ -178,6 +180,11 @@ GATE = {
     "url": Field("str"),
     "lease": Field("number", above(0)),
     "adaptive": Field("bool"),
+}
+QUEUE = {
+    "url": Field("str"),
+    "lease": Field("number", above(0)),
+    "max_deliveries": POSITIVE_INT,
 }
 COOLDOWN = {
     "consecutive_failures": Field("int", at_least(0)),

@@ -186,10 +186,13 @@ def collect_results(
     *,
     jobs: Path | None = None,
     status: str | None = None,
+    by_locator: bool = False,
 ) -> CollectReport:
     """Write the final line of each job in ``sources`` to ``out`` (None: standard output):
     in the jobs file's order when ``jobs`` is given (its jobs without a line counted and
-    named), else in the order first seen; only lines of outcome ``status`` when given.
+    named), else in the order of their locators with ``by_locator`` (a source whose locator
+    is the job's place in its file), else in the order first seen; only lines of outcome
+    ``status`` when given.
 
     ``out`` is written whole or not at all (a temporary file renamed over it), so it may be one
     of the sources. Raises UsageError for an unreadable file or sources in different formats.
@@ -199,7 +202,9 @@ def collect_results(
     final = FinalLines(sources)
     with _Output(out) as sink:
         if jobs is None:
-            written = _write(final, final.where, status, sink.write)
+            where = final.where
+            keys = sorted(where, key=lambda k: where[k][1]) if by_locator else where
+            written = _write(final, keys, status, sink.write)
             return CollectReport(written, malformed=final.malformed, fmt=final.fmt)
         return _write_in_jobs_order(final, jobs, status, sink.write)
 

@@ -42,6 +42,7 @@ __all__ = [
     "check_json_lines",
     "iter_jobs",
     "job_key",
+    "parse_job",
     "shard_of",
 ]
 
@@ -203,6 +204,15 @@ def _parse(obj: object, n: int, wide: bool) -> Job:
         raw, key, n, kind, messages, turns, params, session, metadata, custom_id, stream,
         endpoint, value,
     )  # fmt: skip
+
+
+def parse_job(raw: bytes, n: int) -> Job:
+    """Line ``n`` again, as ``iter_jobs`` made it a Job: a line stored after it was read once
+    (a shared queue's job). Raises LineError or orjson.JSONDecodeError for a line that was
+    not a valid job."""
+    raw = raw.removeprefix(_BOM) if n == 1 else raw
+    wide = raw.translate(_DIGITS_AS_ZERO).count(_LONG_RUN) > 0
+    return _parse(json.loads(raw) if wide else orjson.loads(raw), n, wide)
 
 
 def _undecodable(raw: bytes, exc: orjson.JSONDecodeError) -> str:

@@ -234,6 +234,14 @@ class ResultWriter:
         """
         self._out.write(self._encode(result, body, request_id))
 
+    def encode(self, result: dict[str, Any], *, body: dict[str, Any] | None = None) -> bytes:
+        """The line ``write`` would queue for ``result``, to be handed to ``write_line``."""
+        return self._encode(result, body, None)
+
+    def write_line(self, line: bytes) -> None:
+        """Queue a line made by ``encode`` (a line also stored elsewhere is encoded once)."""
+        self._out.write(line)
+
     def flush(self) -> None:
         self._out.flush()
 

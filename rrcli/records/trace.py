@@ -85,8 +85,9 @@ class TraceWriter:
         if self._out is not None:
             self._out.write(orjson.dumps(record, option=_NEWLINE))
 
-    def run(self, profile: Profile) -> None:
-        """The ``run`` record: the pool as routed (never credentials, headers or params)."""
+    def run(self, profile: Profile, queue: dict[str, str] | None = None) -> None:
+        """The ``run`` record: the pool as routed (never credentials, headers or params), and
+        for a worker of a shared queue ``{"name", "worker"}`` (else null)."""
         self._put(
             {
                 "event": "run",
@@ -99,6 +100,7 @@ class TraceWriter:
                     "binding": profile.binding,
                     "backends": [_backend_record(b) for b in profile.backends],
                 },
+                "queue": queue,
             }
         )
 

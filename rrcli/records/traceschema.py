@@ -72,8 +72,9 @@ CALL: tuple[tuple[str, Any], ...] = (
 CALL_FIELDS: tuple[str, ...] = tuple(name for name, _ in CALL)
 CALL_TYPES: dict[str, Any] = dict(CALL)
 
-#: the run record, once when a run starts: the pool as routed, never credentials or headers
-RUN_FIELDS = ("event", "run_id", "ts", "rrcli_version", "profile")
+#: the run record, once when a run starts: the pool as routed, never credentials or headers;
+#: ``queue`` is ``{"name", "worker"}`` for a worker of a shared queue, else null
+RUN_FIELDS = ("event", "run_id", "ts", "rrcli_version", "profile", "queue")
 PROFILE_FIELDS = ("name", "strategy", "binding", "backends")
 BACKEND_FIELDS = ("id", "provider", "model", "host", "max_concurrency", "price")
 PRICE_FIELDS = ("input", "output")

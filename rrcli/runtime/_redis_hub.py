@@ -289,8 +289,9 @@ class Hub:
                 await self._client.aclose()
 
 
-def check_reachable(url: str) -> None:
-    """Raise GateUnavailableError naming the url (never its password) if Redis does not answer."""
+def check_reachable(url: str, section: str = "gate") -> None:
+    """Raise GateUnavailableError naming the url (never its password) if Redis does not answer;
+    ``section`` is the profile's table that names it (gate or queue)."""
     import redis
     from redis.backoff import NoBackoff
     from redis.retry import Retry
@@ -303,14 +304,15 @@ def check_reachable(url: str) -> None:
         )  # fmt: skip
     except ValueError as exc:
         raise GateUnavailableError(
-            f"[gate] url {shown!r} is not a Redis url ({exc}) — use redis://HOST:PORT/DB"
+            f"[{section}] url {shown!r} is not a Redis url ({exc}) — use redis://HOST:PORT/DB"
         ) from exc
+    other = '[gate] kind = "local"' if section == "gate" else "run without --queue"
     try:
         client.ping()
     except redis.RedisError as exc:
         raise GateUnavailableError(
-            f"[gate] cannot reach Redis at {shown}: {exc} — start redis-server there, fix "
-            '[gate] url, or use [gate] kind = "local"'
+            f"[{section}] cannot reach Redis at {shown}: {exc} — start redis-server there, fix "
+            f"[{section}] url, or {other}"
         ) from exc
     finally:
         client.close()

@@ -100,13 +100,13 @@ class Engine:
             if n % 64 == 0:
                 await asyncio.sleep(0)
             if isinstance(job, InvalidJob):
-                self._finish(CallOutcome(job, "invalid"))
+                self.finish(CallOutcome(job, "invalid"))
                 continue
             try:
                 outcome = await self._run(job)
             except (Halted, NoHealthyBackend):  # the job has no result line: --resume runs it
                 return
-            self._finish(outcome)
+            self.finish(outcome)
 
     async def _run(self, job: Job) -> CallOutcome:
         """One job's calls, as its kind asks."""
@@ -120,7 +120,7 @@ class Engine:
             return await self._continue_response(job, excluded)
         return await self._call(job, list(job.messages), 0, excluded)
 
-    def _finish(self, outcome: CallOutcome) -> None:
+    def finish(self, outcome: CallOutcome) -> None:
         """A job ended: its one result line, the counters, a failure logged, and a binding no
         later job can use forgotten."""
         self.results.write(result_line(outcome, self.keep_response), body=outcome.body)

@@ -7,6 +7,8 @@ writes ``x.results.jsonl`` and ``x.traces.jsonl`` in the working folder exactly 
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any
 from rrcli.config.profile import MAX_IN_FLIGHT
 from rrcli.errors import UsageError
 
-__all__ = ["STDOUT", "RunOptions"]
+__all__ = ["STDOUT", "RunOptions", "parse_shard", "worker_name"]
 
 STDIN_STEM = "stdin"  # the stem of the default outputs when jobs come on standard input
 STDOUT = Path("-")  # ``out`` that writes the results to standard output
@@ -30,7 +32,9 @@ class RunOptions:
     ``<jobs stem>.results.jsonl`` and ``<jobs stem>.traces.jsonl`` in the working folder (stem
     ``stdin`` for standard input); with ``prompts``, results go to ``on_result`` or else
     standard output, and there is no trace file unless one is named. ``out`` ``-`` (STDOUT)
-    writes the results to standard output.
+    writes the results to standard output. ``queue``: the shared queue the run works on (and
+    loads ``jobs`` into); its default outputs are named after the queue and this worker:
+    ``<NAME>.<host>-<pid>.results.jsonl``, so workers sharing a folder never share a file.
     """
 
     jobs: Path | None = None
@@ -52,6 +56,7 @@ class RunOptions:
     on_result: Callable[[dict[str, Any]], None] | None = None  # results to a callback, not a file
     cache: Path | None = None  # --cache: the response cache file (None: the profile's, if any)
     cache_mode: str | None = None  # --cache-mode (None: the profile's, else readwrite)
+    queue: str | None = None  # --queue NAME
 
     def __post_init__(self) -> None:
         if self.max_cost is not None and not 0 <= self.max_cost < float("inf"):
@@ -66,6 +71,21 @@ class RunOptions:
                 "flight at once) and at least 1"
             )
 
+        if self.queue is not None:
+            self._check_queue()
+
+    def _check_queue(self) -> None:
+        for given, flag, instead in (
+            (self.resume, "--resume", "a queue already runs each job once: start another worker"),
+            (self.shard is not None, "--shard", "start more workers on the queue instead"),
+            (self.limit is not None, "--limit", "load a file of only the jobs to run"),
+            (bool(self.prompts), "--prompt", "put the prompts in a jobs file"),
+        ):
+            if given:
+                raise UsageError(f"--queue and {flag} do not go together — {instead}")
+        if self.jobs == Path("-"):
+            raise UsageError("--queue loads a jobs file: give its path, not - (standard input)")
+
     @property
     def out_file(self) -> Path | None:
         """The results file; None for standard output."""
@@ -77,8 +97,26 @@ class RunOptions:
         if self.prompts:
             return self
         stem = self.jobs.stem if self.jobs is not None else STDIN_STEM
+        if self.queue is not None:
+            stem = f"{self.queue}.{worker_name()}"
         return replace(
             self,
             out=self.out or Path(f"{stem}.results.jsonl"),
             traces=self.traces or Path(f"{stem}.traces.jsonl"),
         )
+
+
+def worker_name() -> str:
+    """This process as a worker of a shared queue: ``host-pid`` (what ``rrcli queue`` lists)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    """``--shard I/N`` as (I, N); UsageError unless 0 <= I < N."""
+    try:
+        index, count = (int(x) for x in value.split("/"))
+    except ValueError:
+        raise UsageError("expected I/N, e.g. 0/4") from None
+    if count < 1 or not 0 <= index < count:
+        raise UsageError(f"expected 0 <= I < N, got {value}")
+    return index, count

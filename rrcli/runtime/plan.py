@@ -23,12 +23,14 @@ from dataclasses import dataclass, field
 
 from rrcli.config.prices import pool_prices
 from rrcli.config.profile import Backend, Profile
+from rrcli.errors import UsageError
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.runtime.budget import NO_OUTPUT
 from rrcli.runtime.control import RunSummary
 from rrcli.runtime.router import Router
-from rrcli.runtime.runner import RunOptions, make_router, open_jobs, select_jobs
+from rrcli.runtime.runner import RunOptions, make_router
 from rrcli.runtime.serving import RouteRules
+from rrcli.runtime.workers import open_jobs, select_jobs
 from rrcli.tokens import UNCAPPED_OUTPUT, estimate_input_tokens, estimate_value_tokens, output_cap
 
 __all__ = ["Plan", "plan"]
@@ -85,7 +87,10 @@ OUTPUT_FROM = ("job", "backend", "default")
 
 
 async def plan(profile: Profile, options: RunOptions) -> Plan:
-    """Parse, validate and route every selected job on paper, with an idle pool; send nothing."""
+    """Parse, validate and route every selected job on paper, with an idle pool; send nothing.
+    With --queue, the jobs file it would load (a worker joining a queue has none to plan)."""
+    if options.queue is not None and options.jobs is None:
+        raise UsageError("--dry-run with --queue plans a jobs file: give JOBS")
     seed = options.seed if options.seed is not None else profile.seed
     router, _ = make_router(profile, random.Random(seed), local=True)
     result = Plan(calls={b.id: 0 for b in profile.backends})

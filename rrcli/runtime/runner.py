@@ -18,21 +18,18 @@ import asyncio
 import os
 import random
 import signal
-import stat
-import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import ExitStack, closing
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from rrcli.config.profile import Profile
-from rrcli.errors import UsageError
 from rrcli.providers import make_provider
 from rrcli.records.claim import STDIN, OutputClaim, refuse_same_files
-from rrcli.records.jobs import InvalidJob, Job, iter_jobs, shard_of
+from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.records.results import ResultWriter, ResumeState, prepare_output
 from rrcli.records.trace import TraceWriter, new_run_id
 from rrcli.runtime.budget import budget_prices, final_halt, make_budget
@@ -42,12 +39,19 @@ from rrcli.runtime.engine import Engine, ResultSink
 from rrcli.runtime.options import RunOptions
 from rrcli.runtime.router import Router
 from rrcli.runtime.telemetry import JobEnds, close_sender, open_sender, otlp_url
-from rrcli.runtime.workers import JobFeed, StoppableReader
+from rrcli.runtime.workers import (
+    JobFeed,
+    SharedQueue,
+    StoppableReader,
+    count_lines,
+    open_jobs,
+    select_jobs,
+)
 
 if TYPE_CHECKING:
     from rrcli.otel.sender import LiveSender
 
-__all__ = ["RunControl", "RunOptions", "RunSummary", "run", "run_sync"]
+__all__ = ["RunControl", "RunOptions", "RunSummary", "SharedQueue", "run", "run_sync"]
 
 log = structlog.get_logger("rrcli")
 
@@ -65,41 +69,6 @@ class CallbackWriter:
         pass
 
 
-def select_jobs(
-    jobs: Iterator[Job | InvalidJob],
-    *,
-    done: Any,
-    summary: RunSummary,
-    shard: tuple[int, int] | None,
-    limit: int | None,
-) -> Iterator[Job | InvalidJob]:
-    """--shard, --limit and --resume applied to the stream of jobs, lazily, in that order: the
-    first N jobs of the shard (skipped or not, so a resumed run selects the same jobs)."""
-    taken = 0
-    for job in jobs:
-        if shard is not None and shard_of(job.key, shard[1]) != shard[0]:
-            continue
-        if limit is not None and taken >= limit:
-            return
-        taken += 1
-        if done is not None and job.key in done:
-            summary.skipped += 1
-            continue
-        yield job
-
-
-def count_lines(path: Path | None) -> int | None:
-    """Lines in the jobs file (an upper bound of jobs, for the progress display's ETA); None
-    unless it is a regular file: a pipe read here would have no jobs left to run."""
-    if path is None or not path.is_file():
-        return None
-    count = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            count += chunk.count(b"\n")
-    return count
-
-
 async def run(
     profile: Profile,
     options: RunOptions,
@@ -107,52 +76,95 @@ async def run(
     environ: Mapping[str, str] | None = None,
     control: RunControl | None = None,
     on_start: Callable[[RunSummary, Router], None] | None = None,
+    queue: SharedQueue | None = None,
 ) -> RunSummary:
-    """Run every selected job of ``options.jobs`` across ``profile``'s pool, writing results and
-    traces where ``options`` says, SPEC §1's defaults filled in (``RunOptions.with_defaults``).
+    """Run every selected job of ``options.jobs`` (or of ``queue``, or of the shared queue
+    ``options.queue`` names) across ``profile``'s pool, writing results and traces where
+    ``options`` says, SPEC §1's defaults filled in (``RunOptions.with_defaults``).
 
     Raises UsageError (nothing sent) when the outputs cannot be prepared, a key or a budget's
     price is missing, or the jobs are not JSON Lines. ``on_start`` is called once the router
     exists (the CLI starts its live display there)."""
     options = options.with_defaults()
     environ = os.environ if environ is None else environ
-    control = control or RunControl()
-    seed = options.seed if options.seed is not None else profile.seed
-    rng = random.Random(seed)
     keys = _keys(profile, environ)  # UsageError if one is unset
     prices = budget_prices(profile, options)  # UsageError: a budget with an unpriced backend
-    otlp = otlp_url(options.otlp, environ)  # UsageError for a bad --otlp URL
+    start = _Start(keys, prices, otlp_url(options.otlp, environ), control or RunControl(), on_start)
+    if queue is None and options.queue is not None:
+        from rrcli.runtime.queue import RedisQueue
+
+        queue = RedisQueue(profile, options.queue, options.jobs, run_concurrency(options, profile))
     with ExitStack() as stack:
         _refuse_clobbering(options)
+        if queue is not None:
+            total = await queue.open()
+            try:
+                return await _run_open(profile, options, stack, start, queue, total)
+            finally:
+                await queue.close()
         source, stream = open_jobs(options, stack)
         lines = iter_jobs(stream, source)  # UsageError when the input is not JSON Lines
-        summary = RunSummary(new_run_id(), total=len(options.prompts) or count_lines(options.jobs))
-        cache = _open_cache(profile, options, summary, stack)  # CacheError: exit 2, nothing sent
-        resume = _prepare_results(options, stack)
-        router, gates = make_router(profile, rng)
-        router.budget = await make_budget(profile, options, prices, control, gates)
-        if resume is not None and resume.sessions:
-            router.restore_bindings(resume.sessions)
-        providers = make_providers(profile, keys, seed)
-        sender = open_sender(otlp, summary.run_id)
-        results, traces = open_outputs(options, summary.run_id, stack, sender)
-        traces.run(profile)
-        engine = Engine(
-            profile, options.stream, options.on_text, router, providers, results, traces,
-            summary, control, rng, options.keep_response, cache,
-        )  # fmt: skip
-        engine.origins.update(resume.responses.items() if resume is not None else ())
-        jobs = _selected(lines, options, resume, summary)
-        if on_start is not None:
-            on_start(summary, router)
-        log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.label)
+        total = len(options.prompts) or count_lines(options.jobs)
         reader = stream if isinstance(stream, StoppableReader) else None
-        try:
-            await _drive(engine, jobs, run_concurrency(options, profile), reader)
-        finally:
-            _ended(summary, control, router, None if reader else jobs)
-            await _close(engine, gates)
-            await close_sender(sender)
+        return await _run_open(profile, options, stack, start, lines, total, reader)
+
+
+@dataclass(frozen=True, slots=True)
+class _Start:
+    """What ``run`` checked before opening anything: the keys, a budget's prices, the --otlp
+    URL, the run's switch and the caller's on_start."""
+
+    keys: Mapping[str, str | None]
+    prices: Any
+    otlp: str | None
+    control: RunControl
+    on_start: Callable[[RunSummary, Router], None] | None
+
+
+async def _run_open(
+    profile: Profile,
+    options: RunOptions,
+    stack: ExitStack,
+    start: _Start,
+    jobs_in: Iterator[Job | InvalidJob] | SharedQueue,
+    total: int | None,
+    reader: StoppableReader | None = None,
+) -> RunSummary:
+    """The run once its jobs are open (an iterator of the file's lines, read by a thread from
+    ``reader`` when there is one, or a shared queue): the results made ready, the engine built,
+    the workers driven, everything closed."""
+    control = start.control
+    seed = options.seed if options.seed is not None else profile.seed
+    rng = random.Random(seed)
+    summary = RunSummary(new_run_id(), total=total)
+    cache = _open_cache(profile, options, summary, stack)  # CacheError: exit 2, nothing sent
+    resume = _prepare_results(options, stack)
+    router, gates = make_router(profile, rng)
+    router.budget = await make_budget(profile, options, start.prices, control, gates)
+    if resume is not None and resume.sessions:
+        router.restore_bindings(resume.sessions)
+    providers = make_providers(profile, start.keys, seed)
+    sender = open_sender(start.otlp, summary.run_id)
+    shared = None if isinstance(jobs_in, Iterator) else jobs_in
+    results, traces = open_outputs(options, summary.run_id, stack, sender, shared)
+    traces.run(profile, None if shared is None else shared.label)
+    engine = Engine(
+        profile, options.stream, options.on_text, router, providers, results, traces,
+        summary, control, rng, options.keep_response, cache,
+    )  # fmt: skip
+    engine.origins.update(resume.responses.items() if resume is not None else ())
+    if shared is not None:
+        shared.attach(engine)
+    jobs = jobs_in if shared is not None else _selected(jobs_in, options, resume, summary)
+    if start.on_start is not None:
+        start.on_start(summary, router)
+    log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.label)
+    try:
+        await _drive(engine, jobs, run_concurrency(options, profile), reader)
+    finally:
+        _ended(summary, control, router, None if reader or shared else jobs)  # type: ignore[arg-type]
+        await _close(engine, gates)
+        await close_sender(sender)
     return summary
 
 
@@ -250,18 +262,24 @@ def make_providers(
 
 
 def open_outputs(
-    options: RunOptions, run_id: str, stack: ExitStack, sender: LiveSender | None = None
+    options: RunOptions,
+    run_id: str,
+    stack: ExitStack,
+    sender: LiveSender | None = None,
+    queue: SharedQueue | None = None,
 ) -> tuple[ResultSink, TraceWriter]:
     """The result sink (a file appended on --resume, or the --prompt callback) and the trace
-    writer, both closed by ``stack``; with a span ``sender`` (--otlp) both feed it too."""
+    writer, both closed by ``stack``; with a span ``sender`` (--otlp) both feed it too; with a
+    shared ``queue`` each result line goes to it as well."""
     results: ResultSink
     if options.on_result is not None:
         results = CallbackWriter(options.on_result)
     else:
         out = options.out_file
         append = options.resume and out is not None and out.exists()
-        results = ResultWriter(out, fmt=options.fmt, append=append)
-        stack.callback(results.close)
+        writer = ResultWriter(out, fmt=options.fmt, append=append)
+        stack.callback(writer.close)
+        results = writer if queue is None else queue.sink(writer)
     traces = TraceWriter(options.traces, run_id, tap=None if sender is None else sender.put)
     stack.callback(traces.close)
     if sender is not None:
@@ -316,52 +334,25 @@ async def _close_gates(gates: Mapping[str, Any]) -> None:
         await close()
 
 
-def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO | StoppableReader]:
-    """The jobs' name and stream. A stream that may wait for its writer (a pipe, a terminal, a
-    device) comes as a StoppableReader, to be read by a thread (workers.py); ``stack`` closes a
-    regular file, the reader thread anything else it opened."""
-    if options.prompts:
-        import io
-
-        import orjson
-
-        lines = b"".join(
-            orjson.dumps({"id": f"prompt-{i + 1}", "prompt": p}) + b"\n"
-            for i, p in enumerate(options.prompts)
-        )
-        return "--prompt", io.BytesIO(lines)
-    if options.jobs is None:
-        stream = sys.stdin.buffer
-    else:
-        try:
-            stream = open(options.jobs, "rb")  # noqa: SIM115 (closed by stack or the reader)
-        except OSError as exc:
-            raise UsageError(f"{options.jobs}: cannot read the jobs file: {exc.strerror}") from exc
-    source = "<stdin>" if options.jobs is None else str(options.jobs)
-    if stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-        if options.jobs is not None:
-            stack.enter_context(stream)
-        return source, stream
-    return source, StoppableReader(stream, close=options.jobs is not None)
-
-
 async def _drive(
     engine: Engine,
-    jobs: Iterator[Job | InvalidJob],
+    jobs: Iterator[Job | InvalidJob] | SharedQueue,
     concurrency: int,
     reader: StoppableReader | None = None,
 ) -> None:
     """Run up to ``concurrency`` workers over one job iterator (read by a thread from ``reader``
-    when there is one: workers.py); flush outputs as they go.
+    when there is one: workers.py) or a shared queue; flush outputs as they go.
 
     Returns normally however the run is stopped: a call cancelled in flight leaves no result
     line, so ``--resume`` runs its job again. A worker's own failure (a bug) is raised.
     """
     control = engine.control
     feed = JobFeed(engine.worker, concurrency, control)
-    everything = asyncio.ensure_future(
-        feed.pull(jobs) if reader is None else feed.read(jobs, reader)
-    )
+    if not isinstance(jobs, Iterator):  # a shared queue
+        filling: Awaitable[None] = feed.fill(jobs.fetch)
+    else:
+        filling = feed.pull(jobs) if reader is None else feed.read(jobs, reader)
+    everything = asyncio.ensure_future(filling)
     control._cancel = everything.cancel
     flusher = asyncio.create_task(_flush_periodically(engine))
     try:

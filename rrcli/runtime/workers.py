@@ -9,27 +9,62 @@ a read from disk never waits long. Jobs from a pipe, a terminal or a device are 
 into a bounded buffer, because such a read can wait for its writer forever: the event loop never
 blocks on it, so calls in flight go on and Ctrl-C and SIGTERM are obeyed (``rrcli run /dev/zero``
 reads a line that never ends). A worker that finds the buffer empty ends; the next job to arrive
-starts one. The thread stops reading when the run ends.
+starts one. The thread stops reading when the run ends. Jobs of a shared queue come into the same
+buffer from a task of the event loop (``fill``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import stat
+import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, BinaryIO, NoReturn
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, BinaryIO, NoReturn, Protocol
 
-from rrcli.records.jobs import InvalidJob, Job
-from rrcli.runtime.control import RunControl
+from rrcli.errors import UsageError
+from rrcli.records.jobs import InvalidJob, Job, shard_of
+from rrcli.runtime.control import RunControl, RunSummary
+from rrcli.runtime.options import RunOptions
 
-__all__ = ["BUFFERED_JOBS", "JobFeed", "StoppableReader"]
+__all__ = [
+    "BUFFERED_JOBS",
+    "Fetch",
+    "JobFeed",
+    "SharedQueue",
+    "StoppableReader",
+    "count_lines",
+    "open_jobs",
+    "select_jobs",
+]
 
 BUFFERED_JOBS = 1024  # jobs read ahead from a pipe at the most
 _POLL = 0.25  # seconds between looks at the run's stop switch while no worker runs
 
 Worker = Callable[[Iterator[Job | InvalidJob]], Coroutine[Any, Any, None]]
+Fetch = Callable[[], Awaitable[list[Job | InvalidJob] | None]]
+
+
+class SharedQueue(Protocol):
+    """Jobs from a queue several processes share (runtime/queue.py) instead of a file.
+
+    ``open`` connects (and loads the jobs file when there is one), returning the jobs in the
+    queue; ``sink`` wraps the results file's writer (each line is the queue's to store and
+    acknowledge too); ``attach`` hands it the engine; ``fetch`` returns the next jobs, None
+    once the queue is drained; ``label`` names the queue and this worker in the trace."""
+
+    label: dict[str, str]
+
+    async def open(self) -> int: ...
+    def sink(self, writer: Any) -> Any: ...
+    def attach(self, engine: Any) -> None: ...
+    async def fetch(self) -> list[Job | InvalidJob] | None: ...
+    async def close(self) -> None: ...
 
 
 class StoppableReader:
@@ -53,6 +88,70 @@ class StoppableReader:
         """Close the stream if it was opened for the run (standard input stays open)."""
         if self._close:
             self._stream.close()
+
+
+def count_lines(path: Path | None) -> int | None:
+    """Lines in the jobs file (an upper bound of jobs, for the progress display's ETA); None
+    unless it is a regular file: a pipe read here would have no jobs left to run."""
+    if path is None or not path.is_file():
+        return None
+    count = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            count += chunk.count(b"\n")
+    return count
+
+
+def select_jobs(
+    jobs: Iterator[Job | InvalidJob],
+    *,
+    done: Any,
+    summary: RunSummary,
+    shard: tuple[int, int] | None,
+    limit: int | None,
+) -> Iterator[Job | InvalidJob]:
+    """--shard, --limit and --resume applied to the stream of jobs, lazily, in that order: the
+    first N jobs of the shard (skipped or not, so a resumed run selects the same jobs)."""
+    taken = 0
+    for job in jobs:
+        if shard is not None and shard_of(job.key, shard[1]) != shard[0]:
+            continue
+        if limit is not None and taken >= limit:
+            return
+        taken += 1
+        if done is not None and job.key in done:
+            summary.skipped += 1
+            continue
+        yield job
+
+
+def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO | StoppableReader]:
+    """The jobs' name and stream. A stream that may wait for its writer (a pipe, a terminal, a
+    device) comes as a StoppableReader, to be read by a thread (JobFeed.read); ``stack`` closes a
+    regular file, the reader thread anything else it opened."""
+    if options.prompts:
+        import io
+
+        import orjson
+
+        lines = b"".join(
+            orjson.dumps({"id": f"prompt-{i + 1}", "prompt": p}) + b"\n"
+            for i, p in enumerate(options.prompts)
+        )
+        return "--prompt", io.BytesIO(lines)
+    if options.jobs is None:
+        stream = sys.stdin.buffer
+    else:
+        try:
+            stream = open(options.jobs, "rb")  # noqa: SIM115 (closed by stack or the reader)
+        except OSError as exc:
+            raise UsageError(f"{options.jobs}: cannot read the jobs file: {exc.strerror}") from exc
+    source = "<stdin>" if options.jobs is None else str(options.jobs)
+    if stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+        if options.jobs is not None:
+            stack.enter_context(stream)
+        return source, stream
+    return source, StoppableReader(stream, close=options.jobs is not None)
 
 
 class JobFeed:
@@ -138,6 +237,30 @@ class JobFeed:
             reader.stop()
             with self._space:
                 self._space.notify()
+
+    async def fill(self, fetch: Fetch) -> None:
+        """Run workers over jobs fetched in the event loop by ``fetch`` (a shared queue), until
+        every job is done or the run stops. ``fetch`` returns the next jobs when it has some
+        (it alone bounds how many are held at once), None once no job will come."""
+        fetcher = asyncio.ensure_future(self._fetch(fetch))
+        try:
+            await self._run()
+        finally:
+            fetcher.cancel()
+            await asyncio.gather(fetcher, return_exceptions=True)
+
+    async def _fetch(self, fetch: Fetch) -> None:
+        try:
+            while not self._control.stopping:
+                jobs = await fetch()
+                if jobs is None:
+                    break
+                self._buffer.extend(jobs)
+                self._arrived()
+        except Exception as exc:  # handed to the run: it fails as a worker would
+            self._failed = exc
+        finally:
+            self._end()
 
     async def _run(self) -> None:
         self._settled = asyncio.Event()
