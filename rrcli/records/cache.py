@@ -117,8 +117,10 @@ class CacheFile:
             self._reader = None
 
     def _write_loop(self) -> None:
-        """The writer thread: whatever has queued up, committed as one transaction."""
+        """The writer thread: whatever has queued up, committed as one transaction (WAL with
+        synchronous NORMAL, a per-connection setting: no fsync a commit)."""
         conn = _connect(self.path, read_only=False)
+        conn.execute("PRAGMA synchronous=NORMAL")
         try:
             stopping = False
             while not stopping:
