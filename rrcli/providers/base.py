@@ -265,6 +265,18 @@ def error_details(body: bytes | Any) -> tuple[str, str, str]:
     return message, kind if isinstance(kind, str) else "", code if isinstance(code, str) else ""
 
 
+def _cut(message: str) -> str:
+    """A server's message at most MESSAGE_LIMIT characters (cut after redaction)."""
+    return message if len(message) <= MESSAGE_LIMIT else message[: MESSAGE_LIMIT - 1] + "…"
+
+
+def _transient(by_status: bool, headers: Mapping[str, str]) -> bool:
+    """Whether to retry: the server's ``x-should-retry`` header when it says, else the
+    status's rule."""
+    should_retry = headers.get("x-should-retry")
+    return should_retry == "true" if should_retry in ("true", "false") else by_status
+
+
 def error_from_status(
     status: int,
     headers: Mapping[str, str],
@@ -287,17 +299,12 @@ def error_from_status(
     if 300 <= status < 400:
         return _redirect(status, headers, body, secret)
     message, kind, code = error_details(body)
-    message = redact(message, secret)
-    if len(message) > MESSAGE_LIMIT:
-        message = message[: MESSAGE_LIMIT - 1] + "…"
+    message = _cut(redact(message, secret))
     text = f"HTTP {status}: {message}" if message else f"HTTP {status}"
     type_ = f"http_{status}"
     overloaded = kind in ("overloaded_error", "rate_limit_error")
     rate_limited = status in (429, 529) or overloaded
-    transient = status in retry.retry_on_status or overloaded
-    should_retry = headers.get("x-should-retry")
-    if should_retry in ("true", "false"):
-        transient = should_retry == "true"
+    transient = _transient(status in retry.retry_on_status or overloaded, headers)
     if "insufficient_quota" in (kind, code):
         type_, transient, rate_limited = "insufficient_quota", False, False
         text += " — the account is out of credit or quota; add funds or use another key"

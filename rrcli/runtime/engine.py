@@ -40,7 +40,7 @@ from rrcli.runtime.lease import Lease
 from rrcli.runtime.retry import RetryPolicy
 from rrcli.runtime.router import Router
 from rrcli.runtime.serving import RouteRules
-from rrcli.runtime.turns import assistant_message, join_paused, too_many_continuations
+from rrcli.runtime.turns import assistant_message, bounded, join_paused
 from rrcli.tokens import estimate_call_tokens
 
 __all__ = ["Engine", "ResultSink"]
@@ -249,9 +249,7 @@ class Engine:
             ended = time.monotonic()
             if reply is not None and reply.continuation is not None:
                 continued += 1
-                if continued > self.profile.retry.max_continuations:
-                    limit = self.profile.retry.max_continuations
-                    reply, error = None, too_many_continuations(limit, reply.http_status)
+                reply, error = bounded(reply, continued, self.profile.retry.max_continuations)
             printed = echo is not None and echo.printed
             backoff = self._backoff(error, number - before, ended - first_try, printed)
             decision = _decide(error, backoff, failover and not printed)

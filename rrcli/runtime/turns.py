@@ -12,7 +12,7 @@ from typing import Any
 from rrcli.errors import ProviderError
 from rrcli.providers.base import Reply
 
-__all__ = ["assistant_message", "join_paused", "too_many_continuations"]
+__all__ = ["assistant_message", "bounded", "join_paused", "too_many_continuations"]
 
 
 def assistant_message(reply: Reply) -> dict[str, Any]:
@@ -66,6 +66,14 @@ def _join_bodies(first: dict[str, Any], rest: dict[str, Any]) -> dict[str, Any]:
             for k, v in b.items()
         }
     return joined
+
+
+def bounded(reply: Reply, continued: int, limit: int) -> tuple[Reply | None, ProviderError | None]:
+    """(reply, error) of a paused reply, the ``continued``-th: past ``limit`` (``[retry]
+    max_continuations``) the error that ends the turn instead of the reply."""
+    if continued <= limit:
+        return reply, None
+    return None, too_many_continuations(limit, reply.http_status)
 
 
 def too_many_continuations(limit: int, status: int | None) -> ProviderError:
