@@ -223,6 +223,47 @@ def test_another_programs_database_is_refused(tmp_path, sim_server):
         assert [("users",)] == db.execute("SELECT name FROM sqlite_master").fetchall()
 
 
+def _format(cache, layout, version):
+    """A cache file made by hand: the meta table naming ``version`` and the answers' table."""
+    with sqlite3.connect(cache) as db:
+        db.execute("CREATE TABLE rrcli_cache_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.execute(f"CREATE TABLE rrcli_cache {layout}")
+        db.execute("INSERT INTO rrcli_cache_meta VALUES ('format', ?)", (version,))
+
+
+def test_a_format_1_cache_keeps_answering_and_storing(tmp_path, sim_server):
+    """A cache of the first layout (answers in the key's own B-tree) is read and written as it
+    is: its answers stored by one run are answered to the next without a request."""
+    server = sim_server()
+    profile = write_profile(tmp_path / "p.toml", [{"id": "a", "base_url": server.openai_url}])
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 20)
+    cache = tmp_path / "old.db"
+    layout = "(key BLOB PRIMARY KEY, model TEXT NOT NULL, answer BLOB NOT NULL, stored REAL NOT NULL) WITHOUT ROWID"  # noqa: E501
+    _format(cache, layout, "1")
+    assert 0 == rrcli("run", jobs, "-p", profile, "--cache", cache, cwd=tmp_path).returncode
+    assert 20 == server.stats()["requests"]
+    server.reset()
+    again = rrcli("run", jobs, "-p", profile, "--cache", cache, "--out", "b.jsonl", cwd=tmp_path)
+    assert 0 == again.returncode, again.stderr
+    assert 0 == server.stats()["requests"]
+    with sqlite3.connect(cache) as db:
+        assert ("1", 20) == (
+            db.execute("SELECT value FROM rrcli_cache_meta").fetchone()[0],
+            db.execute("SELECT count(*) FROM rrcli_cache").fetchone()[0],
+        )
+
+
+def test_a_cache_of_a_newer_format_is_refused(tmp_path, sim_server):
+    """A cache a newer rrcli wrote (format 3) is refused, exit 2, naming the formats this one
+    reads; nothing is written into it."""
+    cache = tmp_path / "new.db"
+    _format(cache, "(key BLOB PRIMARY KEY, answer BLOB)", "3")
+    message = _refused(tmp_path, sim_server(), cache)
+    assert "a cache of another format (3; this rrcli reads 1, 2)" in message
+    with sqlite3.connect(cache) as db:
+        assert 0 == db.execute("SELECT count(*) FROM rrcli_cache").fetchone()[0]
+
+
 def test_a_corrupt_cache_is_refused(tmp_path, sim_server):
     """A cache whose pages are damaged is a clear error, exit 2, saying to delete it."""
     server = sim_server()
