@@ -187,7 +187,11 @@ MAY_DO = {
     "rrcli.providers": {"network", "dns", "event loop"},
     "rrcli.sim": {"network", "dns", "event loop"},
     "rrcli.runtime": {"network", "dns", "event loop"},
-    "rrcli.otel": {"network"},
+    # the span process of --otlp (otel.live), started by the run
+    "rrcli.runtime.telemetry": {"network", "dns", "event loop", "processes"},
+    "rrcli.runtime.runner": {"network", "dns", "event loop", "processes"},
+    "rrcli.runtime.plan": {"network", "dns", "event loop", "processes"},
+    "rrcli.otel": {"network", "processes"},
     "rrcli.otel.endpoint": set(),
 }
 

@@ -17,30 +17,19 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from rrcli.otel.spans import SpanMaker
+from rrcli.otel.report import SendReport
+from rrcli.otel.spans import SpanMaker, job_key
 
-__all__ = ["BATCH", "LiveSender", "SendReport", "Shipper"]
+__all__ = ["BATCH", "LiveSender", "Shipper"]
 
 BATCH = 512  # spans in one export request
 _EXPORTER_LOGGER = "opentelemetry.exporter.otlp"
-
-
-@dataclass(frozen=True, slots=True)
-class SendReport:
-    """What reached the collector: ``sent`` spans, ``dropped`` spans that did not (a failed or
-    abandoned batch, a full queue), and the exporter's last ``error``."""
-
-    endpoint: str
-    sent: int
-    dropped: int
-    error: str | None
 
 
 class _LastError(logging.Handler):
@@ -87,6 +76,44 @@ class Shipper:
         self._exporter.shutdown()
 
 
+class _Orphans:
+    """The jobs whose calls a full queue turned away, every one of them: their parent span is
+    never made, so it is counted as dropped (``lost``) when the job ends, or at the close."""
+
+    __slots__ = ("_fed", "_orphans", "lost")
+
+    def __init__(self) -> None:
+        self._fed: set[str] = set()  # jobs not ended with a call queued: their parent will come
+        self._orphans: set[str] = set()  # jobs not ended with calls dropped and none queued
+        self.lost = 0
+
+    def kept(self, record: dict[str, Any]) -> None:
+        key = job_key(record.get("job_id"))
+        self._fed.add(key)
+        self._orphans.discard(key)
+
+    def dropped(self, record: dict[str, Any]) -> None:
+        key = job_key(record.get("job_id"))
+        if key not in self._fed:
+            self._orphans.add(key)
+
+    def ended(self, job_id: Any, dropped: bool) -> bool:
+        """The job ended (``dropped``: some of its calls were turned away before they came
+        here): True when it has a parent span to make."""
+        key = job_key(job_id)
+        fed = key in self._fed
+        self._fed.discard(key)
+        if key in self._orphans or (dropped and not fed):
+            self._orphans.discard(key)
+            self.lost += 1
+            return False
+        return True
+
+    def left(self) -> int:
+        """Parent spans lost with the jobs not ended by the close."""
+        return self.lost + len(self._orphans)
+
+
 class LiveSender:
     """The run's span thread. ``put(record)`` takes each trace record, ``job_done(job_id)`` says
     a job ended (its parent span can go), ``close()`` ends it and returns the SendReport."""
@@ -109,6 +136,7 @@ class LiveSender:
         self._queue: deque[Any] = deque()
         self._max = queue_max
         self._overflow = 0  # calls the full queue turned away (counted by put)
+        self._orphans = _Orphans()  # and the parents of jobs it turned all the calls away of
         self._unmade = 0  # records that made no span (counted by the thread)
         self._interval, self._drain_s = interval, drain_s
         self._stall_s, self._dead_s = stall_s, dead_s
@@ -124,16 +152,20 @@ class LiveSender:
 
     def put(self, record: dict[str, Any]) -> None:
         """Queue a trace record (the hot path); a full queue drops a call and counts it."""
-        queue = self._queue
+        queue, call = self._queue, record.get("event") == "call"
         if len(queue) < self._max:
             queue.append(record)
-        elif record.get("event") == "call":
+            if call:
+                self._orphans.kept(record)
+        elif call:
             self._overflow += 1
+            self._orphans.dropped(record)
 
-    def job_done(self, job_id: Any) -> None:
-        """A job ended: its parent span is made once its queued records are."""
+    def job_done(self, job_id: Any, *, dropped: bool = False) -> None:
+        """A job ended: its parent span is made once its queued records are. ``dropped``: some
+        of its calls were dropped before they reached this sender (the run's own buffer)."""
         queue = self._queue
-        if len(queue) < self._max:
+        if self._orphans.ended(job_id, dropped) and len(queue) < self._max:
             queue.append((job_id,))
 
     def _loop(self) -> None:
@@ -199,5 +231,5 @@ class LiveSender:
         shipper = self._shipper
         if not self._thread.is_alive():
             shipper.close()
-        dropped = shipper.failed + self._overflow + self._unmade + left
+        dropped = shipper.failed + self._overflow + self._unmade + left + self._orphans.left()
         return SendReport(shipper.endpoint, shipper.sent, dropped, shipper.error)

@@ -28,7 +28,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from rrcli import __version__
 from rrcli.records.traceschema import parse_rfc3339
 
-__all__ = ["JOB_SPAN", "OPERATIONS", "SpanMaker", "span_ids"]
+__all__ = ["JOB_SPAN", "OPERATIONS", "SpanMaker", "job_key", "span_ids"]
 
 #: gen_ai.operation.name of each endpoint (the conventions' names; moderations has none)
 OPERATIONS = {
@@ -58,14 +58,14 @@ def _hash(size: int, *parts: object) -> int:
     return int.from_bytes(digest, "big") or 1  # an id of 0 is invalid
 
 
-def _job_key(job_id: object) -> str:
+def job_key(job_id: object) -> str:
     """The job id as JSON text: the id 7 and the id "7" are two jobs."""
     return orjson.dumps(job_id).decode()
 
 
 def span_ids(run_id: str, job_id: object, call: int | None = None) -> tuple[int, int]:
     """(trace id, span id) of a job's parent span, or of its ``call``-th call (from 0)."""
-    key = _job_key(job_id)
+    key = job_key(job_id)
     trace_id = _hash(16, run_id, key)
     if call is None:
         return trace_id, _hash(8, run_id, key, "job")
@@ -135,7 +135,7 @@ class SpanMaker:
     def parents_due(self, records: Iterable[Mapping[str, Any]]) -> int:
         """Parent spans still to come: the open jobs' and those of jobs first seen in the
         call records ``records`` (not fed yet)."""
-        keys = {(r["run_id"], _job_key(r["job_id"])) for r in records if r.get("event") == "call"}
+        keys = {(r["run_id"], job_key(r["job_id"])) for r in records if r.get("event") == "call"}
         return len(keys | self._jobs.keys())
 
     def feed(self, record: Mapping[str, Any]) -> list[ReadableSpan]:
@@ -158,7 +158,7 @@ class SpanMaker:
         operation = OPERATIONS.get(record.get("endpoint") or "chat", record.get("endpoint"))
         job = self._job(run_id, job_id, start, end, model, operation)
         trace_id, parent = job.trace_id, job.span_id
-        span_id = _hash(8, run_id, _job_key(job_id), "call", job.calls)
+        span_id = _hash(8, run_id, job_key(job_id), "call", job.calls)
         job.calls += 1
         job.outcome, job.model, job.end = outcome, model, max(job.end, end)
         attributes = {
@@ -187,7 +187,7 @@ class SpanMaker:
     def _job(
         self, run_id: str, job_id: Any, start: int, end: int, model: str, operation: str
     ) -> _Job:
-        key = (run_id, _job_key(job_id))
+        key = (run_id, job_key(job_id))
         job = self._jobs.get(key)
         if job is None:
             trace_id, span_id = span_ids(run_id, job_id)
@@ -198,7 +198,7 @@ class SpanMaker:
 
     def job_done(self, run_id: str, job_id: Any) -> ReadableSpan | None:
         """The parent span of a job that has ended (None when none of its calls was seen)."""
-        job = self._jobs.pop((run_id, _job_key(job_id)), None)
+        job = self._jobs.pop((run_id, job_key(job_id)), None)
         return None if job is None else self._job_span(job)
 
     def run_end(self, run_id: str) -> list[ReadableSpan]:

@@ -60,8 +60,8 @@ class TraceWriter:
     """Writes one run's trace records to ``path`` (appended; None writes nothing).
 
     ``clock`` (epoch seconds) stamps the ``run`` and ``run_end`` records; call records carry the
-    times they are given. ``tap``, when given, is handed every record as it is written (``rrcli
-    run --otlp`` sends them on from a thread); it must neither block nor change the record.
+    times they are given. ``tap``, when given, is handed every record's line as it is written
+    (``rrcli run --otlp`` sends them on from a child process); it must not block.
     """
 
     __slots__ = ("_clock", "_out", "_tap", "run_id")
@@ -72,7 +72,7 @@ class TraceWriter:
         run_id: str,
         *,
         clock: Callable[[], float] = time.time,
-        tap: Callable[[dict[str, Any]], None] | None = None,
+        tap: Callable[[bytes], None] | None = None,
     ) -> None:
         self.run_id = run_id
         self._clock = clock
@@ -80,10 +80,11 @@ class TraceWriter:
         self._out = None if path is None else LineFile(path, append=True, what="traces")
 
     def _put(self, record: dict[str, Any]) -> None:
+        line = orjson.dumps(record, option=_NEWLINE)
         if self._tap is not None:
-            self._tap(record)
+            self._tap(line)
         if self._out is not None:
-            self._out.write(orjson.dumps(record, option=_NEWLINE))
+            self._out.write(line)
 
     def run(self, profile: Profile, queue: dict[str, str] | None = None) -> None:
         """The ``run`` record: the pool as routed (never credentials, headers or params), and

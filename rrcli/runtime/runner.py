@@ -49,7 +49,7 @@ from rrcli.runtime.workers import (
 )
 
 if TYPE_CHECKING:
-    from rrcli.otel.sender import LiveSender
+    from rrcli.otel.live import SpanProcess
 
 __all__ = ["RunControl", "RunOptions", "RunSummary", "SharedQueue", "run", "run_sync"]
 
@@ -265,7 +265,7 @@ def open_outputs(
     options: RunOptions,
     run_id: str,
     stack: ExitStack,
-    sender: LiveSender | None = None,
+    sender: SpanProcess | None = None,
     queue: SharedQueue | None = None,
 ) -> tuple[ResultSink, TraceWriter]:
     """The result sink (a file appended on --resume, or the --prompt callback) and the trace

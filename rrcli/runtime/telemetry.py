@@ -1,8 +1,9 @@
 """``rrcli run --otlp``: the run's records sent on as OpenTelemetry spans while it goes on.
 
-The trace writer hands each record to the sender's thread (otel/sender.py) and the results
-sink tells it when a job ends (its parent span can go); the run never waits for the collector:
-at the end the spans sent and dropped are logged, a warning when any did not arrive.
+The trace writer hands each encoded record to the span process (otel/live.py) and the results
+sink tells it when a job ends (its parent span can go) and when the outputs are flushed; the run
+never waits for the collector: at the end the spans sent and dropped are logged, a warning when
+any did not arrive.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 if TYPE_CHECKING:
-    from rrcli.otel.sender import LiveSender
+    from rrcli.otel.live import SpanProcess
     from rrcli.runtime.engine import ResultSink
 
 __all__ = ["JobEnds", "close_sender", "open_sender", "otlp_url"]
@@ -34,22 +35,23 @@ def otlp_url(option: str | None, environ: Mapping[str, str]) -> str | None:
     return url
 
 
-def open_sender(url: str | None, run_id: str) -> LiveSender | None:
-    """The span thread of the run, None without a URL."""
+def open_sender(url: str | None, run_id: str) -> SpanProcess | None:
+    """The span process of the run, None without a URL."""
     if url is None:
         return None
-    from rrcli.otel.sender import LiveSender, Shipper
+    from rrcli.otel.live import SpanProcess
 
-    return LiveSender(Shipper(url), run_id)
+    return SpanProcess(url, run_id)
 
 
 class JobEnds:
-    """A results sink that also tells the sender each job that ended."""
+    """A results sink that also tells the sender each job that ended, and flushes it with the
+    outputs."""
 
-    __slots__ = ("_done", "_inner")
+    __slots__ = ("_done", "_flush", "_inner")
 
-    def __init__(self, inner: ResultSink, sender: LiveSender) -> None:
-        self._inner, self._done = inner, sender.job_done
+    def __init__(self, inner: ResultSink, sender: SpanProcess) -> None:
+        self._inner, self._done, self._flush = inner, sender.job_done, sender.flush
 
     def write(self, result: dict[str, Any], *, body: dict[str, Any] | None = None) -> None:
         self._inner.write(result, body=body)
@@ -57,10 +59,11 @@ class JobEnds:
 
     def flush(self) -> None:
         self._inner.flush()
+        self._flush()
 
 
-async def close_sender(sender: LiveSender | None) -> None:
-    """End the span thread (without blocking the loop) and log what reached the collector."""
+async def close_sender(sender: SpanProcess | None) -> None:
+    """End the span process (without blocking the loop) and log what reached the collector."""
     if sender is None:
         return
     report = await asyncio.to_thread(sender.close)
