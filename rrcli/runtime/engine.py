@@ -40,7 +40,7 @@ from rrcli.runtime.lease import Lease
 from rrcli.runtime.retry import RetryPolicy
 from rrcli.runtime.router import Router
 from rrcli.runtime.serving import RouteRules
-from rrcli.runtime.turns import assistant_message, bounded, join_paused
+from rrcli.runtime.turns import Echo, assistant_message, bounded, join_paused, sent
 from rrcli.tokens import estimate_call_tokens
 
 __all__ = ["Engine", "ResultSink"]
@@ -231,25 +231,18 @@ class Engine:
         provider = self.providers[backend.id]
         call = self._request(job, messages, backend)
         estimate = estimate_call_tokens(messages, call.params, job.input)
-        echo = _Echo(self.on_text) if (call.stream and self.on_text is not None) else None
+        echo = Echo(self.on_text) if (call.stream and self.on_text is not None) else None
         number, first_try, paused, continued = before, time.monotonic(), None, 0
         attempt: Attempt | None = None
         while True:
             number += 1
-            try:
-                await self.router.admit(lease, estimate, call)
-            except BackendDown:  # while this retry waited, its backend left the pool
+            if not await self._admitted(lease, estimate, call):
                 assert attempt is not None  # only a retry waits for its backend's slot again
                 return self._outcome(job, attempt, None)
             started, ts_start = time.monotonic(), time.time()
-            try:
-                reply, error = await provider.send(call, echo), None
-            except ProviderError as exc:
-                reply, error = None, exc
-            ended = time.monotonic()
-            if reply is not None and reply.continuation is not None:
-                continued += 1
-                reply, error = bounded(reply, continued, self.profile.retry.max_continuations)
+            reply, error, ended = await sent(provider, call, echo)
+            limit = self.profile.retry.max_continuations
+            reply, error, continued = bounded(reply, error, continued, limit)
             printed = echo is not None and echo.printed
             backoff = self._backoff(error, number - before, ended - first_try, printed)
             decision = _decide(error, backoff, failover and not printed)
@@ -272,6 +265,15 @@ class Engine:
             paused = reply
             call = replace(call, messages=[*call.messages, reply.continuation])
             queued = time.monotonic()
+
+    async def _admitted(self, lease: Lease, estimate: int, call: Call) -> bool:
+        """The router's admission of an attempt; False when, while a retry waited for it, its
+        backend left the pool."""
+        try:
+            await self.router.admit(lease, estimate, call)
+        except BackendDown:
+            return False
+        return True
 
     def _request(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
         """The call as sent to ``backend``: its params under the job's (the job wins), merged
@@ -344,20 +346,6 @@ class Engine:
         """The session a result line names: when bindings must survive --resume, and always
         for a session."""
         return job.session if (self.session_binding or job.kind == "session") else None
-
-
-class _Echo:
-    """--prompt --stream: text printed as it arrives; once any was, the call is never retried."""
-
-    __slots__ = ("_out", "printed")
-
-    def __init__(self, out: Callable[[str], None]) -> None:
-        self._out = out
-        self.printed = False
-
-    def __call__(self, text: str) -> None:
-        self.printed = True
-        self._out(text)
 
 
 #: the decisions of a call's last attempt here after which the call is routed again: its

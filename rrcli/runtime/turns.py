@@ -1,18 +1,53 @@
-"""A job's turns as the API sees them: a reply written back into the history as its assistant
-message, the two parts of a turn Anthropic paused (``pause_turn``) joined into one reply, and
-the bound on how often one turn may be continued (a server that pauses forever would otherwise
-draw calls, and a request body growing with each, without end).
+"""A job's turns as the API sees them: one call sent (its text echoed as it streams, for
+``--prompt --stream``), a reply written back into the history as its assistant message, the two
+parts of a turn Anthropic paused (``pause_turn``) joined into one reply, and the bound on how
+often one turn may be continued (a server that pauses forever would otherwise draw calls, and a
+request body growing with each, without end).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from rrcli.errors import ProviderError
-from rrcli.providers.base import Reply
+from rrcli.providers.base import Call, Provider, Reply
 
-__all__ = ["assistant_message", "bounded", "join_paused", "too_many_continuations"]
+__all__ = [
+    "Echo",
+    "assistant_message",
+    "bounded",
+    "join_paused",
+    "sent",
+    "too_many_continuations",
+]
+
+
+class Echo:
+    """--prompt --stream: text printed as it arrives; once any was, the call is never retried."""
+
+    __slots__ = ("_out", "printed")
+
+    def __init__(self, out: Callable[[str], None]) -> None:
+        self._out = out
+        self.printed = False
+
+    def __call__(self, text: str) -> None:
+        self.printed = True
+        self._out(text)
+
+
+async def sent(
+    provider: Provider, call: Call, echo: Echo | None
+) -> tuple[Reply | None, ProviderError | None, float]:
+    """(the reply, or the error the call ended with; when it ended, monotonic)."""
+    try:
+        reply, error = await provider.send(call, echo), None
+    except ProviderError as exc:
+        reply, error = None, exc
+    return reply, error, time.monotonic()
 
 
 def assistant_message(reply: Reply) -> dict[str, Any]:
@@ -68,12 +103,18 @@ def _join_bodies(first: dict[str, Any], rest: dict[str, Any]) -> dict[str, Any]:
     return joined
 
 
-def bounded(reply: Reply, continued: int, limit: int) -> tuple[Reply | None, ProviderError | None]:
-    """(reply, error) of a paused reply, the ``continued``-th: past ``limit`` (``[retry]
-    max_continuations``) the error that ends the turn instead of the reply."""
+def bounded(
+    reply: Reply | None, error: ProviderError | None, continued: int, limit: int
+) -> tuple[Reply | None, ProviderError | None, int]:
+    """(reply, error, continuations so far) after a call: a paused reply is one continuation
+    more, and past ``limit`` (``[retry] max_continuations``) the error that ends the turn
+    instead of the reply."""
+    if reply is None or reply.continuation is None:
+        return reply, error, continued
+    continued += 1
     if continued <= limit:
-        return reply, None
-    return None, too_many_continuations(limit, reply.http_status)
+        return reply, None, continued
+    return None, too_many_continuations(limit, reply.http_status), continued
 
 
 def too_many_continuations(limit: int, status: int | None) -> ProviderError:
