@@ -190,6 +190,7 @@ MAY_DO = {
     # the span process of --otlp (otel.live), started by the run
     "rrcli.runtime.telemetry": {"network", "dns", "event loop", "processes"},
     "rrcli.runtime.runner": {"network", "dns", "event loop", "processes"},
+    "rrcli.runtime.outputs": {"network", "dns", "event loop", "processes"},
     "rrcli.runtime.plan": {"network", "dns", "event loop", "processes"},
     "rrcli.otel": {"network", "processes"},
     "rrcli.otel.endpoint": set(),

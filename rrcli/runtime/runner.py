@@ -1,10 +1,10 @@
 """``rrcli run`` as a library call: jobs in, one result per job and one trace record per attempt
 out.
 
-``run`` prepares the outputs (refusing to clobber, repairing a torn line on ``--resume``), builds
-the router over the gates and one provider per backend, and starts ``concurrency`` workers
-(engine.py) over one streaming job iterator: no task per job, no queue, so memory stays flat
-however long the file. Results and traces are flushed every FLUSH_INTERVAL.
+``run`` prepares the outputs (outputs.py: refusing to clobber, repairing a torn line on
+``--resume``), builds the router over the gates and one provider per backend, and starts
+``concurrency`` workers (engine.py) over one streaming job iterator: no task per job, no queue,
+so memory stays flat however long the file. Results and traces are flushed every FLUSH_INTERVAL.
 
 Interruption (SPEC §1): ``RunControl.stop()`` (first Ctrl-C) stops dispatching and lets calls in
 flight finish for up to DRAIN_TIMEOUT; ``RunControl.cancel()`` (second Ctrl-C) cancels them.
@@ -20,7 +20,7 @@ import random
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import ExitStack, closing
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,17 +28,17 @@ import structlog
 
 from rrcli.config.profile import Profile
 from rrcli.providers import make_provider
-from rrcli.records.claim import STDIN, OutputClaim, refuse_same_files
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
-from rrcli.records.results import ResultWriter, ResumeState, prepare_output
-from rrcli.records.trace import TraceWriter, new_run_id
+from rrcli.records.results import ResumeState
+from rrcli.records.trace import new_run_id
 from rrcli.runtime.budget import budget_prices, final_halt, make_budget
 from rrcli.runtime.cached import ResponseCache, open_cache
 from rrcli.runtime.control import RunControl, RunSummary
-from rrcli.runtime.engine import Engine, ResultSink
+from rrcli.runtime.engine import Engine
 from rrcli.runtime.options import RunOptions
+from rrcli.runtime.outputs import open_outputs, prepare_results, refuse_clobbering
 from rrcli.runtime.router import Router
-from rrcli.runtime.telemetry import JobEnds, close_sender, open_sender, otlp_url
+from rrcli.runtime.telemetry import close_sender, open_sender, otlp_url
 from rrcli.runtime.workers import (
     JobFeed,
     SharedQueue,
@@ -49,7 +49,7 @@ from rrcli.runtime.workers import (
 )
 
 if TYPE_CHECKING:
-    from rrcli.otel.live import SpanProcess
+    pass
 
 __all__ = ["RunControl", "RunOptions", "RunSummary", "SharedQueue", "run", "run_sync"]
 
@@ -57,16 +57,6 @@ log = structlog.get_logger("rrcli")
 
 FLUSH_INTERVAL = 0.2  # seconds between flushes of results and traces
 DRAIN_TIMEOUT = 30.0  # seconds the first Ctrl-C lets calls in flight finish
-
-
-class CallbackWriter:
-    """Hands each result to a callback (``--prompt`` prints answers instead of JSON lines)."""
-
-    def __init__(self, callback: Callable[[dict[str, Any]], None]) -> None:
-        self.write = lambda result, body=None: callback(result)
-
-    def flush(self) -> None:
-        pass
 
 
 async def run(
@@ -95,7 +85,7 @@ async def run(
 
         queue = RedisQueue(profile, options.queue, options.jobs, run_concurrency(options, profile))
     with ExitStack() as stack:
-        _refuse_clobbering(options)
+        refuse_clobbering(options)
         if queue is not None:
             total = await queue.open()
             try:
@@ -138,7 +128,7 @@ async def _run_open(
     rng = random.Random(seed)
     summary = RunSummary(new_run_id(), total=total)
     cache = _open_cache(profile, options, summary, stack)  # CacheError: exit 2, nothing sent
-    resume = _prepare_results(options, stack)
+    resume = prepare_results(options, stack)
     router, gates = make_router(profile, rng)
     router.budget = await make_budget(profile, options, start.prices, control, gates)
     if resume is not None and resume.sessions:
@@ -206,28 +196,6 @@ def _selected(
     return select_jobs(lines, done=done, summary=summary, shard=options.shard, limit=options.limit)
 
 
-def _refuse_clobbering(options: RunOptions) -> None:
-    """UsageError when an output is the jobs file or the other output (records/claim.py)."""
-    jobs = STDIN if options.jobs is None and not options.prompts else options.jobs
-    out = options.out_file if options.on_result is None else None
-    refuse_same_files(jobs, [("--out", out), ("--traces", options.traces)])
-
-
-def _prepare_results(options: RunOptions, stack: ExitStack) -> ResumeState | None:
-    """The results file made ready before anything is sent (None: results go to a callback):
-    it and the traces file locked for this run until ``stack`` closes (records/claim.py), then
-    on --resume, what it already holds, in the format asked for."""
-    out = options.out_file if options.on_result is None else None
-    claim = stack.enter_context(closing(OutputClaim()))
-    claim.take(out, "results")
-    claim.take(options.traces, "traces")
-    if options.on_result is not None:
-        return None
-    return prepare_output(
-        options.out_file, resume=options.resume, overwrite=options.overwrite, fmt=options.fmt
-    )
-
-
 def _open_cache(
     profile: Profile, options: RunOptions, summary: RunSummary, stack: ExitStack
 ) -> ResponseCache | None:
@@ -259,32 +227,6 @@ def make_providers(
     return {
         b.id: make_provider(b, keys[b.id], retry=profile.retry, seed=seed) for b in profile.backends
     }
-
-
-def open_outputs(
-    options: RunOptions,
-    run_id: str,
-    stack: ExitStack,
-    sender: SpanProcess | None = None,
-    queue: SharedQueue | None = None,
-) -> tuple[ResultSink, TraceWriter]:
-    """The result sink (a file appended on --resume, or the --prompt callback) and the trace
-    writer, both closed by ``stack``; with a span ``sender`` (--otlp) both feed it too; with a
-    shared ``queue`` each result line goes to it as well."""
-    results: ResultSink
-    if options.on_result is not None:
-        results = CallbackWriter(options.on_result)
-    else:
-        out = options.out_file
-        append = options.resume and out is not None and out.exists()
-        writer = ResultWriter(out, fmt=options.fmt, append=append)
-        stack.callback(writer.close)
-        results = writer if queue is None else queue.sink(writer)
-    traces = TraceWriter(options.traces, run_id, tap=None if sender is None else sender.put)
-    stack.callback(traces.close)
-    if sender is not None:
-        results = JobEnds(results, sender)
-    return results, traces
 
 
 def run_concurrency(options: RunOptions, profile: Profile) -> int:

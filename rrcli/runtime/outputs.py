@@ -1,0 +1,81 @@
+"""A run's outputs: the results sink (a file, appended on ``--resume``; or the ``--prompt``
+callback) and the trace writer, claimed for the run before anything is sent, and fed to the span
+process of ``--otlp`` and to a shared queue when there is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import ExitStack, closing
+from typing import TYPE_CHECKING, Any
+
+from rrcli.records.claim import STDIN, OutputClaim, refuse_same_files
+from rrcli.records.results import ResultWriter, ResumeState, prepare_output
+from rrcli.records.trace import TraceWriter
+from rrcli.runtime.engine import ResultSink
+from rrcli.runtime.options import RunOptions
+from rrcli.runtime.telemetry import JobEnds
+
+if TYPE_CHECKING:
+    from rrcli.otel.live import SpanProcess
+    from rrcli.runtime.workers import SharedQueue
+
+__all__ = ["CallbackWriter", "open_outputs", "prepare_results", "refuse_clobbering"]
+
+
+class CallbackWriter:
+    """Hands each result to a callback (``--prompt`` prints answers instead of JSON lines)."""
+
+    def __init__(self, callback: Callable[[dict[str, Any]], None]) -> None:
+        self.write = lambda result, body=None: callback(result)
+
+    def flush(self) -> None:
+        pass
+
+
+def refuse_clobbering(options: RunOptions) -> None:
+    """UsageError when an output is the jobs file or the other output (records/claim.py)."""
+    jobs = STDIN if options.jobs is None and not options.prompts else options.jobs
+    out = options.out_file if options.on_result is None else None
+    refuse_same_files(jobs, [("--out", out), ("--traces", options.traces)])
+
+
+def prepare_results(options: RunOptions, stack: ExitStack) -> ResumeState | None:
+    """The results file made ready before anything is sent (None: results go to a callback):
+    it and the traces file locked for this run until ``stack`` closes (records/claim.py), then
+    on --resume, what it already holds, in the format asked for."""
+    out = options.out_file if options.on_result is None else None
+    claim = stack.enter_context(closing(OutputClaim()))
+    claim.take(out, "results")
+    claim.take(options.traces, "traces")
+    if options.on_result is not None:
+        return None
+    return prepare_output(
+        options.out_file, resume=options.resume, overwrite=options.overwrite, fmt=options.fmt
+    )
+
+
+def open_outputs(
+    options: RunOptions,
+    run_id: str,
+    stack: ExitStack,
+    sender: SpanProcess | None = None,
+    queue: SharedQueue | None = None,
+) -> tuple[ResultSink, TraceWriter]:
+    """The result sink (a file appended on --resume, or the --prompt callback) and the trace
+    writer, both closed by ``stack``; with a span ``sender`` (--otlp) both feed it too; with a
+    shared ``queue`` each result line goes to it as well."""
+    results: ResultSink
+    if options.on_result is not None:
+        results = CallbackWriter(options.on_result)
+    else:
+        out = options.out_file
+        append = options.resume and out is not None and out.exists()
+        writer = ResultWriter(out, fmt=options.fmt, append=append)
+        stack.callback(writer.close)
+        results = writer if queue is None else queue.sink(writer)
+    traces = TraceWriter(options.traces, run_id, tap=None if sender is None else sender.put)
+    stack.callback(traces.close)
+    if sender is not None:
+        results = JobEnds(results, sender)
+    return results, traces
