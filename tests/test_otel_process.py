@@ -117,3 +117,17 @@ def test_a_killed_run_still_delivers_a_span_for_every_call_in_its_trace(
         if s.name != JOB_SPAN
     }
     assert {(str(r["job_id"]), r["attempt"]) for r in records} <= arrived
+
+
+def test_a_run_that_fails_before_its_end_leaves_no_span_process(otlp_receiver):  # noqa: F811
+    """``abandon`` (what a failed run's clean-up calls) ends the process at once; after a
+    normal ``close`` it does nothing."""
+    receiver = otlp_receiver()
+    process = SpanProcess(receiver.url + "/v1/traces", "run-p")
+    began = time.monotonic()
+    process.abandon()
+    assert time.monotonic() - began < 1.0
+    assert not os.path.exists(f"/proc/{process.pid}")
+    closed = SpanProcess(receiver.url + "/v1/traces", "run-p")
+    assert 0 == closed.close().dropped
+    closed.abandon()

@@ -119,6 +119,7 @@ class SpanProcess:
         unsent = buf.count(_CALL) + buf.count(b"\n[") + buf.startswith(b"[")
         buf.clear()
         os.close(self._fd)
+        self._fd = -1
         try:
             out, _ = self._proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
             err = self._last_error()
@@ -128,6 +129,17 @@ class SpanProcess:
             err = "it did not finish in time"
         self._errors.close()
         return self._report(out, err, unsent)
+
+    def abandon(self) -> None:
+        """End the process without a report, unless ``close`` already did (a run that failed
+        before its end: nothing waits for the collector)."""
+        if self._fd < 0:
+            return
+        os.close(self._fd)
+        self._fd = -1
+        self._proc.kill()
+        self._proc.wait()
+        self._errors.close()
 
     def _last_error(self) -> str:
         """The last line the span process wrote to its standard error."""

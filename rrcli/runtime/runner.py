@@ -134,7 +134,7 @@ async def _run_open(
     if resume is not None and resume.sessions:
         router.restore_bindings(resume.sessions)
     providers = make_providers(profile, start.keys, seed)
-    sender = open_sender(start.otlp, summary.run_id)
+    sender = open_sender(start.otlp, summary.run_id, stack)
     shared = None if isinstance(jobs_in, Iterator) else jobs_in
     results, traces = open_outputs(options, summary.run_id, stack, sender, shared)
     traces.run(profile, None if shared is None else shared.label)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -35,13 +36,16 @@ def otlp_url(option: str | None, environ: Mapping[str, str]) -> str | None:
     return url
 
 
-def open_sender(url: str | None, run_id: str) -> SpanProcess | None:
-    """The span process of the run, None without a URL."""
+def open_sender(url: str | None, run_id: str, stack: ExitStack) -> SpanProcess | None:
+    """The span process of the run, None without a URL; should the run fail before it is
+    closed, ``stack`` ends it."""
     if url is None:
         return None
     from rrcli.otel.live import SpanProcess
 
-    return SpanProcess(url, run_id)
+    process = SpanProcess(url, run_id)
+    stack.callback(process.abandon)
+    return process
 
 
 class JobEnds:
