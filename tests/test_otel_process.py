@@ -24,12 +24,16 @@ def lines(jobs: int) -> list[bytes]:
     return [orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in records]
 
 
-def settled(receiver, seconds: float = 15.0) -> list:
-    """The receiver's spans once no more have come for half a second."""
-    deadline, count = time.monotonic() + seconds, -1
-    while time.monotonic() < deadline and count != len(receiver.spans):
-        count = len(receiver.spans)
-        time.sleep(0.5)
+def settled(receiver, seconds: float = 30.0) -> list:
+    """The receiver's spans once no more have come for two seconds (the span process sends
+    what it has every half second)."""
+    deadline, count, quiet_since = time.monotonic() + seconds, -1, time.monotonic()
+    while time.monotonic() < deadline:
+        if count != len(receiver.spans):
+            count, quiet_since = len(receiver.spans), time.monotonic()
+        elif time.monotonic() - quiet_since > 2.0:
+            break
+        time.sleep(0.1)
     return receiver.spans
 
 
