@@ -1,10 +1,12 @@
-"""Shared pieces of the benchmarks: free ports, `rrcli sim` servers, job files, peak memory."""
+"""Shared pieces of the benchmarks: free ports, `rrcli sim` and Redis servers, the two-backend
+pool, job files, peak memory."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import sys
@@ -12,8 +14,11 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import orjson
+
+from rrcli.config.profile import Backend, Credentials, Profile
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,6 +53,41 @@ def serving(argv: list[str], port: int) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """A throwaway ``redis-server`` on a free loopback port (nothing saved); yields its URL.
+    Exits the benchmark when none is installed."""
+    redis_bin = shutil.which("redis-server")
+    if redis_bin is None:
+        sys.exit("redis-server is not installed")
+    port = free_port()
+    redis = subprocess.Popen(
+        [redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    time.sleep(0.5)
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        redis.kill()
+
+
+def two_backend_pool(
+    base_url: str, concurrency: int, name: str = "bench", prefix: str = "b", **fields: Any
+) -> Profile:
+    """The benchmarks' pool: two backends on the server at ``base_url``, each capped at half
+    of ``concurrency``; ``fields`` go to both (a price, the endpoints they serve)."""
+    half = max(1, concurrency // 2)
+    backends = tuple(
+        Backend(
+            id=f"{prefix}{i}", base_url=base_url, model="sim", credentials=Credentials(auth="none"),
+            max_concurrency=half, allow_private=True, **fields,
+        )
+        for i in range(2)
+    )  # fmt: skip
+    return Profile(name=name, backends=backends, concurrency=concurrency)
 
 
 def write_jobs(path: Path, n: int) -> Path:

@@ -20,30 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import sim_server, write_jobs
+from _common import sim_server, two_backend_pool, write_jobs
 
-from rrcli.config.profile import Backend, Credentials, Price, Profile
+from rrcli.config.profile import Price, Profile
 from rrcli.runtime.runner import RunOptions, run
-
-
-def profile(base_url: str, concurrency: int) -> Profile:
-    half = max(1, concurrency // 2)
-    return Profile(
-        name="bench",
-        backends=tuple(
-            Backend(
-                id=f"b{i}",
-                base_url=base_url,
-                model="sim",
-                credentials=Credentials(auth="none"),
-                max_concurrency=half,
-                allow_private=True,
-                price=Price(0.15, 0.6),
-            )
-            for i in range(2)
-        ),
-        concurrency=concurrency,
-    )
 
 
 async def timed(
@@ -81,7 +61,7 @@ def main() -> None:
     ):
         tmp = Path(d)
         jobs = write_jobs(tmp / "jobs.jsonl", args.jobs)
-        pool = profile(url, args.concurrency)
+        pool = two_backend_pool(url, args.concurrency, price=Price(0.15, 0.6))
         print(f"{args.jobs} jobs, concurrency {args.concurrency}, server {args.latency_ms} ms")
         asyncio.run(timed(pool, jobs, tmp, None))  # warm up
         ratios, cpu_ratios = [], []

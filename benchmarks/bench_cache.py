@@ -23,23 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import sim_server, write_jobs
+from _common import sim_server, two_backend_pool, write_jobs
 
-from rrcli.config.profile import Backend, Credentials, Price, Profile, SimSettings
+from rrcli.config.profile import Backend, Price, Profile, SimSettings
 from rrcli.records.cache import CacheFile
 from rrcli.runtime.runner import RunOptions, run
-
-
-def http_profile(base_url: str, concurrency: int) -> Profile:
-    half = max(1, concurrency // 2)
-    backends = tuple(
-        Backend(
-            id=f"b{i}", base_url=base_url, model="sim", credentials=Credentials(auth="none"),
-            max_concurrency=half, allow_private=True, price=Price(0.15, 0.6),
-        )
-        for i in range(2)
-    )  # fmt: skip
-    return Profile(name="bench", backends=backends, concurrency=concurrency)
 
 
 def sim_profile(concurrency: int) -> Profile:
@@ -75,7 +63,7 @@ def cold(args: argparse.Namespace, tmp: Path) -> None:
     rates: dict[str, list[float]] = {name: [] for name in variants}
     cpus: dict[str, list[float]] = {name: [] for name in variants}
     with sim_server("--latency-ms", "50") as url:
-        profile = http_profile(url, args.concurrency)
+        profile = two_backend_pool(url, args.concurrency, price=Price(0.15, 0.6))
         asyncio.run(timed(profile, write_jobs(tmp / "warm.jsonl", 200), tmp, None))
         for round_ in range(args.rounds):
             for name, (cached, max_cost) in variants.items():

@@ -24,9 +24,8 @@ from statistics import median
 
 import httpx2
 import orjson
-from _common import sim_server
+from _common import sim_server, two_backend_pool
 
-from rrcli.config.profile import Backend, Credentials, Profile
 from rrcli.runtime.runner import RunOptions, run
 
 
@@ -63,22 +62,8 @@ async def raw_loop(
 
 
 async def rrcli_run(base_url: str, jobs: Path, tmp: Path, concurrency: int) -> float:
-    half = max(1, concurrency // 2)
-    profile = Profile(
-        name="bench-embeddings",
-        backends=tuple(
-            Backend(
-                id=f"emb{i}",
-                base_url=base_url,
-                model="sim",
-                credentials=Credentials(auth="none"),
-                max_concurrency=half,
-                allow_private=True,
-                endpoints=("embeddings",),
-            )
-            for i in range(2)
-        ),
-        concurrency=concurrency,
+    profile = two_backend_pool(
+        base_url, concurrency, "bench-embeddings", "emb", endpoints=("embeddings",)
     )
     options = RunOptions(jobs=jobs, out=tmp / "r.jsonl", traces=tmp / "t.jsonl", overwrite=True)
     t0 = time.perf_counter()

@@ -18,10 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import free_port, serving, sim_server, write_jobs
+from _common import free_port, serving, sim_server, two_backend_pool, write_jobs
 from structlog.testing import capture_logs
 
-from rrcli.config.profile import Backend, Credentials, Profile
 from rrcli.runtime.runner import RunOptions, run
 
 SINK = """
@@ -38,15 +37,7 @@ ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 
 
 def one(base_url: str, jobs: Path, tmp: Path, concurrency: int, otlp: str | None) -> str:
-    half = max(1, concurrency // 2)
-    backends = tuple(
-        Backend(
-            id=f"b{i}", base_url=base_url, model="sim", credentials=Credentials(auth="none"),
-            max_concurrency=half, allow_private=True,
-        )
-        for i in range(2)
-    )  # fmt: skip
-    profile = Profile(name="bench", backends=backends, concurrency=concurrency)
+    profile = two_backend_pool(base_url, concurrency)
     options = RunOptions(
         jobs=jobs, out=tmp / "r.jsonl", traces=tmp / "t.jsonl", overwrite=True, otlp=otlp
     )

@@ -22,9 +22,8 @@ import time
 from pathlib import Path
 
 import httpx2
-from _common import sim_server, write_jobs
+from _common import sim_server, two_backend_pool, write_jobs
 
-from rrcli.config.profile import Backend, Credentials, Profile
 from rrcli.runtime.runner import RunOptions, run
 
 
@@ -59,22 +58,7 @@ async def raw_loop(base_url: str, n: int, concurrency: int, stream: bool) -> flo
 
 
 async def rrcli_run(base_url: str, jobs: Path, tmp: Path, concurrency: int, stream: bool) -> float:
-    half = max(1, concurrency // 2)
-    profile = Profile(
-        name="bench",
-        backends=tuple(
-            Backend(
-                id=f"b{i}",
-                base_url=base_url,
-                model="sim",
-                credentials=Credentials(auth="none"),
-                max_concurrency=half,
-                allow_private=True,
-            )
-            for i in range(2)
-        ),
-        concurrency=concurrency,
-    )
+    profile = two_backend_pool(base_url, concurrency)
     out, traces = tmp / "r.jsonl", tmp / "t.jsonl"
     options = RunOptions(jobs=jobs, out=out, traces=traces, overwrite=True, stream=stream)
     t0 = time.perf_counter()

@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import argparse
 import resource
-import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import tomli_w
-from _common import call_records, free_port, sim_server, start_run, write_jobs
+from _common import call_records, redis_server, sim_server, start_run, write_jobs
 
 
 def profile(path: Path, backends: list[dict], url: str, **top: object) -> Path:
@@ -161,24 +158,11 @@ def main() -> None:
     parser.add_argument("--shared-gate", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--memory-jobs", type=int, default=1_000_000)
     args = parser.parse_args()
-    redis_bin = shutil.which("redis-server")
-    if redis_bin is None:
-        sys.exit("redis-server is not installed")
-    port = free_port()
-    redis = subprocess.Popen(
-        [redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    time.sleep(0.5)
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            url = f"redis://127.0.0.1:{port}/0"
-            scaling(Path(d), url, args)
-            cost(Path(d), url, args)
-            if args.memory_jobs:
-                memory(Path(d), url, args.memory_jobs)
-    finally:
-        redis.kill()
+    with redis_server() as url, tempfile.TemporaryDirectory() as d:
+        scaling(Path(d), url, args)
+        cost(Path(d), url, args)
+        if args.memory_jobs:
+            memory(Path(d), url, args.memory_jobs)
 
 
 if __name__ == "__main__":

@@ -12,16 +12,13 @@ the caps held.
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx2
 import tomli_w
-from _common import free_port, sim_server, start_run, write_jobs
+from _common import redis_server, sim_server, start_run, write_jobs
 
 
 def profile(path: Path, urls: list[str], gate: dict) -> Path:
@@ -43,53 +40,40 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--latency-ms", type=int, default=50)
     args = parser.parse_args()
-    redis_bin = shutil.which("redis-server")
-    if redis_bin is None:
-        sys.exit("redis-server is not installed")
-    port = free_port()
-    redis = subprocess.Popen(
-        [redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    time.sleep(0.5)
     lat = str(args.latency_ms)
-    try:
-        with (
-            tempfile.TemporaryDirectory() as d,
-            sim_server("--latency-ms", lat, "--cap", "8") as u1,
-            sim_server("--latency-ms", lat, "--cap", "8") as u2,
-        ):
-            tmp = Path(d)
-            jobs = write_jobs(tmp / "jobs.jsonl", args.jobs)
-            local = profile(tmp / "local.toml", [u1, u2], {"kind": "local"})
-            t0 = time.perf_counter()
-            proc = start_run(jobs, local, tmp / "l.jsonl", tmp / "lt.jsonl")
-            assert proc.wait() == 0
-            one = args.jobs / (time.perf_counter() - t0)
-            local_peaks = peaks([u1, u2])
-            for u in (u1, u2):
-                httpx2.post(u.removesuffix("/v1") + "/stats/reset")
-            shared = profile(
-                tmp / "redis.toml",
-                [u1, u2],
-                {"kind": "redis", "url": f"redis://127.0.0.1:{port}/0"},
-            )
-            t0 = time.perf_counter()
-            procs = [
-                start_run(
-                    jobs, shared, tmp / f"r{i}.jsonl", tmp / f"t{i}.jsonl", "--shard", f"{i}/4"
-                )
-                for i in range(4)
-            ]
-            assert all(p.wait() == 0 for p in procs)
-            four = args.jobs / (time.perf_counter() - t0)
-            print(f"{args.jobs} jobs, 2 backends × cap 8, server latency {lat} ms "
-                  f"(ceiling {16 / (args.latency_ms / 1000):.0f} jobs/s)")  # fmt: skip
-            print(f"one process, local gate : {one:7.1f} jobs/s, server peaks {local_peaks}")
-            print(f"four processes, Redis   : {four:7.1f} jobs/s, server peaks {peaks([u1, u2])}"
-                  f" (ratio {four / one:.2f})")  # fmt: skip
-    finally:
-        redis.kill()
+    with (
+        redis_server() as redis_url,
+        tempfile.TemporaryDirectory() as d,
+        sim_server("--latency-ms", lat, "--cap", "8") as u1,
+        sim_server("--latency-ms", lat, "--cap", "8") as u2,
+    ):
+        tmp = Path(d)
+        jobs = write_jobs(tmp / "jobs.jsonl", args.jobs)
+        local = profile(tmp / "local.toml", [u1, u2], {"kind": "local"})
+        t0 = time.perf_counter()
+        proc = start_run(jobs, local, tmp / "l.jsonl", tmp / "lt.jsonl")
+        assert proc.wait() == 0
+        one = args.jobs / (time.perf_counter() - t0)
+        local_peaks = peaks([u1, u2])
+        for u in (u1, u2):
+            httpx2.post(u.removesuffix("/v1") + "/stats/reset")
+        shared = profile(
+            tmp / "redis.toml",
+            [u1, u2],
+            {"kind": "redis", "url": redis_url},
+        )
+        t0 = time.perf_counter()
+        procs = [
+            start_run(jobs, shared, tmp / f"r{i}.jsonl", tmp / f"t{i}.jsonl", "--shard", f"{i}/4")
+            for i in range(4)
+        ]
+        assert all(p.wait() == 0 for p in procs)
+        four = args.jobs / (time.perf_counter() - t0)
+        print(f"{args.jobs} jobs, 2 backends × cap 8, server latency {lat} ms "
+              f"(ceiling {16 / (args.latency_ms / 1000):.0f} jobs/s)")  # fmt: skip
+        print(f"one process, local gate : {one:7.1f} jobs/s, server peaks {local_peaks}")
+        print(f"four processes, Redis   : {four:7.1f} jobs/s, server peaks {peaks([u1, u2])}"
+              f" (ratio {four / one:.2f})")  # fmt: skip
 
 
 if __name__ == "__main__":

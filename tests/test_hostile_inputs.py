@@ -8,37 +8,21 @@ command here runs under a 3 GB address-space limit.
 from __future__ import annotations
 
 import json
-import os
-import resource
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import orjson
 import pytest
 from hostile import chat
-from runkit import ROOT, calls, rrcli, write_jobs, write_profile
+from runkit import calls, rrcli, write_jobs, write_profile
 
 ADDRESS_SPACE = 3 * 1024**3
 
 
 def limited(*args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout=60):
     """``rrcli ARGS`` under a 3 GB address-space limit; (result, seconds taken)."""
-
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-
     started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "rrcli", *map(str, args)],
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        preexec_fn=limit,
-    )
+    result = rrcli(*args, cwd=cwd, env=env, timeout=timeout, memory=ADDRESS_SPACE)
     return result, time.monotonic() - started
 
 
