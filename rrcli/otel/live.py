@@ -89,9 +89,11 @@ class SpanProcess:
         """A job ended: its parent span can be made once its calls' spans are. Always handed
         over (a few bytes, past ``buffer_max`` too), marked ``[job_id, 1]`` when a call of the
         job was turned away here: had none reached the process, its parent is counted lost."""
-        dropped = self._dropped_jobs and orjson.dumps(job_id) in self._dropped_jobs
-        if dropped:
-            self._dropped_jobs.discard(orjson.dumps(job_id))
+        dropped = False
+        if self._dropped_jobs:  # only once the buffer has turned calls away
+            key = orjson.dumps(job_id)
+            dropped = key in self._dropped_jobs
+            self._dropped_jobs.discard(key)
         self._buf += orjson.dumps([job_id, 1] if dropped else [job_id], option=_NEWLINE)
         self._handed += 1
 

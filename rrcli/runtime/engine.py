@@ -81,6 +81,7 @@ class Engine:
     health: Health = field(init=False)
     origins: ResponseOrigins = field(init=False)
     _log_calls: bool = field(init=False)
+    _continuations: int = field(init=False)  # [retry] max_continuations
 
     def __post_init__(self) -> None:
         self.policy = RetryPolicy(self.profile.retry, self.rng)
@@ -89,6 +90,7 @@ class Engine:
         self.health = Health(self.router, self.traces, self.control)
         self.origins = ResponseOrigins()
         self._log_calls = _debug_logged()
+        self._continuations = self.profile.retry.max_continuations
 
     async def worker(self, jobs: Iterator[Job | InvalidJob]) -> None:
         """Jobs one after the other until none is left or the run stops; a job the halted run
@@ -241,8 +243,7 @@ class Engine:
                 return self._outcome(job, attempt, None)
             started, ts_start = time.monotonic(), time.time()
             reply, error, ended = await sent(provider, call, echo)
-            limit = self.profile.retry.max_continuations
-            reply, error, continued = bounded(reply, error, continued, limit)
+            reply, error, continued = bounded(reply, error, continued, self._continuations)
             printed = echo is not None and echo.printed
             backoff = self._backoff(error, number - before, ended - first_try, printed)
             decision = _decide(error, backoff, failover and not printed)
