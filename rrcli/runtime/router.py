@@ -2,9 +2,10 @@
 
 The router owns what changes while a run goes: each backend's calls in flight, EWMA latency,
 cooldown and display counters, the session bindings, and the queue of requests waiting for
-``first_available``. A strategy (strategies.py) picks among the eligible backends; the router
-takes the slot on the chosen backend's gate and hands it back as a ``Lease``. It is the gates'
-one driver: every attempt starts at ``admit`` (slot, rate budget) and is ``observe``d once.
+``first_available`` (waiting.py). A strategy (strategies.py) picks among the eligible
+backends; the router takes the slot on the chosen backend's gate and hands it back as a
+``Lease``. It is the gates' one driver: every attempt starts at ``admit`` (slot, rate
+budget) and is ``observe``d once.
 
 A backend whose answer says it can serve no call leaves the pool (``take_down``; health.py).
 Counters cannot drift: ``in_flight`` goes up only in ``_grant`` and down only in ``release``,
@@ -15,11 +16,8 @@ clock, rng and sleep are passed in.
 
 from __future__ import annotations
 
-import asyncio
 import random
-from collections import deque
 from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
@@ -30,6 +28,7 @@ from rrcli.runtime.gate import Clock, Gate, Sleep, WaitEnded
 from rrcli.runtime.health import BackendDown, no_backend
 from rrcli.runtime.lease import BackendState, Lease
 from rrcli.runtime.strategies import Candidate, FirstAvailable, make_strategy
+from rrcli.runtime.waiting import Waiting
 from rrcli.tokens import plausible_call_tokens
 
 if TYPE_CHECKING:
@@ -42,16 +41,6 @@ __all__ = ["EWMA_ALPHA", "Router"]
 log = structlog.get_logger()
 
 EWMA_ALPHA = 0.3  # weight of the newest latency sample
-POLL_INITIAL = 0.03  # first_available: the first wait before polling the gates again
-POLL_MAX = 1.0  # ... doubling up to this
-
-
-@dataclass(slots=True, eq=False)
-class _Waiter:
-    """A first_available request waiting for a slot anywhere in the pool."""
-
-    exclude: frozenset[str]
-    granted: asyncio.Future[BackendState]
 
 
 class Router:
@@ -84,16 +73,12 @@ class Router:
         self._max_pause = profile.retry.max_server_pause  # the longest a server may hold a backend
         self._bindings: dict[str, tuple[BackendState, str]] = {}
         self._saved: dict[str, str] = {}
-        self._queue: deque[_Waiter] = deque()
-        self._poller: asyncio.Task[None] | None = None
-        self._kick = asyncio.Event()  # replaced per poller: an Event binds to one loop
-        self._quiet = False
         self.budget: Budget | None = None  # the run's budget, when it has one (budget.py)
         distinct = {id(s.gate): s.gate for s in self.states}.values()
-        self._n_gates = len(distinct)
+        self._waiting = Waiting(self._sweep, len(distinct), rng, sleep)
         if isinstance(self._strategy, FirstAvailable):
             for gate in distinct:
-                gate.add_release_listener(self._on_capacity)
+                gate.add_release_listener(self._waiting.on_capacity)
 
     # -- public API --------------------------------------------------------------------------
 
@@ -140,7 +125,7 @@ class Router:
             return
         lease.held = False
         lease.state.in_flight -= 1
-        await self._free(lease.state.gate)
+        await self._waiting.free(lease.state.gate)
 
     def admit(self, lease: Lease, tokens: int, call: Call) -> Awaitable[None]:
         """Await it until the lease's next attempt may start: with a budget, its worst case set
@@ -224,7 +209,7 @@ class Router:
         self._admitted = tuple(s for s in self._admitted if s is not state)
         state.gate.wake_waiters()
         healthy = {s.backend.id for s in self._admitted}
-        for waiter in self._queue:  # first_available requests left with no backend fail
+        for waiter in self._waiting.queue:  # first_available requests left with no backend fail
             if not (waiter.granted.done() or healthy - waiter.exclude):
                 waiter.granted.set_exception(no_backend(self.states, bool(healthy), waiter.exclude))
         return state
@@ -306,7 +291,7 @@ class Router:
                 await self._sleep(max(0.0, (recovery or 0.0) - self._clock()))
                 continue
             if isinstance(self._strategy, FirstAvailable):
-                return await self._first_available(exclude)
+                return await self._waiting.take(exclude)
             state = candidates[self._strategy.choose(self._snapshot(candidates))]
             try:
                 await state.gate.acquire()
@@ -328,92 +313,3 @@ class Router:
                 return state
             refused.add(id(state.gate))
         return None
-
-    async def _first_available(self, exclude: frozenset[str]) -> BackendState:
-        """first_available: take a free slot now, or queue behind the requests already waiting.
-
-        A release in this process serves the queue at once, in order. One poller per router
-        covers what this process cannot see (slots freed elsewhere, a cap growing back, a pause
-        ending): it wakes when a gate says a slot may be free, or after a jittered backoff
-        (30 ms doubling to 1 s), so any number of waiting requests cost one bounded stream of
-        gate checks."""
-        if not self._queue:
-            state = await self._sweep(exclude, set())
-            if state is not None:
-                return state
-        loop = asyncio.get_running_loop()
-        waiter = _Waiter(exclude, loop.create_future())
-        self._queue.append(waiter)
-        if self._poller is None:
-            self._kick = asyncio.Event()
-            self._poller = loop.create_task(self._poll())
-        elif len(self._queue) == 1:
-            self._kick.set()  # a new head: restart the backoff from 30 ms
-        try:
-            return await waiter.granted
-        except asyncio.CancelledError:
-            granted = waiter.granted
-            if granted.done() and not granted.cancelled():  # handed a slot as it was cancelled
-                await self._free(granted.result().gate)
-            raise
-        finally:
-            self._queue.remove(waiter)
-
-    async def _poll(self) -> None:
-        """Serve the queue whenever a slot may be free, backing off while none is."""
-        head: _Waiter | None = None
-        delay = POLL_INITIAL
-        try:
-            while self._queue:
-                if self._queue[0] is not head:
-                    head, delay = self._queue[0], POLL_INITIAL
-                if await self._wait_kick(self._rng.uniform(delay / 2, delay)):
-                    delay = min(POLL_MAX, delay * 2)
-                await self._serve()
-        finally:
-            self._poller = None
-
-    async def _wait_kick(self, timeout: float) -> bool:
-        """Wait for a kick or ``timeout`` seconds; True when the time ran out."""
-        kicked = asyncio.ensure_future(self._kick.wait())
-        timer = asyncio.ensure_future(self._sleep(timeout))
-        try:
-            await asyncio.wait((kicked, timer), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            kicked.cancel()
-            timer.cancel()
-        self._kick.clear()
-        return timer.done() and not timer.cancelled()
-
-    async def _serve(self) -> None:
-        """One pass over the first_available queue, in order: each waiter gets a slot from a
-        gate that admits. A gate that said no is not asked again in this pass, and the pass ends
-        once every gate has said no."""
-        refused: set[int] = set()
-        for waiter in tuple(self._queue):
-            if len(refused) >= self._n_gates:
-                return
-            if waiter.granted.done():
-                continue
-            state = await self._sweep(waiter.exclude, refused)
-            if state is None:
-                continue
-            if waiter.granted.done():  # cancelled while a shared gate was asked
-                await self._free(state.gate)
-            else:
-                waiter.granted.set_result(state)
-
-    async def _free(self, gate: Gate) -> None:
-        """Release a slot, then let the first_available queue have it before anyone new."""
-        self._quiet = True  # the pass below serves this release; no need to wake the poller
-        try:
-            await gate.release()
-        finally:
-            self._quiet = False
-        if self._queue:
-            await self._serve()
-
-    def _on_capacity(self) -> None:
-        """A gate says a slot may be free: wake the poller."""
-        if self._queue and not self._quiet and self._poller is not None:
-            self._kick.set()
