@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,7 @@ from rrcli.stats.text import cost_cell, cost_line
 if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
     from rrcli.config.profile import Profile
-    from rrcli.runtime.checks import CheckReport, JobsReport, ProbeResult
+    from rrcli.runtime.checks import CheckReport
     from rrcli.runtime.control import RunControl, RunSummary
     from rrcli.runtime.plan import Plan
     from rrcli.runtime.router import Router
@@ -183,51 +182,12 @@ def print_summary(summary: RunSummary, out: Path | None, traces: Path | None) ->
     stderr.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def check_lines(report: CheckReport) -> list[str]:
-    """``rrcli validate`` as plain text: the profile's lines, then the jobs file's and probes'."""
-    return [*report.profile.plain_lines(), *_extra_check_lines(report)]
-
-
 def print_check(report: CheckReport) -> None:
-    """``rrcli validate`` on a terminal: the diagnostics table, then the jobs file's and probes'
-    lines."""
+    """``rrcli validate`` on a terminal: the diagnostics table, then the jobs file's, prices'
+    and probes' lines."""
     print_validation(report.profile, stdout)
-    for line in _extra_check_lines(report):
+    for line in report.check_lines():
         stdout.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-def _extra_check_lines(report: CheckReport) -> list[str]:
-    lines = report.price_lines()
-    if report.jobs is not None:
-        lines += jobs_report_lines(report.jobs)
-    if report.probes is not None:
-        lines += probe_lines(report.probes)
-    return lines
-
-
-def probe_lines(results: Sequence[ProbeResult]) -> list[str]:
-    """``validate --probe``: one line per backend, with the URL it posted to."""
-    return [
-        (
-            f"probe: {r.backend}: ok in {r.latency_ms:.0f} ms ({r.detail})"
-            if r.ok
-            else f"probe: {r.backend}: FAILED — {r.detail}"
-        )
-        + (f" [POST {r.url}]" if r.url else "")
-        for r in results
-    ]
-
-
-def jobs_report_lines(report: JobsReport) -> list[str]:
-    """``validate --jobs``: the shapes counted (and the endpoints, when not all chat), then
-    each invalid line."""
-    kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(report.kinds.items()))
-    head = f"{report.source}: {report.jobs:,} jobs ({kinds or 'none'}), "
-    if set(report.endpoints) - {"chat"}:
-        head += "endpoints: " + ", ".join(f"{e} {n:,}" for e, n in sorted(report.endpoints.items()))
-        head += ", "
-    head += f"{len(report.invalid):,} invalid"
-    return [head, *(f"{report.source}: {message}" for message in report.invalid)]
 
 
 def print_plan(profile: Profile, plan: Plan) -> None:

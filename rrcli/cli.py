@@ -219,7 +219,7 @@ def validate(
     elif sys.stdout.isatty():
         _render.print_check(report)
     else:
-        click.echo("\n".join(_render.check_lines(report)))
+        click.echo("\n".join(report.lines()))
     sys.exit(report.exit_code)
 
 

@@ -54,6 +54,14 @@ class ProbeResult:
     detail: str  # the response model, or the error's type and message
     url: str | None = None  # where the probe was posted (None: no network, or no key)
 
+    def line(self) -> str:
+        """``validate --probe``: this backend's line, with the URL it posted to."""
+        if self.ok:
+            head = f"probe: {self.backend}: ok in {self.latency_ms:.0f} ms ({self.detail})"
+        else:
+            head = f"probe: {self.backend}: FAILED — {self.detail}"
+        return head + (f" [POST {self.url}]" if self.url else "")
+
 
 @dataclass(slots=True)
 class JobsReport:
@@ -74,6 +82,17 @@ class JobsReport:
             "endpoints": dict(self.endpoints),
             "invalid": self.invalid,
         }
+
+    def lines(self) -> list[str]:
+        """``validate --jobs``: the shapes counted (and the endpoints, when not all chat), then
+        each invalid line."""
+        kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(self.kinds.items()))
+        head = f"{self.source}: {self.jobs:,} jobs ({kinds or 'none'}), "
+        if set(self.endpoints) - {"chat"}:
+            served = sorted(self.endpoints.items())
+            head += "endpoints: " + ", ".join(f"{e} {n:,}" for e, n in served) + ", "
+        head += f"{len(self.invalid):,} invalid"
+        return [head, *(f"{self.source}: {message}" for message in self.invalid)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +129,19 @@ class CheckReport:
             }
         return document
 
-    def price_lines(self) -> list[str]:
-        """The prices looked up in genai-prices and the backends with none, as text lines."""
-        return price_lines(self.prices or {})
+    def lines(self) -> list[str]:
+        """``rrcli validate`` as plain text: the profile's lines, then ``check_lines``."""
+        return [*self.profile.plain_lines(), *self.check_lines()]
+
+    def check_lines(self) -> list[str]:
+        """The lines beside the profile's diagnostics: the prices looked up and the backends
+        with none, the jobs file's report, the probes'."""
+        lines = price_lines(self.prices or {})
+        if self.jobs is not None:
+            lines += self.jobs.lines()
+        if self.probes is not None:
+            lines += [probe.line() for probe in self.probes]
+        return lines
 
 
 def validate(
