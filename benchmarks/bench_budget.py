@@ -5,7 +5,7 @@ server, in the same process, alternating.
                                       [--rounds 3]
 
 Two priced backends of cap concurrency/2 on one server; with the budget, every attempt reserves
-its worst case at the router's admit and settles at its usage (runtime/budget.py), with a limit
+its worst case at the router's admit and settles at its usage (routing/budget.py), with a limit
 no run reaches. Each round runs none, budget, budget, none (so a load that drifts during a round
 weighs on both alike) and prints jobs/s and this process's CPU µs a job of each; then the median
 ratio of throughput (budget / none; the bar is >= 0.9) and of CPU a job.
@@ -23,7 +23,7 @@ from pathlib import Path
 from _common import sim_server, two_backend_pool, write_jobs
 
 from rrcli.config.profile import Price, Profile
-from rrcli.runtime.runner import RunOptions, run
+from rrcli.run.runner import RunOptions, run
 
 
 async def timed(

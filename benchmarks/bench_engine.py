@@ -26,7 +26,7 @@ import orjson
 from _common import peak_rss_mb, write_jobs
 
 from rrcli.config.profile import Backend, Profile, SimSettings
-from rrcli.runtime.runner import RunOptions, run
+from rrcli.run.runner import RunOptions, run
 
 
 def one(n: int, binding: str = "request") -> float:

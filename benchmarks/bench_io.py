@@ -60,9 +60,9 @@ def phase_parse(jobs: Path) -> tuple[int, float]:
 def phase_write(results: Path, traces: Path, n: int) -> tuple[int, float]:
     from rrcli.config.profile import Backend
     from rrcli.providers.base import Reply
+    from rrcli.records.attempt import Attempt
     from rrcli.records.results import ResultWriter
     from rrcli.records.trace import TraceWriter
-    from rrcli.runtime.attempt import Attempt
 
     backend = Backend(id="sim-1", provider="sim", base_url="sim://local")
     reply = Reply("four", "stop", 12, 32, http_status=200)

@@ -123,7 +123,7 @@ def memory(tmp: Path, url: str, n: int) -> None:
     import redis
 
     from rrcli.config.profile import Profile, QueueSettings
-    from rrcli.runtime.queue import RedisQueue
+    from rrcli.fleet.queue import RedisQueue
 
     client = redis.Redis.from_url(url)
     client.flushall()

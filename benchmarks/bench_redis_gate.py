@@ -5,7 +5,7 @@
 Starts its own redis-server on loopback (no persistence). For each worker count, it times
 ``acquire()`` + ``release()`` pairs on an uncontended gate (cap = workers) and reports
 microseconds per pair and pairs/s; then the same with ``reserve(1)`` on an rpm budget too large to
-wait (one more script per call). The local gate (``rrcli.runtime.gate``) is measured the same way
+wait (one more script per call). The local gate (``rrcli.routing.gate``) is measured the same way
 when it is importable.
 """
 
@@ -22,7 +22,7 @@ import redis
 from _common import free_port
 
 from rrcli.config.profile import Backend, GateSettings, Profile
-from rrcli.runtime.redis_gate import make_redis_gates
+from rrcli.fleet.redis_gate import make_redis_gates
 
 
 def profile(url: str, cap: int, rpm: int | None) -> Profile:
@@ -54,7 +54,7 @@ async def measure(url: str, calls: int, workers: int, reserve: bool) -> dict[str
     out["redis"] = await pairs(gates["b"], calls, workers, reserve)
     await gates.close()
     try:
-        from rrcli.runtime.gate import make_gates
+        from rrcli.routing.gate import make_gates
     except ImportError:
         return out
     local = make_gates(profile(url, workers, rpm), clock=time.monotonic)

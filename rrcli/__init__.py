@@ -42,9 +42,9 @@ _LAZY = {
     "UsageError": "rrcli.errors",
     "load_profile": "rrcli.config.load",
     "validate_profile": "rrcli.config.load",
-    "RunOptions": "rrcli.runtime.options",
-    "RunSummary": "rrcli.runtime.runner",
-    "run": "rrcli.runtime.runner",
+    "RunOptions": "rrcli.run.options",
+    "RunSummary": "rrcli.run.runner",
+    "run": "rrcli.run.runner",
     "iter_jobs": "rrcli.records.jobs",
     "summarize": "rrcli.stats.summary",
 }

@@ -133,8 +133,8 @@ def results_command(
     """The final line of each job in RESULTS (its last line there), or in the shared --queue:
     one line a job, in the format the files hold, ready to hand on. Exit status 1 when a job of
     --jobs (of the queue) has no line."""
+    from rrcli.fleet.queue_report import collect_queue
     from rrcli.records.collect import collect_files
-    from rrcli.runtime.queue_report import collect_queue
 
     target = None if out in (None, Path("-")) else out
     if bool(queue) == bool(sources or jobs_path):
@@ -154,7 +154,7 @@ def results_command(
 @click.option("--json", "as_json", is_flag=True, help="Print the progress as one JSON document.")
 def queue_command(name: str, profile_path: str | None, as_json: bool) -> None:
     """Progress of the shared queue NAME: jobs, done, pending per worker, workers alive."""
-    from rrcli.runtime.queue_report import queue_progress
+    from rrcli.fleet.queue_report import queue_progress
 
     progress = queue_progress(profile_path, name)
     click.echo(progress.json() if as_json else "\n".join(progress.lines()))

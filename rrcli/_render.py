@@ -22,10 +22,11 @@ from rrcli.stats.text import cost_cell, cost_line
 if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
     from rrcli.config.profile import Profile
-    from rrcli.runtime.checks import CheckReport
-    from rrcli.runtime.control import RunControl, RunSummary
-    from rrcli.runtime.plan import Plan
-    from rrcli.runtime.router import Router
+    from rrcli.routing.control import RunControl
+    from rrcli.routing.router import Router
+    from rrcli.run.checks import CheckReport
+    from rrcli.run.plan import Plan
+    from rrcli.run.summary import RunSummary
 
 _PIPE_WIDTH = 160  # columns for tables written to a pipe (no terminal to measure)
 

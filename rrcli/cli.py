@@ -38,7 +38,7 @@ def main() -> None:
 
 
 def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, int] | None:
-    from rrcli.runtime.options import parse_shard
+    from rrcli.run.options import parse_shard
 
     try:
         return None if value is None else parse_shard(value)
@@ -144,7 +144,7 @@ def run(
     from rrcli import _render
     from rrcli._logging import configure_logging, log_level
     from rrcli.config.load import load_profile, resolve_profile_path
-    from rrcli.runtime.runner import RunControl, RunOptions, run_sync
+    from rrcli.run.runner import RunControl, RunOptions, run_sync
 
     if bool(jobs) == bool(prompts) and not fields["queue"]:
         raise click.UsageError("give a JOBS file or --prompt TEXT (one of the two)")
@@ -163,7 +163,7 @@ def run(
     if dry_run:
         import asyncio
 
-        from rrcli.runtime.plan import plan
+        from rrcli.run.plan import plan
 
         _render.print_plan(profile, asyncio.run(plan(profile, options)))
         return
@@ -208,7 +208,7 @@ def validate(
     import os
 
     from rrcli import _render
-    from rrcli.runtime.checks import validate as check
+    from rrcli.run.checks import validate as check
 
     jobs = Path(jobs_path) if jobs_path is not None else None
     report = check(profile, environ=os.environ, strict=strict, jobs=jobs, probe_backends=probe)

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from rrcli.config.diagnostic import Diagnostic
+    from rrcli.diagnostic import Diagnostic
 
 __all__ = [
     "CacheError",

@@ -20,14 +20,15 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path) -> set[str]:
+def imports(path: Path, typing_too: bool = False) -> set[str]:
     """Every module a file imports at run time, at any depth (lazy imports inside functions count
-    too; ``if TYPE_CHECKING:`` blocks do not: they never run). ``from a import b`` counts as both
-    ``a`` and ``a.b``."""
+    too; ``if TYPE_CHECKING:`` blocks do not, they never run, unless ``typing_too``). ``from a
+    import b`` counts as both ``a`` and ``a.b``."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+        typing_only = isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+        if typing_only and not typing_too:
             for child in node.orelse:
                 visit(child)
             return
@@ -44,6 +45,8 @@ def imports(path: Path) -> set[str]:
 
 
 GRAPH = {module_name(p): imports(p) for p in MODULES}
+#: The same with the imports made only for type checkers: a circle through them is one too.
+TYPED_GRAPH = {module_name(p): imports(p, typing_too=True) for p in MODULES}
 
 
 def ours(name: str) -> str | None:
@@ -101,20 +104,31 @@ def part(module: str) -> str:
 #: Which parts each part may import (docs/architecture.md, "Parts"). The top of the package
 #: (cli, _render, _logging, __init__, __main__) may import anything.
 MAY_IMPORT = {
-    "rrcli.errors": set(),
+    "rrcli.diagnostic": set(),
+    "rrcli.errors": {"rrcli.diagnostic"},
     "rrcli.tokens": set(),
-    "rrcli.config": {"rrcli.errors", "rrcli.providers.registry"},
+    "rrcli.config": {"rrcli.errors", "rrcli.diagnostic", "rrcli.providers.registry"},
     "rrcli.records": {
-        "rrcli.errors", "rrcli.config", "rrcli.providers.registry", "rrcli.providers.vocabulary",
+        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.providers.registry",
+        "rrcli.providers.vocabulary",
     },
-    "rrcli.providers": {"rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.sim"},
+    "rrcli.providers": {
+        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.sim",
+    },
     "rrcli.sim": {
         "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers.registry",
         "rrcli.providers.vocabulary",
     },
-    "rrcli.runtime": {
+    "rrcli.routing": {
         "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers", "rrcli.records",
-        "rrcli.otel",
+    },
+    "rrcli.fleet": {
+        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens",
+        "rrcli.providers.registry", "rrcli.providers.vocabulary", "rrcli.records", "rrcli.routing",
+    },
+    "rrcli.run": {
+        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
+        "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.otel",
     },
     "rrcli.stats": {"rrcli.errors", "rrcli.records", "rrcli.tokens"},
     "rrcli.otel": {"rrcli.errors", "rrcli.records"},
@@ -143,15 +157,61 @@ def test_imports_point_one_way(module):
     assert [] == sorted(t for t in closure(module) if not allowed(part(module), t))
 
 
+def typed_direct(module: str) -> set[str]:
+    """Our modules ``module`` names in any import, type-only ones included."""
+    targets = (ours(name) for name in TYPED_GRAPH[module])
+    return {t for t in targets if t is not None and t != module}
+
+
+def reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Everything ``start`` reaches in ``graph``, following edges transitively."""
+    seen: set[str] = set()
+    todo = list(graph.get(start, ()))
+    while todo:
+        current = todo.pop()
+        if current not in seen:
+            seen.add(current)
+            todo.extend(graph.get(current, ()))
+    return seen
+
+
 def test_no_import_circles():
-    """No module imports, directly or through others, a module that imports it back."""
+    """No module imports, directly or through others, a module that imports it back; type-only
+    imports count (a circle a type checker walks is one a reader walks too)."""
+    graph = {m: typed_direct(m) for m in TYPED_GRAPH}
     circles = sorted(
         f"{a} <-> {b}"
-        for a in GRAPH
-        for b in direct(a)
-        if a < b and a in closure(b) and a not in parents(b) and b not in parents(a)
+        for a in graph
+        for b in graph[a]
+        if a < b and a in reach(graph, b) and a not in parents(b) and b not in parents(a)
     )
     assert [] == circles
+
+
+#: Modules that are pure data every layer may read (they import nothing of rrcli's): a layer of
+#: their own below the part they sit in.
+DATA_LAYERS = {"rrcli.providers.registry", "rrcli.providers.vocabulary"}
+
+
+def layer(module: str) -> str:
+    return module if module in DATA_LAYERS else part(module)
+
+
+def test_data_layers_import_nothing_of_ours():
+    """The pure-data modules counted as layers of their own import nothing of rrcli's."""
+    assert {} == {m: typed_direct(m) for m in DATA_LAYERS if typed_direct(m)}
+
+
+def test_no_circles_between_parts():
+    """No part imports, even type-only or through other parts, a part that imports it back: the
+    parts form layers (the top excepted, which may import anything and nothing imports)."""
+    edges: dict[str, set[str]] = {}
+    for module in TYPED_GRAPH:
+        if part(module) in TOP:
+            continue
+        others = {layer(t) for t in typed_direct(module)} - {layer(module), "rrcli"}
+        edges.setdefault(layer(module), set()).update(others)
+    assert [] == sorted(p for p in edges if p in reach(edges, p))
 
 
 #: What each kind of I/O is, by the foreign modules that do it.
@@ -178,20 +238,22 @@ MAY_DO = {
     "rrcli.providers.translate": set(),
     "rrcli.providers._to_anthropic": set(),
     "rrcli.providers._to_openai": set(),
-    "rrcli.runtime.eligibility": set(),
-    "rrcli.runtime.strategies": set(),
-    "rrcli.runtime.retry": set(),
+    "rrcli.routing.eligibility": set(),
+    "rrcli.routing.strategies": set(),
+    "rrcli.routing.retry": set(),
     "rrcli.config": {"dns"},
     "rrcli.records": {"dns"},
     "rrcli.stats": {"processes"},
     "rrcli.providers": {"network", "dns", "event loop"},
     "rrcli.sim": {"network", "dns", "event loop"},
-    "rrcli.runtime": {"network", "dns", "event loop"},
+    "rrcli.routing": {"network", "dns", "event loop"},
+    "rrcli.fleet": {"network", "dns", "event loop"},
+    "rrcli.run": {"network", "dns", "event loop"},
     # the span process of --otlp (otel.live), started by the run
-    "rrcli.runtime.telemetry": {"network", "dns", "event loop", "processes"},
-    "rrcli.runtime.runner": {"network", "dns", "event loop", "processes"},
-    "rrcli.runtime.outputs": {"network", "dns", "event loop", "processes"},
-    "rrcli.runtime.plan": {"network", "dns", "event loop", "processes"},
+    "rrcli.run.telemetry": {"network", "dns", "event loop", "processes"},
+    "rrcli.run.runner": {"network", "dns", "event loop", "processes"},
+    "rrcli.run.outputs": {"network", "dns", "event loop", "processes"},
+    "rrcli.run.plan": {"network", "dns", "event loop", "processes"},
     "rrcli.otel": {"network", "processes"},
     "rrcli.otel.endpoint": set(),
 }
@@ -228,7 +290,7 @@ def test_each_part_does_only_its_io(module):
         ("httpx2", {"rrcli.providers", "rrcli.sim"}),
         ("rich", {"rrcli._render"}),
         ("click", {"rrcli.cli", "rrcli._commands"}),
-        ("redis", {"rrcli.runtime.redis_gate", "rrcli.runtime._redis", "rrcli.runtime.queue"}),
+        ("redis", {"rrcli.fleet"}),
         ("starlette", {"rrcli.sim"}),
         ("uvicorn", {"rrcli.sim"}),
         ("opentelemetry", {"rrcli.otel"}),

@@ -6,7 +6,7 @@ import pytest
 
 from rrcli.config.prices import price_of
 from rrcli.config.profile import Backend, Price
-from rrcli.runtime.budget import attempt_ceiling
+from rrcli.routing.budget import attempt_ceiling
 from rrcli.tokens import UNCAPPED_OUTPUT
 
 pytest.importorskip("genai_prices")

@@ -3,7 +3,7 @@
 ``gate.aimd_step`` is the specification (halve on a 429 and remember the ceiling; regrow by one
 per run of ``cap`` successes; reach the ceiling again only after ``probe`` runs, ``probe``
 doubling on each repeated 429 there; forget the ceiling after a whole run at it; ignore 429s of
-calls already in flight). The Lua script ``_redis_scripts.AIMD`` runs the same rule atomically in
+calls already in flight). The Lua script ``_scripts.AIMD`` runs the same rule atomically in
 a real redis-server, fed through ``RedisGate.record`` as the runner feeds it.
 """
 
@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_redis_gate import RedisServer, _server, profile
 
-from rrcli.runtime.gate import PROBE_INITIAL, Aimd, aimd_step
-from rrcli.runtime.redis_gate import make_redis_gates
+from rrcli.fleet.redis_gate import make_redis_gates
+from rrcli.routing.gate import PROBE_INITIAL, Aimd, aimd_step
 
 
 def key(max_cap: int) -> str:

@@ -35,7 +35,7 @@ async def worker_main(cfg: dict) -> dict:
     import redis.asyncio as aredis
 
     from rrcli.config.profile import Backend, GateSettings, Profile
-    from rrcli.runtime.redis_gate import make_redis_gates
+    from rrcli.fleet.redis_gate import make_redis_gates
 
     backend = Backend(id="b", provider="sim", max_concurrency=cfg["cap"], rpm=cfg.get("rpm"))
     profile = Profile(backends=(backend,), gate=GateSettings("redis", cfg["url"], cfg["lease"]))

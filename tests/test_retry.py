@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from rrcli.config.profile import RetrySettings
 from rrcli.errors import ProviderError
-from rrcli.runtime.retry import RetryPolicy, backoff_cap
+from rrcli.routing.retry import RetryPolicy, backoff_cap
 
 
 def _error(transient: bool = True, retry_after: float | None = None) -> ProviderError:

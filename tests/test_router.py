@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from rrcli.config.profile import STRATEGIES, Backend, CooldownSettings, GateSettings, Profile
 from rrcli.errors import NoBackendError, ProviderError
 from rrcli.providers.base import Reply
-from rrcli.runtime.attempt import Attempt
-from rrcli.runtime.gate import PROBE_INITIAL, LocalGate, make_gates
-from rrcli.runtime.lease import BackendState, Lease
-from rrcli.runtime.router import Router
+from rrcli.records.attempt import Attempt
+from rrcli.routing.gate import PROBE_INITIAL, LocalGate, make_gates
+from rrcli.routing.lease import BackendState, Lease
+from rrcli.routing.router import Router
 from tests.test_gate_fakes import FakeTime
 
 T = TypeVar("T")

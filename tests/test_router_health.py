@@ -10,7 +10,7 @@ import pytest
 
 from rrcli.config.profile import STRATEGIES
 from rrcli.errors import NoBackendError
-from rrcli.runtime.health import BackendDown, NoHealthyBackend
+from rrcli.routing.down import BackendDown, NoHealthyBackend
 from tests.test_router import _ids, _profile, _router, _run, _settle
 
 

@@ -11,8 +11,8 @@ from runkit import read_jsonl, write_jobs
 import rrcli
 from rrcli.config.load import demo_profile_path
 from rrcli.errors import UsageError
-from rrcli.runtime.checks import validate
-from rrcli.runtime.options import RunOptions
+from rrcli.run.checks import validate
+from rrcli.run.options import RunOptions
 
 
 def test_a_library_run_writes_the_default_outputs_in_the_working_folder(tmp_path, monkeypatch):
@@ -75,9 +75,9 @@ def test_validate_report_is_built_by_the_library(tmp_path):
 
 
 def test_rrcli_run_is_the_run_function_after_the_runtime_is_imported():
-    """`rrcli.run` is the library's run function, also once `rrcli.runtime.*` modules are
+    """`rrcli.run` is the library's run function, also once `rrcli.run.*` modules are
     loaded."""
-    from rrcli.runtime.runner import run
+    from rrcli.run.runner import run
 
     assert run is rrcli.run
 
@@ -86,7 +86,7 @@ def test_a_halted_run_sends_nothing_more_and_exits_with_the_halt_code(tmp_path, 
     """A run halted by itself before its first job (as a dead pool or a spent budget halts
     it) writes no result for the jobs it never started, is not "interrupted", and its exit
     code is the halt's."""
-    from rrcli.runtime.control import Halt, RunControl
+    from rrcli.routing.control import Halt, RunControl
 
     jobs = write_jobs(tmp_path / "x.jsonl", 5)
     monkeypatch.chdir(tmp_path)

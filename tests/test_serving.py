@@ -9,7 +9,7 @@ from rrcli.config.profile import Backend, RetrySettings
 from rrcli.providers import make_provider
 from rrcli.providers.base import Call
 from rrcli.records.origins import ResponseOrigins
-from rrcli.runtime.serving import Serving
+from rrcli.routing.serving import Serving
 
 CHAT = Backend(id="chat")
 EMBED = Backend(id="embed", endpoints=("embeddings",))
@@ -88,7 +88,7 @@ def test_route_rules_compose_the_endpoint_and_the_expressible_params():
     import io
 
     from rrcli.records.jobs import iter_jobs
-    from rrcli.runtime.serving import RouteRules
+    from rrcli.routing.serving import RouteRules
 
     claude = Backend(id="claude", provider="anthropic", base_url="https://api.anthropic.com")
     lines = (

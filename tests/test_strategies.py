@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rrcli.config.profile import Backend, Profile
-from rrcli.runtime.strategies import (
+from rrcli.routing.strategies import (
     Candidate,
     Fastest,
     FirstAvailable,

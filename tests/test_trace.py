@@ -11,8 +11,8 @@ from rrcli import __version__
 from rrcli.config.profile import Backend, Credentials, Price, Profile, SimSettings
 from rrcli.errors import ProviderError, UsageError
 from rrcli.providers.base import Reply
+from rrcli.records.attempt import Attempt
 from rrcli.records.trace import CALL_FIELDS, TraceWriter, new_run_id
-from rrcli.runtime.attempt import Attempt
 
 T0 = 1_795_987_889.123456  # 2026-11-29T21:31:29.123Z
 

@@ -23,7 +23,7 @@ from rrcli.providers.translate import (
     to_openai,
     unexpressible,
 )
-from rrcli.runtime.eligibility import Eligibility, eligible_backends
+from rrcli.routing.eligibility import Eligibility, eligible_backends
 
 SETTINGS = settings(max_examples=150, deadline=None)
 

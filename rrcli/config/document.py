@@ -15,7 +15,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 from rrcli.config.addresses import Resolver, UrlCheck, check_base_urls
 from rrcli.config.backends import build_backend
-from rrcli.config.diagnostic import Diagnostic
 from rrcli.config.prices import price_of, unpriced_budget
 from rrcli.config.profile import (
     Backend,
@@ -30,6 +29,7 @@ from rrcli.config.profile import (
 from rrcli.config.redaction import redacted_url
 from rrcli.config.schema import BUDGET, CACHE, COOLDOWN, GATE, QUEUE, RETRY, TOP, as_floats
 from rrcli.config.walk import Checker
+from rrcli.diagnostic import Diagnostic
 from rrcli.providers.registry import info
 
 __all__ = ["check_document"]

@@ -19,9 +19,9 @@ from typing import Any
 
 from rrcli.config._toml_shape import shape_problem
 from rrcli.config.addresses import Resolver
-from rrcli.config.diagnostic import Diagnostic
 from rrcli.config.document import check_document
 from rrcli.config.profile import Profile, profile_to_dict
+from rrcli.diagnostic import Diagnostic
 from rrcli.errors import ProfileError, UsageError
 
 __all__ = [

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from rrcli.config._toml_lines import key_lines, line_for
-from rrcli.config.diagnostic import Diagnostic
 from rrcli.config.schema import (
     BACKEND,
     CREDENTIALS,
@@ -32,6 +31,7 @@ from rrcli.config.schema import (
     type_ok,
     unquote,
 )
+from rrcli.diagnostic import Diagnostic
 
 __all__ = ["Checker"]
 

@@ -10,7 +10,7 @@ before each commit: one commit a call would cost more CPU than the call).
 Several processes may share one file: it is in WAL mode (readers never wait for writers), each
 connection waits up to BUSY_TIMEOUT for a lock, and a batch that still meets a lock is tried
 again until WRITE_DEADLINE, so no answer is dropped under contention. Keys and values are opaque
-bytes here: what a key hashes and how an answer is encoded is ``runtime.cached``'s business.
+bytes here: what a key hashes and how an answer is encoded is ``run.cached``'s business.
 
 The answers are a rowid table, appended in the order they are stored, and the keys a unique
 index beside it: keys are hashes, so they land anywhere in their B-tree, and a batch of answers

@@ -10,7 +10,7 @@ from rrcli.records.jobs import InvalidJob, Job
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Reply
-    from rrcli.runtime.attempt import Attempt, CallOutcome
+    from rrcli.records.attempt import Attempt, CallOutcome
 
 __all__ = ["result_line"]
 

@@ -26,7 +26,7 @@ from rrcli.records.traceschema import CALL_FIELDS, JOB_COUNTS, rfc3339
 
 if TYPE_CHECKING:
     from rrcli.config.profile import Backend, Profile
-    from rrcli.runtime.attempt import Attempt
+    from rrcli.records.attempt import Attempt
 
 __all__ = ["CALL_FIELDS", "TraceWriter", "new_run_id", "rfc3339"]
 

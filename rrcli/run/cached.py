@@ -34,10 +34,10 @@ import orjson
 from rrcli.config.profile import CACHE_MODES, Backend, Profile
 from rrcli.errors import UsageError
 from rrcli.providers.base import Call, Reply
+from rrcli.records.attempt import Attempt, CallOutcome
 from rrcli.records.cache import CacheFile
 from rrcli.records.jobs import Job
-from rrcli.runtime.attempt import Attempt, CallOutcome
-from rrcli.runtime.options import RunOptions
+from rrcli.run.options import RunOptions
 
 __all__ = ["ResponseCache", "open_cache", "request_key"]
 

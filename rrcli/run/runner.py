@@ -31,15 +31,16 @@ from rrcli.providers import make_provider
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.records.results import ResumeState
 from rrcli.records.trace import new_run_id
-from rrcli.runtime.budget import budget_prices, final_halt, make_budget
-from rrcli.runtime.cached import ResponseCache, open_cache
-from rrcli.runtime.control import RunControl, RunSummary
-from rrcli.runtime.engine import Engine
-from rrcli.runtime.options import RunOptions
-from rrcli.runtime.outputs import open_outputs, prepare_results, refuse_clobbering
-from rrcli.runtime.router import Router
-from rrcli.runtime.telemetry import close_sender, open_sender, otlp_url
-from rrcli.runtime.workers import (
+from rrcli.routing.control import RunControl
+from rrcli.routing.router import Router
+from rrcli.run.cached import ResponseCache, open_cache
+from rrcli.run.engine import Engine
+from rrcli.run.money import budget_prices, final_halt, make_budget
+from rrcli.run.options import RunOptions
+from rrcli.run.outputs import open_outputs, prepare_results, refuse_clobbering
+from rrcli.run.summary import RunSummary
+from rrcli.run.telemetry import close_sender, open_sender, otlp_url
+from rrcli.run.workers import (
     JobFeed,
     SharedQueue,
     StoppableReader,
@@ -81,7 +82,7 @@ async def run(
     prices = budget_prices(profile, options)  # UsageError: a budget with an unpriced backend
     start = _Start(keys, prices, otlp_url(options.otlp, environ), control or RunControl(), on_start)
     if queue is None and options.queue is not None:
-        from rrcli.runtime.queue import RedisQueue
+        from rrcli.fleet.queue import RedisQueue
 
         queue = RedisQueue(profile, options.queue, options.jobs, run_concurrency(options, profile))
     with ExitStack() as stack:
@@ -259,11 +260,11 @@ def make_router(
 ) -> tuple[Router, Mapping[str, Any]]:
     """The router and the gates under it; ``local`` forces in-process gates (--dry-run)."""
     if profile.gate.kind == "redis" and not local:
-        from rrcli.runtime.redis_gate import make_redis_gates
+        from rrcli.fleet.redis_gate import make_redis_gates
 
         gates = make_redis_gates(profile, rng=rng)  # GateUnavailableError: exit 2, nothing sent
     else:
-        from rrcli.runtime.gate import make_gates
+        from rrcli.routing.gate import make_gates
 
         gates = make_gates(profile, clock=time.monotonic)
     return Router(profile, gates, rng=rng, clock=time.monotonic, sleep=asyncio.sleep), gates

@@ -7,8 +7,6 @@ writes ``x.results.jsonl`` and ``x.traces.jsonl`` in the working folder exactly 
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,8 +14,9 @@ from typing import Any
 
 from rrcli.config.profile import MAX_IN_FLIGHT
 from rrcli.errors import UsageError
+from rrcli.fleet.names import worker_name
 
-__all__ = ["STDOUT", "RunOptions", "parse_shard", "worker_name"]
+__all__ = ["STDOUT", "RunOptions", "parse_shard"]
 
 STDIN_STEM = "stdin"  # the stem of the default outputs when jobs come on standard input
 STDOUT = Path("-")  # ``out`` that writes the results to standard output
@@ -104,11 +103,6 @@ class RunOptions:
             out=self.out or Path(f"{stem}.results.jsonl"),
             traces=self.traces or Path(f"{stem}.traces.jsonl"),
         )
-
-
-def worker_name() -> str:
-    """This process as a worker of a shared queue: ``host-pid`` (what ``rrcli queue`` lists)."""
-    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 def parse_shard(value: str) -> tuple[int, int]:

@@ -15,8 +15,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from rrcli.runtime.gate import Gate, Sleep
-from rrcli.runtime.lease import BackendState
+from rrcli.routing.gate import Gate, Sleep
+from rrcli.routing.lease import BackendState
 
 __all__ = ["POLL_INITIAL", "POLL_MAX", "Waiting"]
 

@@ -18,8 +18,8 @@ module is the same ``Gate`` interface backed by Redis, a real coordination engin
   computed for, and only runs with ``adaptive`` read it (a later run without it, or with another
   ``max_concurrency``, starts from its full cap).
 
-Every step is one Lua script (``_redis_scripts``), timed by the server's clock, run through the
-process's ``_redis_hub.Hub`` (the connection, renewal, wake-ups and outages).
+Every step is one Lua script (``_scripts``), timed by the server's clock, run through the
+process's ``_hub.Hub`` (the connection, renewal, wake-ups and outages).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from rrcli.config.profile import Profile
-from rrcli.runtime import _redis_scripts as lua
-from rrcli.runtime._redis_hub import (
+from rrcli.fleet import _scripts as lua
+from rrcli.fleet._hub import (
     BACKOFF_INITIAL,
     Hub,
     RedisDown,
@@ -42,12 +42,12 @@ from rrcli.runtime._redis_hub import (
     import_redis,
     redacted_url,
 )
-from rrcli.runtime.gate import PROBE_INITIAL, PROBE_MAX, Gcra, WaitEnded
-from rrcli.runtime.scopes import ScopeLimits, scope_limits
+from rrcli.routing.gate import PROBE_INITIAL, PROBE_MAX, Gcra, WaitEnded
+from rrcli.routing.scopes import ScopeLimits, scope_limits
 
 __all__ = ["RedisGate", "RedisGates", "make_redis_gates", "redacted_url"]
 
-log = structlog.get_logger("rrcli.runtime.redis_gate")
+log = structlog.get_logger("rrcli.fleet.redis_gate")
 
 AIMD_TTL = 3600.0  # seconds an idle scope keeps its adapted cap
 
@@ -221,7 +221,7 @@ class RedisGate:
 
     def record(self, rate_limited: bool) -> None:
         """Per attempt: with ``adaptive``, feed the shared adaptive cap (in the background); the
-        rule is ``gate.aimd_step``'s, run atomically in Redis (``_redis_scripts.AIMD``)."""
+        rule is ``gate.aimd_step``'s, run atomically in Redis (``_scripts.AIMD``)."""
         if self.hub.adaptive:
             self.hub.background(self._record(rate_limited))
 

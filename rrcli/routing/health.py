@@ -13,58 +13,23 @@ never comes here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import structlog
 
-from rrcli.errors import NoBackendError, ProviderError
-from rrcli.runtime.control import Halt, RunControl
+from rrcli.errors import ProviderError
+from rrcli.routing.control import Halt, RunControl
 
 if TYPE_CHECKING:
     from rrcli.config.profile import Backend
     from rrcli.records.trace import TraceWriter
-    from rrcli.runtime.lease import BackendState
-    from rrcli.runtime.router import Router
+    from rrcli.routing.lease import BackendState
+    from rrcli.routing.router import Router
 
-__all__ = [
-    "BackendDown",
-    "Health",
-    "NoHealthyBackend",
-    "check_hint",
-    "no_backend",
-    "pool_down_message",
-]
+__all__ = ["Health", "check_hint", "pool_down_message"]
 
 log = structlog.get_logger("rrcli")
-
-
-class NoHealthyBackend(NoBackendError):
-    """Every backend of the pool is down: the run has halted, and a call that could not be
-    routed leaves its job without a result line (``--resume`` runs it once fixed)."""
-
-
-class BackendDown(Exception):
-    """The backend a retry waited for went down meanwhile: the call is routed again."""
-
-
-def no_backend(
-    states: Sequence[BackendState], healthy: bool, exclude: frozenset[str]
-) -> NoBackendError:
-    """Why a routing decision excluding ``exclude`` has no backend to choose: the whole pool
-    down (``healthy`` False), the job's own backends down, failover's tries spent, or every
-    weight 0."""
-    down = [s for s in states if s.down is not None and s.backend.id not in exclude]
-    if down and not healthy:
-        return NoHealthyBackend("no healthy backend left: every backend is down")
-    if down:
-        names = ", ".join(f"{s.backend.id} ({s.down})" for s in down)
-        return NoBackendError(f"no healthy backend left for this job: {names} down")
-    if exclude:
-        return NoBackendError(
-            f"no backend left to route to: already tried {', '.join(sorted(exclude))}"
-        )
-    return NoBackendError("no backend can be chosen: every weight is 0")
 
 
 def check_hint(backend: Backend, reason: str) -> str:

@@ -1,18 +1,15 @@
-"""What the outside sees of a run and does to it: its counters (``RunSummary``, the run_end
-record's job counts and the exit code) and its switch (``RunControl``: drain or cancel, or
+"""Whether calls may still start: the run's switch (``RunControl``: drain or cancel, or
 ``halt``: the run itself stops dispatching for a reason, such as no healthy backend left or the
-budget reached, with its own exit code).
+budget reached, with its own exit code). Routing reads it before every admission; the run and
+the live display read and set it. The run's counters are ``run.summary.RunSummary``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from rrcli.records.traceschema import JOB_COUNTS
-
-__all__ = ["Halt", "Halted", "RunControl", "RunSummary"]
+__all__ = ["Halt", "Halted", "RunControl"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,39 +26,6 @@ class Halt:
 class Halted(Exception):
     """Raised where a halted run refuses to start an attempt (the budget would pass): the job
     ends without a result line, so ``--resume`` runs it."""
-
-
-@dataclass(slots=True)
-class RunSummary:
-    """Counts of a run; ``jobs`` has the keys of the run_end trace record."""
-
-    run_id: str
-    ok: int = 0
-    error: int = 0
-    invalid: int = 0
-    skipped: int = 0
-    interrupted: bool = False
-    total: int | None = None  # jobs expected, when the input could be counted
-    halted: Halt | None = None  # the run stopped itself (jobs not started have no result)
-    cached: int = 0  # calls answered from the response cache (--cache), known at the end
-    started: float = field(default_factory=time.monotonic)
-
-    @property
-    def done(self) -> int:
-        return self.ok + self.error + self.invalid
-
-    @property
-    def jobs(self) -> dict[str, int]:
-        """The run_end record's job counts, in its order."""
-        return {name: getattr(self, name) for name in JOB_COUNTS}
-
-    @property
-    def exit_code(self) -> int:
-        if self.interrupted:
-            return 130
-        if self.halted is not None:
-            return self.halted.code
-        return 1 if (self.error or self.invalid) else 0
 
 
 class RunControl:

@@ -29,8 +29,9 @@ from typing import Any, BinaryIO, NoReturn, Protocol
 
 from rrcli.errors import UsageError
 from rrcli.records.jobs import InvalidJob, Job, shard_of
-from rrcli.runtime.control import RunControl, RunSummary
-from rrcli.runtime.options import RunOptions
+from rrcli.routing.control import RunControl
+from rrcli.run.options import RunOptions
+from rrcli.run.summary import RunSummary
 
 __all__ = [
     "BUFFERED_JOBS",
@@ -51,7 +52,7 @@ Fetch = Callable[[], Awaitable[list[Job | InvalidJob] | None]]
 
 
 class SharedQueue(Protocol):
-    """Jobs from a queue several processes share (runtime/queue.py) instead of a file.
+    """Jobs from a queue several processes share (fleet/queue.py) instead of a file.
 
     ``open`` connects (and loads the jobs file when there is one), returning the jobs in the
     queue; ``sink`` wraps the results file's writer (each line is the queue's to store and

@@ -21,7 +21,7 @@ stream is in the file's order and ``rrcli results`` writes in that order.
 
 from __future__ import annotations
 
-from rrcli.runtime._redis_scripts import Script
+from rrcli.fleet._scripts import Script
 
 __all__ = ["ACK", "CLAIM", "GROUP", "LOAD", "RENEW", "queue_keys", "worker_key"]
 

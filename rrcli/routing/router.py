@@ -24,17 +24,17 @@ import structlog
 
 from rrcli.config.profile import Profile
 from rrcli.errors import ProviderError
-from rrcli.runtime.gate import Clock, Gate, Sleep, WaitEnded
-from rrcli.runtime.health import BackendDown, no_backend
-from rrcli.runtime.lease import BackendState, Lease
-from rrcli.runtime.strategies import Candidate, FirstAvailable, make_strategy
-from rrcli.runtime.waiting import Waiting
+from rrcli.routing.down import BackendDown, no_backend
+from rrcli.routing.gate import Clock, Gate, Sleep, WaitEnded
+from rrcli.routing.lease import BackendState, Lease
+from rrcli.routing.strategies import Candidate, FirstAvailable, make_strategy
+from rrcli.routing.waiting import Waiting
 from rrcli.tokens import plausible_call_tokens
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Call
-    from rrcli.runtime.attempt import Attempt
-    from rrcli.runtime.budget import Budget
+    from rrcli.records.attempt import Attempt
+    from rrcli.routing.budget import Budget
 
 __all__ = ["EWMA_ALPHA", "Router"]
 

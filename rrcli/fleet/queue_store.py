@@ -17,8 +17,8 @@ from typing import Any
 import structlog
 
 from rrcli.errors import RRCLIError
-from rrcli.runtime import _queue_scripts as lua
-from rrcli.runtime._redis_hub import (
+from rrcli.fleet import _queue_scripts as lua
+from rrcli.fleet._hub import (
     BACKOFF_INITIAL,
     BACKOFF_MAX,
     CONNECT_TIMEOUT,
@@ -26,11 +26,11 @@ from rrcli.runtime._redis_hub import (
     import_redis,
     redacted_url,
 )
-from rrcli.runtime._redis_scripts import Script
+from rrcli.fleet._scripts import Script
 
 __all__ = ["QueueLostError", "QueueStore"]
 
-log = structlog.get_logger("rrcli.runtime.queue")
+log = structlog.get_logger("rrcli.fleet.queue")
 
 SOCKET_TIMEOUT = 10.0  # seconds; longer than any blocking read
 

@@ -26,7 +26,7 @@ from rrcli.config.redaction import redacted_url
 from rrcli.errors import ProviderError, UsageError
 from rrcli.providers import make_provider
 from rrcli.records.jobs import InvalidJob, iter_jobs
-from rrcli.runtime.serving import RouteRules
+from rrcli.routing.serving import RouteRules
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Call

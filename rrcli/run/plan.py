@@ -25,12 +25,12 @@ from rrcli.config.prices import pool_prices
 from rrcli.config.profile import Backend, Profile
 from rrcli.errors import UsageError
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
-from rrcli.runtime.budget import NO_OUTPUT
-from rrcli.runtime.control import RunSummary
-from rrcli.runtime.router import Router
-from rrcli.runtime.runner import RunOptions, make_router
-from rrcli.runtime.serving import RouteRules
-from rrcli.runtime.workers import open_jobs, select_jobs
+from rrcli.routing.budget import NO_OUTPUT
+from rrcli.routing.router import Router
+from rrcli.routing.serving import RouteRules
+from rrcli.run.runner import RunOptions, make_router
+from rrcli.run.summary import RunSummary
+from rrcli.run.workers import open_jobs, select_jobs
 from rrcli.tokens import UNCAPPED_OUTPUT, estimate_input_tokens, estimate_value_tokens, output_cap
 
 __all__ = ["Plan", "plan"]

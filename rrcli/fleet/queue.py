@@ -34,16 +34,16 @@ import structlog
 
 from rrcli.config.profile import Profile
 from rrcli.errors import UsageError
+from rrcli.fleet._hub import redacted_url
+from rrcli.fleet.names import worker_name
+from rrcli.fleet.queue_store import QueueStore
+from rrcli.records.attempt import CallOutcome
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs, job_key, parse_job
 from rrcli.records.traceschema import rfc3339
-from rrcli.runtime._redis_hub import redacted_url
-from rrcli.runtime.attempt import CallOutcome
-from rrcli.runtime.options import worker_name
-from rrcli.runtime.queue_store import QueueStore
 
 __all__ = ["RedisQueue"]
 
-log = structlog.get_logger("rrcli.runtime.queue")
+log = structlog.get_logger("rrcli.fleet.queue")
 
 LOCK_MS = 10_000  # the loader lock's lease: a dead loader's lock frees this soon
 LOAD_BATCH = 1000  # lines added in one transaction

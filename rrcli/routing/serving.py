@@ -13,7 +13,7 @@ excludes every backend but the one ``ResponseOrigins`` says created it, and name
 backend is no longer in the pool (or no longer serves responses).
 
 ``RouteRules`` composes it with the other rule that narrows a chat job's backends: those whose
-API cannot express its params (``runtime.eligibility``), judged among the backends that serve
+API cannot express its params (``routing.eligibility``), judged among the backends that serve
 chat. Pure: the engine, ``validate --jobs`` and ``--dry-run`` ask the same ``RouteRules``.
 """
 
@@ -25,7 +25,7 @@ from rrcli.config.profile import Backend
 from rrcli.providers.registry import ENDPOINTS
 from rrcli.providers.translate import dialect_of
 from rrcli.records.jobs import Job
-from rrcli.runtime.eligibility import Eligibility
+from rrcli.routing.eligibility import Eligibility
 
 __all__ = ["RouteRules", "Serving", "refusal", "serving_backends"]
 

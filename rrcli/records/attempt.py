@@ -22,7 +22,7 @@ __all__ = ["Attempt", "CallOutcome", "Decision"]
 
 #: what the loop decided after an attempt: ``ok``; ``retry`` on the same backend after
 #: ``backoff_s``; ``failover`` to another backend; ``error``, final; ``cached``: no HTTP attempt
-#: was made, the response cache answered (``runtime.cached``).
+#: was made, the response cache answered (``run.cached``).
 Decision = Literal["ok", "retry", "failover", "error", "cached"]
 
 

@@ -31,7 +31,7 @@ import structlog
 from rrcli.config.profile import GateSettings
 from rrcli.config.redaction import redacted_url
 from rrcli.errors import GateUnavailableError
-from rrcli.runtime import _redis_scripts as lua
+from rrcli.fleet import _scripts as lua
 
 __all__ = [
     "BACKOFF_INITIAL",
@@ -43,7 +43,7 @@ __all__ = [
     "redacted_url",
 ]
 
-log = structlog.get_logger("rrcli.runtime.redis_gate")
+log = structlog.get_logger("rrcli.fleet.redis_gate")
 
 BACKOFF_INITIAL = 0.05  # seconds: retrying the connection while Redis is away
 BACKOFF_MAX = 2.0
@@ -125,8 +125,8 @@ class Hub:
 
     def _start_loops(self) -> None:
         self._loops = [
-            asyncio.create_task(self._renewal(), name="rrcli.runtime.redis_gate.renewal"),
-            asyncio.create_task(self._listen(), name="rrcli.runtime.redis_gate.listen"),
+            asyncio.create_task(self._renewal(), name="rrcli.fleet.redis_gate.renewal"),
+            asyncio.create_task(self._listen(), name="rrcli.fleet.redis_gate.listen"),
         ]
 
     async def run(self, script: lua.Script, keys: dict[str, str], *args: object) -> Any:

@@ -7,7 +7,7 @@ the trace, the log, the router (which alone drives the gates). On a transient fa
 released, the policy's delay slept, and a slot on the SAME backend taken again; with ``failover``
 a spent budget routes the call among the backends not yet tried. A job ends as one
 ``CallOutcome``, its result line's only input: one failing job never cancels its siblings.
-With --cache, a call the cache answers (runtime/cached.py) is traced and never routed.
+With --cache, a call the cache answers (run/cached.py) is traced and never routed.
 ``runner.py`` sets the run up around the workers (outputs, signals, flushing).
 """
 
@@ -28,19 +28,21 @@ from rrcli.errors import NoBackendError, ProviderError
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.providers.registry import UNSTREAMED
 from rrcli.providers.translate import dialect_of
+from rrcli.records.attempt import Attempt, CallOutcome, Decision
 from rrcli.records.jobs import InvalidJob, Job
 from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter
-from rrcli.runtime.attempt import Attempt, CallOutcome, Decision
-from rrcli.runtime.cached import ResponseCache
-from rrcli.runtime.control import Halted, RunControl, RunSummary
-from rrcli.runtime.health import BackendDown, Health, NoHealthyBackend
-from rrcli.runtime.lease import Lease
-from rrcli.runtime.retry import RetryPolicy
-from rrcli.runtime.router import Router
-from rrcli.runtime.serving import RouteRules
-from rrcli.runtime.turns import Echo, assistant_message, bounded, join_paused, sent
+from rrcli.routing.control import Halted, RunControl
+from rrcli.routing.down import BackendDown, NoHealthyBackend
+from rrcli.routing.health import Health
+from rrcli.routing.lease import Lease
+from rrcli.routing.retry import RetryPolicy
+from rrcli.routing.router import Router
+from rrcli.routing.serving import RouteRules
+from rrcli.run.cached import ResponseCache
+from rrcli.run.summary import RunSummary
+from rrcli.run.turns import Echo, assistant_message, bounded, join_paused, sent
 from rrcli.tokens import estimate_call_tokens
 
 __all__ = ["Engine", "ResultSink"]
@@ -170,7 +172,7 @@ class Engine:
         self, job: Job, messages: list[dict[str, Any]], turn: int, excluded: frozenset[str]
     ) -> CallOutcome:
         """One call of a job: answered by the response cache when it holds the answer (traced,
-        never routed), else routed and sent, its ok answer then stored (runtime/cached.py)."""
+        never routed), else routed and sent, its ok answer then stored (run/cached.py)."""
         cache = self.cache
         if cache is None:
             return await self._routed(job, messages, turn, excluded)

@@ -1,5 +1,5 @@
 """One budget for every process on a Redis gate (SPEC §13): spend reserved and settled
-atomically in Redis, one Lua script a step (as the gate's own steps: ``_redis_scripts``).
+atomically in Redis, one Lua script a step (as the gate's own steps: ``_scripts``).
 
 Keys of the budget of one profile (hash tag ``{budget:<profile>}``, so one slot on a cluster)::
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rrcli.config.profile import Profile
-from rrcli.runtime._redis_hub import Hub
-from rrcli.runtime._redis_scripts import Script
+from rrcli.fleet._hub import Hub
+from rrcli.fleet._scripts import Script
 
 __all__ = ["RedisLedger"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rrcli.config.profile import Backend
-from rrcli.runtime.gate import Clock, Gate
+from rrcli.routing.gate import Clock, Gate
 
 __all__ = ["BackendState", "Lease"]
 

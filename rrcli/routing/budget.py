@@ -11,31 +11,25 @@ what the reply's usage cost (an error costs nothing; an answer without usage cos
 reservation). So the spend never passes the limit while replies stay within their caps.
 
 Where spend is kept is a ``Ledger``: this process's (``LocalLedger``), or one shared in Redis
-by every process on the gate (``_redis_budget.RedisLedger``). The spend of earlier runs of the
+by every process on the gate (``fleet.ledger.RedisLedger``). The spend of earlier runs of the
 same results file (``--resume``) is read from the traces first (``records.spend``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rrcli.config.prices import pool_prices, unpriced_budget
-from rrcli.config.profile import Price, Profile
-from rrcli.errors import UsageError
-from rrcli.records.spend import traces_cost
-from rrcli.runtime.control import Halt, Halted, RunControl, RunSummary
+from rrcli.config.profile import Price
+from rrcli.routing.control import Halt, Halted, RunControl
 from rrcli.tokens import UNCAPPED_OUTPUT, input_token_bound, output_cap
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Call, Reply
-    from rrcli.runtime.attempt import Attempt
-    from rrcli.runtime.lease import Lease
-    from rrcli.runtime.options import RunOptions
+    from rrcli.records.attempt import Attempt
+    from rrcli.routing.lease import Lease
 
-__all__ = [
-    "Budget", "Ledger", "LocalLedger", "attempt_ceiling", "final_halt", "make_budget", "reply_cost",
-]  # fmt: skip
+__all__ = ["Budget", "Ledger", "LocalLedger", "attempt_ceiling", "reply_cost"]
 
 NO_OUTPUT = frozenset({"embeddings", "moderations"})  # endpoints whose answers have no tokens
 _EPSILON = 1e-12  # USD: float sums that equal the limit do not pass it
@@ -174,55 +168,3 @@ class Budget:
     def record(self) -> dict[str, float]:
         """The run_end record's ``budget``."""
         return {"limit": self.limit, "spent": round(self.spent, 6)}
-
-
-def final_halt(budget: Budget, summary: RunSummary, rest: Iterator[object] | None) -> Halt:
-    """The halt message once the run drained: the spend then, and the jobs left without a
-    result: those an attempt refused ended, and ``rest``, the selected jobs never handed out
-    (counted here; None when they came from a pipe, which is not read further)."""
-    skipped = summary.skipped
-    left = 0 if rest is None else sum(1 for _ in rest)
-    summary.skipped = skipped  # counting the rest is not skipping it
-    return budget.halt(budget.refused + left)
-
-
-def budget_prices(profile: Profile, options: RunOptions) -> dict[str, Price] | None:
-    """The prices a budget reserves at, by backend id; None when the run has no budget
-    (``--max-cost``, else the profile's ``[budget] max_cost_usd``). Raises UsageError when a
-    backend has no price: checked before anything is sent or written."""
-    if _limit(profile, options) is None:
-        return None
-    prices = pool_prices(profile.backends)
-    unpriced = [bid for bid, price in prices.items() if price is None]
-    if unpriced:
-        raise UsageError(" — ".join(unpriced_budget(unpriced)))
-    return {bid: price for bid, price in prices.items() if price is not None}
-
-
-def _limit(profile: Profile, options: RunOptions) -> float | None:
-    return options.max_cost if options.max_cost is not None else profile.budget.max_cost_usd
-
-
-async def make_budget(
-    profile: Profile,
-    options: RunOptions,
-    prices: Mapping[str, Price] | None,
-    control: RunControl,
-    gates: Mapping[str, Any],
-) -> Budget | None:
-    """The run's budget at ``prices`` (``budget_prices``; None: no budget). With ``--resume``
-    the spend of the earlier runs in the traces counts; on a Redis gate the ledger is
-    shared."""
-    limit = _limit(profile, options)
-    if prices is None or limit is None:
-        return None
-    earlier = traces_cost(options.traces, prices) if options.resume else 0.0
-    hub = getattr(gates, "hub", None)
-    ledger: LocalLedger | Ledger
-    if hub is None:
-        ledger = LocalLedger(limit, earlier)
-    else:
-        from rrcli.runtime._redis_budget import RedisLedger
-
-        ledger = await RedisLedger.join(hub, profile, limit, earlier)
-    return Budget(limit, prices, ledger, control)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
-from rrcli.runtime.scopes import scope_limits
+from rrcli.routing.scopes import scope_limits
 
 if TYPE_CHECKING:
     from rrcli.config.profile import Profile

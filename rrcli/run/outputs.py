@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 from rrcli.records.claim import STDIN, OutputClaim, refuse_same_files
 from rrcli.records.results import ResultWriter, ResumeState, prepare_output
 from rrcli.records.trace import TraceWriter
-from rrcli.runtime.engine import ResultSink
-from rrcli.runtime.options import RunOptions
-from rrcli.runtime.telemetry import JobEnds
+from rrcli.run.engine import ResultSink
+from rrcli.run.options import RunOptions
+from rrcli.run.telemetry import JobEnds
 
 if TYPE_CHECKING:
     from rrcli.otel.live import SpanProcess
-    from rrcli.runtime.workers import SharedQueue
+    from rrcli.run.workers import SharedQueue
 
 __all__ = ["CallbackWriter", "open_outputs", "prepare_results", "refuse_clobbering"]
 

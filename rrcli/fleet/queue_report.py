@@ -20,9 +20,9 @@ import orjson
 
 from rrcli.config.profile import Profile
 from rrcli.errors import UsageError
+from rrcli.fleet._hub import CONNECT_TIMEOUT, check_reachable, redacted_url
+from rrcli.fleet._queue_scripts import GROUP, queue_keys, worker_key
 from rrcli.records.collect import CollectReport, collect_results
-from rrcli.runtime._queue_scripts import GROUP, queue_keys, worker_key
-from rrcli.runtime._redis_hub import CONNECT_TIMEOUT, check_reachable, redacted_url
 
 __all__ = ["COLLECTED_KEEP_S", "Progress", "QueueCollected", "collect_queue", "queue_progress"]
 

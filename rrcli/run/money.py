@@ -1,0 +1,74 @@
+"""The run's budget set up from its options: the prices it reserves at, the ledger it keeps
+its spend in (this process's, or one shared in Redis by every process on the gate), and the
+halt message once a budget-halted run has drained. The budget itself is routing's
+(``routing.budget``): the check before every attempt."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from rrcli.config.prices import pool_prices, unpriced_budget
+from rrcli.config.profile import Price, Profile
+from rrcli.errors import UsageError
+from rrcli.records.spend import traces_cost
+from rrcli.routing.budget import Budget, Ledger, LocalLedger
+from rrcli.routing.control import Halt, RunControl
+
+if TYPE_CHECKING:
+    from rrcli.run.options import RunOptions
+    from rrcli.run.summary import RunSummary
+
+__all__ = ["budget_prices", "final_halt", "make_budget"]
+
+
+def final_halt(budget: Budget, summary: RunSummary, rest: Iterator[object] | None) -> Halt:
+    """The halt message once the run drained: the spend then, and the jobs left without a
+    result: those an attempt refused ended, and ``rest``, the selected jobs never handed out
+    (counted here; None when they came from a pipe, which is not read further)."""
+    skipped = summary.skipped
+    left = 0 if rest is None else sum(1 for _ in rest)
+    summary.skipped = skipped  # counting the rest is not skipping it
+    return budget.halt(budget.refused + left)
+
+
+def budget_prices(profile: Profile, options: RunOptions) -> dict[str, Price] | None:
+    """The prices a budget reserves at, by backend id; None when the run has no budget
+    (``--max-cost``, else the profile's ``[budget] max_cost_usd``). Raises UsageError when a
+    backend has no price: checked before anything is sent or written."""
+    if _limit(profile, options) is None:
+        return None
+    prices = pool_prices(profile.backends)
+    unpriced = [bid for bid, price in prices.items() if price is None]
+    if unpriced:
+        raise UsageError(" — ".join(unpriced_budget(unpriced)))
+    return {bid: price for bid, price in prices.items() if price is not None}
+
+
+def _limit(profile: Profile, options: RunOptions) -> float | None:
+    return options.max_cost if options.max_cost is not None else profile.budget.max_cost_usd
+
+
+async def make_budget(
+    profile: Profile,
+    options: RunOptions,
+    prices: Mapping[str, Price] | None,
+    control: RunControl,
+    gates: Mapping[str, Any],
+) -> Budget | None:
+    """The run's budget at ``prices`` (``budget_prices``; None: no budget). With ``--resume``
+    the spend of the earlier runs in the traces counts; on a Redis gate the ledger is
+    shared."""
+    limit = _limit(profile, options)
+    if prices is None or limit is None:
+        return None
+    earlier = traces_cost(options.traces, prices) if options.resume else 0.0
+    hub = getattr(gates, "hub", None)
+    ledger: LocalLedger | Ledger
+    if hub is None:
+        ledger = LocalLedger(limit, earlier)
+    else:
+        from rrcli.fleet.ledger import RedisLedger
+
+        ledger = await RedisLedger.join(hub, profile, limit, earlier)
+    return Budget(limit, prices, ledger, control)
