@@ -25,7 +25,7 @@ from rrcli.config.prices import pool_prices
 from rrcli.config.profile import Backend, Profile
 from rrcli.errors import UsageError
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
-from rrcli.routing.budget import NO_OUTPUT
+from rrcli.routing.costs import NO_OUTPUT
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
 from rrcli.run.runner import RunOptions, make_router
