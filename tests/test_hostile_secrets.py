@@ -103,8 +103,9 @@ def test_a_server_echoing_the_key_everywhere_gets_it_into_no_output(tmp_path, ho
     variable, never the value); the server sends it back as the error type, message and code, in
     a text body cut at 300 characters, JSON-escaped, URL-encoded (as an encoder writes it, and
     escaped where no encoder would: ``%73k-…``, ``%2d`` for each dash, every character), in an
-    SSE error event, as the model, the request id and the answer: results (with the response kept), traces, stdout and
-    stderr hold none of those spellings, nor the key's first ten characters."""
+    SSE error event, as the model, the request id and the answer: results (with the response
+    kept), traces, stdout and stderr hold none of those spellings, nor the key's first ten
+    characters."""
     server = hostile_server(echoing)
     profile = profile_for(tmp_path, server)
     jobs = tmp_path / "jobs.jsonl"
