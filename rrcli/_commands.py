@@ -190,6 +190,20 @@ def queue_command(name: str, profile_path: str | None, as_json: bool) -> None:
 @click.option("--ttft-ms", type=float, default=None, help="Time to first token (streams).")
 @click.option("--tokens-per-s", type=float, default=None, help="Streaming speed after the first.")
 @click.option(
+    "--prefix-cache-tokens",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Capacity of the prefix cache in tokens (0: no cache).",
+)
+@click.option(
+    "--prefill-ms-per-token",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Time to read each input token the prefix cache does not hold.",
+)
+@click.option(
     "--cut-stream-rate", default=0.0, show_default=True, help="Share of streams cut halfway."
 )
 @click.option(
