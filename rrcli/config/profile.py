@@ -131,6 +131,8 @@ class SimSettings:
     output_tokens: int = 32
     ttft_ms: float | None = None
     tokens_per_s: float | None = None
+    prefix_cache_tokens: int = 0  # the prefix cache's capacity (0: none)
+    prefill_ms_per_token: float = 0.0  # time to read each input token the cache does not hold
 
 
 @dataclass(frozen=True, slots=True)

@@ -203,6 +203,8 @@ SIM = {
     "output_tokens": Field("int", at_least(0)),
     "ttft_ms": Field("number", at_least(0)),
     "tokens_per_s": Field("number", above(0)),
+    "prefix_cache_tokens": Field("int", at_least(0)),
+    "prefill_ms_per_token": Field("number", at_least(0)),
 }
 EXPECTED = {
     "str": ("a string", 'put the value in double quotes, e.g. "text"'),
