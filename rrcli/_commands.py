@@ -32,14 +32,21 @@ profile_option = click.option(
     show_default=True,
     help="Group calls by deployment, model, HTTP status, error type, run or endpoint.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the numbers as JSON (SPEC §10).")
+@click.option("--json", "as_json", is_flag=True, help="Print every number as JSON.")
 @click.option("--plot", is_flag=True, help="Also draw calls in flight per deployment over time.")
+@click.option("--wide", is_flag=True, help="Show every column of the table.")
+@click.option(
+    "--columns",
+    metavar="NAMES",
+    help="The table's columns, comma-separated (calls, ok, retried, errors, cached, share, p50, "
+    "p95, p99, ttft, ttft_p95, tpot, tokens_in, tokens_out, cost, tok_s, peak).",
+)
 @click.option(
     "--run",
     "runs",
     multiple=True,
     metavar="RUN_ID",
-    help="Only this run (an id or a unique prefix of one); repeatable.",
+    help="Only this run: an id, a unique prefix of one, or `latest`; repeatable.",
 )
 @click.option(
     "--since",
@@ -51,6 +58,8 @@ def stats(
     by: str,
     as_json: bool,
     plot: bool,
+    wide: bool,
+    columns: str | None,
     runs: tuple[str, ...],
     since: str | None,
 ) -> None:
@@ -59,15 +68,17 @@ def stats(
     import orjson
 
     from rrcli import _render
+    from rrcli.stats.cells import pick
     from rrcli.stats.summary import summarize
 
+    shown = pick(columns, wide=wide)  # UsageError for an unknown name, before reading
     sources = [sys.stdin.buffer if t == "-" else t for t in traces]
     bins = _render.stats_plot_bins() if plot else None
     summary = summarize(sources, by=by, run=runs or None, since=since, timeline_bins=bins)
     if as_json:
         click.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
     else:
-        _render.render_stats(summary)
+        _render.render_stats(summary, shown)
         if plot:
             _render.render_stats_plot(summary)
     if summary["malformed_lines"]:

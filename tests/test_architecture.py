@@ -252,6 +252,7 @@ MAY_DO = {
     # the span process of --otlp (otel.live), started by the run
     "rrcli.run.telemetry": {"network", "dns", "event loop", "processes"},
     "rrcli.run.runner": {"network", "dns", "event loop", "processes"},
+    "rrcli.run.pool": {"network", "dns", "event loop", "processes"},  # the runner's set-up
     "rrcli.run.outputs": {"network", "dns", "event loop", "processes"},
     "rrcli.run.plan": {"network", "dns", "event loop", "processes"},
     "rrcli.otel": {"network", "processes"},
