@@ -210,7 +210,10 @@ class Engine:
             queued = time.monotonic()  # queue_ms counts the wait for a slot from here
             try:
                 lease = await self.router.acquire(
-                    session=job.session if self.session_binding else None, exclude=tried
+                    session=job.session if self.session_binding else None,
+                    exclude=tried,
+                    messages=messages,
+                    params=job.params,
                 )
             except NoHealthyBackend:
                 raise
