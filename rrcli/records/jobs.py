@@ -41,6 +41,7 @@ __all__ = [
     "KeySet",
     "check_json_lines",
     "iter_jobs",
+    "job_from_dict",
     "job_key",
     "parse_job",
     "shard_of",
@@ -213,6 +214,17 @@ def parse_job(raw: bytes, n: int) -> Job:
     raw = raw.removeprefix(_BOM) if n == 1 else raw
     wide = raw.translate(_DIGITS_AS_ZERO).count(_LONG_RUN) > 0
     return _parse(json.loads(raw) if wide else orjson.loads(raw), n, wide)
+
+
+def job_from_dict(obj: dict[str, Any], n: int) -> Job | InvalidJob:
+    """A job a program hands in as a dict (``rrcli.Pool``, ``rrcli serve``), checked as line
+    ``n`` of a file would be: the Job, or an InvalidJob whose message names the fault. The
+    dict's parts may be taken into the Job (its messages moved out of its body)."""
+    try:
+        return _parse(obj, n, False)
+    except LineError as exc:
+        raw = obj.get("id", obj.get("custom_id")) if type(obj) is dict else None
+        return InvalidJob(raw if type(raw) in (str, int) else f"line-{n}", n, str(exc))
 
 
 def _undecodable(raw: bytes, exc: orjson.JSONDecodeError) -> str:
