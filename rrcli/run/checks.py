@@ -25,7 +25,7 @@ from rrcli.config.profile import Backend, Profile, RetrySettings
 from rrcli.config.redaction import redacted_url
 from rrcli.errors import ProviderError, UsageError
 from rrcli.providers import make_provider
-from rrcli.records.jobs import InvalidJob, iter_jobs
+from rrcli.records.jobs import InvalidJob, iter_jobs, open_jobs_file
 from rrcli.routing.serving import RouteRules
 
 if TYPE_CHECKING:
@@ -216,11 +216,7 @@ def check_jobs(path: Path, backends: Sequence[Backend] = ()) -> JobsReport:
     is invalid too, as at run."""
     report = JobsReport(str(path))
     rules = RouteRules(backends) if backends else None
-    try:
-        stream = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the jobs file: {exc.strerror}") from exc
-    with stream:
+    with open_jobs_file(path) as stream:
         for job in iter_jobs(stream, str(path)):
             if isinstance(job, InvalidJob):
                 report.invalid.append(job.message)

@@ -29,11 +29,12 @@ class RunOptions:
     ``jobs``: the jobs file; None reads standard input. ``prompts``, when given, are the jobs
     instead. ``out`` and ``traces``: None is SPEC §1's default, filled in by ``with_defaults``:
     ``<jobs stem>.results.jsonl`` and ``<jobs stem>.traces.jsonl`` in the working folder (stem
-    ``stdin`` for standard input); with ``prompts``, results go to ``on_result`` or else
-    standard output, and there is no trace file unless one is named. ``out`` ``-`` (STDOUT)
-    writes the results to standard output. ``queue``: the shared queue the run works on (and
-    loads ``jobs`` into); its default outputs are named after the queue and this worker:
-    ``<NAME>.<host>-<pid>.results.jsonl``, so workers sharing a folder never share a file.
+    ``stdin`` for standard input; a ``.gz`` or ``.zst`` suffix is not part of the stem); with
+    ``prompts``, results go to ``on_result`` or else standard output, and there is no trace
+    file unless one is named. ``out`` ``-`` (STDOUT) writes the results to standard output.
+    ``queue``: the shared queue the run works on (and loads ``jobs`` into); its default
+    outputs are named after the queue and this worker: ``<NAME>.<host>-<pid>.results.jsonl``,
+    so workers sharing a folder never share a file.
     """
 
     jobs: Path | None = None
@@ -95,7 +96,7 @@ class RunOptions:
         nothing more."""
         if self.prompts:
             return self
-        stem = self.jobs.stem if self.jobs is not None else STDIN_STEM
+        stem = _stem(self.jobs) if self.jobs is not None else STDIN_STEM
         if self.queue is not None:
             stem = f"{self.queue}.{worker_name()}"
         return replace(
@@ -103,6 +104,11 @@ class RunOptions:
             out=self.out or Path(f"{stem}.results.jsonl"),
             traces=self.traces or Path(f"{stem}.traces.jsonl"),
         )
+
+
+def _stem(jobs: Path) -> str:
+    """The name outputs are named after: ``jobs`` for ``jobs.jsonl`` and ``jobs.jsonl.gz``."""
+    return (jobs.with_suffix("") if jobs.suffix in (".gz", ".zst") else jobs).stem
 
 
 def parse_shard(value: str) -> tuple[int, int]:

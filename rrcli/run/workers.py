@@ -27,8 +27,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn, Protocol
 
-from rrcli.errors import UsageError
-from rrcli.records.jobs import InvalidJob, Job, shard_of
+from rrcli.records.jobs import InvalidJob, Job, open_jobs_file, shard_of
 from rrcli.routing.control import RunControl
 from rrcli.run.options import RunOptions
 from rrcli.run.summary import RunSummary
@@ -97,7 +96,7 @@ def count_lines(path: Path | None) -> int | None:
     if path is None or not path.is_file():
         return None
     count = 0
-    with open(path, "rb") as f:
+    with open_jobs_file(path) as f:
         while chunk := f.read(1 << 20):
             count += chunk.count(b"\n")
     return count
@@ -143,10 +142,7 @@ def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO | St
     if options.jobs is None:
         stream = sys.stdin.buffer
     else:
-        try:
-            stream = open(options.jobs, "rb")  # noqa: SIM115 (closed by stack or the reader)
-        except OSError as exc:
-            raise UsageError(f"{options.jobs}: cannot read the jobs file: {exc.strerror}") from exc
+        stream = open_jobs_file(options.jobs)  # closed by stack or the reader
     source = "<stdin>" if options.jobs is None else str(options.jobs)
     if stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
         if options.jobs is not None:
