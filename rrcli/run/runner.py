@@ -28,6 +28,7 @@ import structlog
 
 from rrcli.config.profile import Profile
 from rrcli.providers import make_provider
+from rrcli.records.formatfit import refuse_unfit, unfit_invalid
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.records.results import ResumeState
 from rrcli.records.trace import new_run_id
@@ -87,6 +88,8 @@ async def run(
         queue = RedisQueue(profile, options.queue, options.jobs, run_concurrency(options, profile))
     with ExitStack() as stack:
         refuse_clobbering(options)
+        if options.jobs is not None and options.jobs.is_file():
+            refuse_unfit(options.jobs, options.fmt)  # jobs whose answers --format would drop
         if queue is not None:
             total = await queue.open()
             try:
@@ -94,7 +97,7 @@ async def run(
             finally:
                 await queue.close()
         source, stream = open_jobs(options, stack)
-        lines = iter_jobs(stream, source)  # UsageError when the input is not JSON Lines
+        lines = unfit_invalid(iter_jobs(stream, source), options.fmt)  # UsageError: not JSON Lines
         total = len(options.prompts) or count_lines(options.jobs)
         reader = stream if isinstance(stream, StoppableReader) else None
         return await _run_open(profile, options, stack, start, lines, total, reader)
