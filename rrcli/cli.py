@@ -70,7 +70,7 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 @click.option(
     "--resume", is_flag=True, help="Skip jobs that already have an ok result; append the rest."
 )
-@click.option("--overwrite", is_flag=True, help="Replace an existing results file.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing results file, and its traces.")
 @click.option(
     "--format",
     "fmt",

@@ -20,7 +20,17 @@ KEY = "sk-hostile-0123456789abcdefXYZ"
 ENV = {"HOSTILE_KEY": KEY + "\r\n"}  # as a .env file leaves it
 ESCAPED = "".join(f"\\u{ord(c):04x}" for c in KEY)
 VARIABLE_KEY = "AbC9xYz012qWeRtY7uIoP3mN"  # a key written where a variable's name belongs
-SPELLINGS = [KEY, KEY[:10], ESCAPED[:30], quote(KEY, safe=""), KEY.replace("-", "%2d")]
+
+
+def _percent(key: str) -> list[str]:
+    """``key`` URL-escaped where no encoder would: its first letter (``%73k-…``), its dashes
+    (``%2d``), every character."""
+    every = "".join(f"%{ord(c):02X}" for c in key)
+    return [f"%{ord(key[0]):02x}" + key[1:], key.replace("-", "%2d"), every]
+
+
+PERCENT = _percent(KEY)
+SPELLINGS = [KEY, KEY[:10], ESCAPED[:30], quote(KEY, safe=""), *PERCENT]
 
 
 def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> Canned:
@@ -38,6 +48,10 @@ def attack(kind: str, key: str) -> Canned:
         return _json(400, body.encode())
     if kind == "url":
         return _json(400, orjson.dumps({"error": {"message": f"see ?key={quote(key, safe='')}"}}))
+    if kind == "percent":
+        spelt = _percent(key)
+        message = {"message": f"bad key {spelt[0]} ({spelt[1]})", "type": spelt[2]}
+        return _json(400, orjson.dumps({"error": message}))
     if kind == "sse":
         event = orjson.dumps({"error": {"type": key, "message": f"bad key {key}"}})
         return Canned(200, {"content-type": "text/event-stream"}, b"data: " + event + b"\n\n")
@@ -50,7 +64,7 @@ def attack(kind: str, key: str) -> Canned:
     return _json(200, orjson.dumps(body), {"x-request-id": key})
 
 
-KINDS = ["type", "cut", "escaped", "url", "sse", "reply"]
+KINDS = ["type", "cut", "escaped", "url", "percent", "sse", "reply"]
 
 
 def echoing(request) -> Canned:
@@ -87,9 +101,11 @@ def strings(value) -> list[str]:
 def test_a_server_echoing_the_key_everywhere_gets_it_into_no_output(tmp_path, hostile_server):
     """A key with a trailing CR LF in its variable is sent stripped (the run warns, naming the
     variable, never the value); the server sends it back as the error type, message and code, in
-    a text body cut at 300 characters, JSON-escaped, URL-encoded, in an SSE error event, as the
-    model, the request id and the answer: results (with the response kept), traces, stdout and
-    stderr hold none of those spellings, nor the key's first ten characters."""
+    a text body cut at 300 characters, JSON-escaped, URL-encoded (as an encoder writes it, and
+    escaped where no encoder would: ``%73k-…``, ``%2d`` for each dash, every character), in an
+    SSE error event, as the model, the request id and the answer: results (with the response
+    kept), traces, stdout and stderr hold none of those spellings, nor the key's first ten
+    characters."""
     server = hostile_server(echoing)
     profile = profile_for(tmp_path, server)
     jobs = tmp_path / "jobs.jsonl"

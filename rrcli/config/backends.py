@@ -127,6 +127,7 @@ def _backend(
         price=Price(**as_floats(price, PRICE)) if price is not None else None,
         sim=SimSettings(**as_floats(sim, SIM)) if provider.name == "sim" else None,
         endpoints=endpoints,
+        prefix_cache_tokens=merged.get("prefix_cache_tokens"),
     )
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "KeySet",
     "check_json_lines",
     "iter_jobs",
+    "job_from_dict",
     "job_key",
     "open_jobs_file",
     "parse_job",
@@ -224,6 +225,17 @@ def _packed_fix(packed: str, name: str) -> str:
         f"this is {packed}-compressed data — name the file (rrcli decompresses the gzip and "
         f"zstd files it opens), or decompress it first: {unpack} {name} | rrcli run -"
     )
+
+
+def job_from_dict(obj: dict[str, Any], n: int) -> Job | InvalidJob:
+    """A job a program hands in as a dict (``rrcli.Pool``, ``rrcli serve``), checked as line
+    ``n`` of a file would be: the Job, or an InvalidJob whose message names the fault. The
+    dict's parts may be taken into the Job (its messages moved out of its body)."""
+    try:
+        return _parse(obj, n, False)
+    except LineError as exc:
+        raw = obj.get("id", obj.get("custom_id")) if type(obj) is dict else None
+        return InvalidJob(raw if type(raw) in (str, int) else f"line-{n}", n, str(exc))
 
 
 def _undecodable(raw: bytes, exc: orjson.JSONDecodeError) -> str:

@@ -201,7 +201,7 @@ async def _probe_one(backend: Backend, environ: Mapping[str, str], timeout: floa
         return ProbeResult(backend.id, False, None, detail, url)
     finally:
         await provider.aclose()
-    latency = round((time.monotonic() - t0) * 1000.0, 1)
+    latency = round((time.monotonic() - t0) * 1000.0, 3)
     return ProbeResult(backend.id, True, latency, reply.response_model or backend.model, url)
 
 

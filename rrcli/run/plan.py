@@ -100,8 +100,8 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
     summary = RunSummary("dry-run")
     session_binding = profile.binding == "session"
     rules = RouteRules(profile.backends)
-    if options.jobs is not None and options.jobs.is_file():
-        refuse_unfit(options.jobs, options.fmt)  # as run refuses them
+    if options.job_path is not None and options.job_path.is_file():
+        refuse_unfit(options.job_path, options.fmt)  # as run refuses them
     with ExitStack() as stack:
         source, stream = open_jobs(options, stack)
         jobs = select_jobs(iter_jobs(stream, source), done=None, summary=summary,

@@ -22,11 +22,14 @@ import stat
 import sys
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn, Protocol
 
+import orjson
+
+from rrcli.errors import UsageError
 from rrcli.records.jobs import InvalidJob, Job, open_jobs_file, shard_of
 from rrcli.routing.control import RunControl
 from rrcli.run.options import RunOptions
@@ -35,6 +38,7 @@ from rrcli.run.summary import RunSummary
 __all__ = [
     "BUFFERED_JOBS",
     "Fetch",
+    "JobDicts",
     "JobFeed",
     "SharedQueue",
     "StoppableReader",
@@ -65,6 +69,31 @@ class SharedQueue(Protocol):
     def attach(self, engine: Any) -> None: ...
     async def fetch(self) -> list[Job | InvalidJob] | None: ...
     async def close(self) -> None: ...
+
+
+class JobDicts:
+    """Jobs given as dicts, read as the lines of a jobs file (``readline``), one at a time as
+    the run goes: the file's rules hold for them (ids, duplicates, invalid jobs), and the
+    caller's dicts are never changed."""
+
+    __slots__ = ("_dicts", "_n")
+
+    def __init__(self, dicts: Iterable[Mapping[str, Any]]) -> None:
+        self._dicts = iter(dicts)
+        self._n = 0
+
+    def readline(self, size: int = -1) -> bytes:
+        job = next(self._dicts, None)
+        if job is None:
+            return b""
+        self._n += 1
+        try:
+            return orjson.dumps(job) + b"\n"
+        except TypeError as exc:
+            raise UsageError(
+                f"job {self._n}: {exc} — a job dict holds JSON values only (str, numbers, "
+                "lists, dicts, bool, None)"
+            ) from None
 
 
 class StoppableReader:
@@ -132,23 +161,24 @@ def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO | St
     if options.prompts:
         import io
 
-        import orjson
-
         lines = b"".join(
             orjson.dumps({"id": f"prompt-{i + 1}", "prompt": p}) + b"\n"
             for i, p in enumerate(options.prompts)
         )
         return "--prompt", io.BytesIO(lines)
-    if options.jobs is None:
+    if options.job_dicts is not None:
+        return "<jobs>", JobDicts(options.job_dicts)  # type: ignore[return-value]
+    path = options.job_path
+    if path is None:
         stream = sys.stdin.buffer
     else:
-        stream = open_jobs_file(options.jobs)  # closed by stack or the reader
-    source = "<stdin>" if options.jobs is None else str(options.jobs)
+        stream = open_jobs_file(path)  # closed by stack or the reader
+    source = "<stdin>" if path is None else str(path)
     if stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-        if options.jobs is not None:
+        if path is not None:
             stack.enter_context(stream)
         return source, stream
-    return source, StoppableReader(stream, close=options.jobs is not None)
+    return source, StoppableReader(stream, close=path is not None)
 
 
 class JobFeed:

@@ -27,7 +27,11 @@ assistant's, i.e. once per turn), ``plain-json`` (answer a streaming request wit
 ``reasoning`` (add reasoning text / a thinking block), ``cache`` (half the input counted as cached
 tokens), and replies a client must refuse: ``bad-arguments`` (a tool call's arguments are not
 JSON), ``missing-vector`` (embeddings: one vector fewer than inputs), ``empty-output``
-(Responses: no output item). ``x-sim-times: N`` limits the forced status and modes to the first
+(Responses: no output item). With a prefix cache (``--prefix-cache-tokens``), a chat request's
+prompt is matched block by block against the prompts the server read before (an LRU of 16-token
+blocks), its held tokens reported as cached (``prompt_tokens_details.cached_tokens``, Anthropic's
+``cache_read_input_tokens``) and the rest prefilled at ``--prefill-ms-per-token`` before the first
+token. ``x-sim-times: N`` limits the forced status and modes to the first
 N requests that carry the header (per server), so a retry of the same call succeeds.
 
 Counters live on one event loop, so they need no locks. Per request the work is one JSON parse, a
@@ -53,7 +57,14 @@ from starlette.routing import Route
 
 from rrcli.errors import UsageError
 from rrcli.sim.anthropic_messages import AnthropicWire
-from rrcli.sim.behaviour import ERROR, RATE_LIMITED, SimBehaviour, SimConfig, pacing
+from rrcli.sim.behaviour import (
+    ERROR,
+    RATE_LIMITED,
+    SimBehaviour,
+    SimConfig,
+    pacing,
+    prompt_of,
+)
 from rrcli.sim.endpoints import CompletionsWire, EmbeddingsWire, ModerationsWire
 from rrcli.sim.openai_chat import OpenAIChatWire
 from rrcli.sim.responses import ResponseIds, ResponsesWire
@@ -229,7 +240,7 @@ class _SimAPI:
         if "x-sim-ratelimit" in headers or "x-sim-response-headers" in headers:
             response_headers.update(wire.limit_headers(headers.get("x-sim-ratelimit", "")))
             override_headers(response_headers, headers)
-        ttft, total = self.behaviour.timeline(reply["length"])
+        ttft, total = self.behaviour.timeline(reply["length"], self._prefill(reply, body))
         state.statuses["200"] += 1
         state.concurrency += 1
         state.peak_concurrency = max(state.peak_concurrency, state.concurrency)
@@ -245,6 +256,14 @@ class _SimAPI:
         state.streams += 1
         stream = self._stream(wire, reply, modes, ttft, total)
         return StreamingResponse(stream, media_type=_SSE, headers=response_headers)
+
+    def _prefill(self, reply: dict[str, Any], body: dict[str, Any]) -> int:
+        """Input tokens of a chat reply's prompt that the prefix cache did not hold (0 without
+        a cache: no prefill time), its cached count set on the reply."""
+        if self.behaviour.prefix is None or "cached" not in reply or "messages" not in body:
+            return 0
+        reply["cached"] = self.behaviour.cached(prompt_of(body), reply["input"])
+        return reply["input"] - reply["cached"]
 
     async def _stream(
         self, wire: Wire, r: dict[str, Any], modes: str, ttft: float, total: float
