@@ -5,7 +5,7 @@ when the run starts (the pool, never its credentials or headers), one ``call`` r
 attempt, a ``backend`` record when a backend leaves the pool, one ``run_end`` record. ``call`` is on
 the hot path: the attempt's fields straight into a dict literal in the SPEC's field order, one
 ``orjson.dumps``, timestamps formatted from a cache of the current second. All times given are epoch
-seconds; the ``*_ms`` fields are milliseconds.
+seconds; the ``*_ms`` fields are milliseconds, rounded to three decimals.
 """
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 3)
 
 
+def _rounded(ms: float | None) -> float | None:
+    """Milliseconds at the precision of every time in the trace: three decimals."""
+    return None if ms is None else round(ms, 3)
+
+
 def _backend_record(backend: Backend) -> dict[str, Any]:
     known = price_of(backend)
     price = None if known is None else known.price
@@ -57,14 +62,15 @@ def _backend_record(backend: Backend) -> dict[str, Any]:
 
 
 class TraceWriter:
-    """Writes one run's trace records to ``path`` (appended; None writes nothing).
+    """Writes one run's trace records to ``path`` (appended, or from an empty file when not
+    ``append``; None writes nothing).
 
     ``clock`` (epoch seconds) stamps the ``run`` and ``run_end`` records; call records carry the
     times they are given. ``tap``, when given, is handed every record's line as it is written
     (``rrcli run --otlp`` sends them on from a child process); it must not block.
     """
 
-    __slots__ = ("_clock", "_out", "_tap", "run_id")
+    __slots__ = ("_clock", "_out", "_path", "_tap", "run_id")
 
     def __init__(
         self,
@@ -73,11 +79,19 @@ class TraceWriter:
         *,
         clock: Callable[[], float] = time.time,
         tap: Callable[[bytes], None] | None = None,
+        append: bool = True,
     ) -> None:
         self.run_id = run_id
         self._clock = clock
         self._tap = tap
-        self._out = None if path is None else LineFile(path, append=True, what="traces")
+        self._path = path
+        self._out = None if path is None else LineFile(path, append=append, what="traces")
+
+    def reopen(self) -> None:
+        """Close the file and open its path again, appending (after a log rotation moved it)."""
+        if self._out is not None and self._path is not None:
+            self._out.close()
+            self._out = LineFile(self._path, append=True, what="traces")
 
     def _put(self, record: dict[str, Any]) -> None:
         line = orjson.dumps(record, option=_NEWLINE)
@@ -136,7 +150,7 @@ class TraceWriter:
                 "ts_start": rfc3339(ts_start),
                 "ts_end": rfc3339(ts_start + (attempt.ended - attempt.started)),
                 "latency_ms": attempt.latency_ms,
-                "ttft_ms": None if reply is None else reply.ttft_ms,
+                "ttft_ms": None if reply is None else _rounded(reply.ttft_ms),
                 "input_tokens": None if reply is None else reply.input_tokens,
                 "output_tokens": None if reply is None else reply.output_tokens,
                 "stream": attempt.stream,

@@ -21,7 +21,8 @@ Definitions (where SPEC §10 is silent):
   the calls that have a price (``priced_calls`` counts them: a call without a price is never
   counted as free); None when no call of the group has a price;
 - ``--since`` keeps the runs that started at or after a time (a run's start is its run record's
-  ``ts``, else its first call); ``--run`` keeps runs by id or unique id prefix.
+  ``ts``, else its first call); ``--run`` keeps runs by id, unique id prefix or ``latest`` (the
+  last to start).
 All times in milliseconds unless a name says otherwise. Numbers are rounded for reading:
 milliseconds, rates and means to 3 decimals, shares to 4, costs to 6 (a millionth of a dollar).
 """
@@ -226,8 +227,12 @@ def _select_runs(reader, cols, wanted, since_ms) -> tuple[list[str], dict[str, f
 
 
 def _match_run(prefix: str, ids: list[str]) -> str:
+    """The run id that ``prefix`` names: itself, the one id it begins, or ``latest``: the run
+    that started last."""
     if prefix in ids:
         return prefix
+    if prefix == "latest" and ids:
+        return ids[-1]
     found = [r for r in ids if r.startswith(prefix)]
     if len(found) == 1:
         return found[0]
