@@ -17,7 +17,6 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -42,7 +41,7 @@ from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
 from rrcli.run.cached import ResponseCache
 from rrcli.run.summary import RunSummary
-from rrcli.run.turns import Echo, assistant_message, bounded, join_paused, sent
+from rrcli.run.turns import REQUEST_TEXT, assistant_message, bounded, echo_for, join_paused, sent
 from rrcli.tokens import estimate_call_tokens
 
 __all__ = ["Engine", "ResultSink"]
@@ -112,16 +111,17 @@ class Engine:
             self.finish(outcome)
 
     async def submit(
-        self, job: Job, exclude: frozenset[str], on_text: Callable[[str], None] | None
+        self, job: Job, exclude: frozenset[str], on_text: Callable[[str, str], None] | None
     ) -> CallOutcome:
         """A job run and finished as a line is, never on ``exclude``; a stream's text to
-        ``on_text`` (then neither retried nor moved). Raises Halted, NoHealthyBackend."""
-        token = _REQUEST_TEXT.set(on_text)
+        ``on_text(deployment, text)`` (then neither retried nor moved). Raises Halted,
+        NoHealthyBackend."""
+        token = REQUEST_TEXT.set(on_text)
         try:
             self.finish(outcome := await self._run(job, exclude))
             return outcome
         finally:
-            _REQUEST_TEXT.reset(token)
+            REQUEST_TEXT.reset(token)
 
     async def _run(self, job: Job, exclude: frozenset[str] = frozenset()) -> CallOutcome:
         """One job's calls, as its kind asks."""
@@ -251,8 +251,7 @@ class Engine:
         provider = self.providers[backend.id]
         call = self._request(job, messages, backend)
         estimate = estimate_call_tokens(messages, call.params, job.input)
-        out = self.on_text or _REQUEST_TEXT.get()
-        echo = Echo(out) if (call.stream and out is not None) else None
+        echo = echo_for(call.stream, self.on_text, backend.id)
         number, first_try, paused, continued = before, time.monotonic(), None, 0
         attempt: Attempt | None = None
         while True:
@@ -366,9 +365,6 @@ class Engine:
         for a session."""
         return job.session if (self.session_binding or job.kind == "session") else None
 
-
-#: a submitted job's text callback, for the task awaiting it (no parameter through each call)
-_REQUEST_TEXT: ContextVar[Callable[[str], None] | None] = ContextVar("rrcli_text", default=None)
 
 #: a call's last decisions here after which it is routed again (its backend down, failover)
 _MOVES = ("failover", "retry")

@@ -186,7 +186,7 @@ class Pool:
         """A streamed job's text as it arrives, then how it ended; the call is cancelled (its
         slot freed) when the reader stops early."""
         texts: asyncio.Queue[str | None] = asyncio.Queue()
-        task = asyncio.ensure_future(self.call(line, exclude, texts.put_nowait))
+        task = asyncio.ensure_future(self.call(line, exclude, lambda _, t: texts.put_nowait(t)))
         task.add_done_callback(lambda _: texts.put_nowait(None))
         try:
             while (text := await texts.get()) is not None:
@@ -200,11 +200,12 @@ class Pool:
         self,
         line: dict[str, Any],
         exclude: frozenset[str] = frozenset(),
-        on_text: Callable[[str], None] | None = None,
+        on_text: Callable[[str, str], None] | None = None,
     ) -> CallOutcome:
         """One job given as a dict, as a line of a jobs file holds it (the dict may be
-        changed), never on a backend of ``exclude``: how it ended. Raises CallError when the
-        pool no longer takes calls (its budget spent, no backend healthy)."""
+        changed), never on a backend of ``exclude``: how it ended; a stream's text goes to
+        ``on_text(deployment, text)`` as it arrives. Raises CallError when the pool no longer
+        takes calls (its budget spent, no backend healthy)."""
         engine = self.engine
         self._calls += 1
         if "id" not in line and "custom_id" not in line:

@@ -28,6 +28,7 @@ import structlog
 
 from rrcli.config.profile import Profile
 from rrcli.providers import make_provider
+from rrcli.records.formatfit import refuse_unfit, unfit_invalid
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.records.results import ResumeState
 from rrcli.records.trace import new_run_id
@@ -92,6 +93,8 @@ async def run(
         )
     with ExitStack() as stack:
         refuse_clobbering(options)
+        if options.job_path is not None and options.job_path.is_file():
+            refuse_unfit(options.job_path, options.fmt)  # jobs whose answers --format would drop
         if queue is not None:
             total = await queue.open()
             try:
@@ -99,7 +102,7 @@ async def run(
             finally:
                 await queue.close()
         source, stream = open_jobs(options, stack)
-        lines = iter_jobs(stream, source)  # UsageError when the input is not JSON Lines
+        lines = unfit_invalid(iter_jobs(stream, source), options.fmt)  # UsageError: not JSON Lines
         total = len(options.prompts) or _job_count(options)
         reader = stream if isinstance(stream, StoppableReader) else None
         return await _run_open(profile, options, stack, start, lines, total, reader)
