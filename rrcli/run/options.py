@@ -31,7 +31,8 @@ class RunOptions:
     iterable is the jobs themselves, one dict a job as a line of the file would hold it, read
     as the run goes. ``prompts``, when given, are the jobs instead. ``out`` and ``traces``:
     None is SPEC §1's default, filled in by ``with_defaults``: ``<jobs stem>.results.jsonl``
-    and ``<jobs stem>.traces.jsonl`` in the working folder (stem ``stdin`` for standard input);
+    and ``<jobs stem>.traces.jsonl`` in the working folder (stem ``stdin`` for standard input;
+    a ``.gz`` or ``.zst`` suffix is not part of the stem);
     with ``prompts`` or job dicts, results go to ``on_result`` or else ``out`` or else standard
     output, and there is no trace file unless one is named. ``out`` ``-`` (STDOUT)
     writes the results to standard output. ``queue``: the shared queue the run works on (and
@@ -112,7 +113,7 @@ class RunOptions:
         nothing more."""
         if self.prompts or self.job_dicts is not None:
             return self
-        stem = self.jobs.stem if isinstance(self.jobs, Path) else STDIN_STEM
+        stem = _stem(self.jobs) if isinstance(self.jobs, Path) else STDIN_STEM
         if self.queue is not None:
             stem = f"{self.queue}.{worker_name()}"
         return replace(
@@ -120,6 +121,11 @@ class RunOptions:
             out=self.out or Path(f"{stem}.results.jsonl"),
             traces=self.traces or Path(f"{stem}.traces.jsonl"),
         )
+
+
+def _stem(jobs: Path) -> str:
+    """The name outputs are named after: ``jobs`` for ``jobs.jsonl`` and ``jobs.jsonl.gz``."""
+    return (jobs.with_suffix("") if jobs.suffix in (".gz", ".zst") else jobs).stem
 
 
 def parse_shard(value: str) -> tuple[int, int]:

@@ -28,6 +28,7 @@ import structlog
 
 from rrcli.config.profile import Profile
 from rrcli.providers import make_provider
+from rrcli.records.formatfit import refuse_unfit, unfit_invalid
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.records.results import ResumeState
 from rrcli.records.trace import new_run_id
@@ -35,6 +36,7 @@ from rrcli.routing.control import RunControl
 from rrcli.routing.router import Router
 from rrcli.run.cached import ResponseCache, open_cache
 from rrcli.run.engine import Engine
+from rrcli.run.lookahead import Lookahead
 from rrcli.run.money import budget_prices, final_halt, make_budget
 from rrcli.run.options import RunOptions
 from rrcli.run.outputs import open_outputs, prepare_results, refuse_clobbering
@@ -91,6 +93,8 @@ async def run(
         )
     with ExitStack() as stack:
         refuse_clobbering(options)
+        if options.job_path is not None and options.job_path.is_file():
+            refuse_unfit(options.job_path, options.fmt)  # jobs whose answers --format would drop
         if queue is not None:
             total = await queue.open()
             try:
@@ -98,7 +102,7 @@ async def run(
             finally:
                 await queue.close()
         source, stream = open_jobs(options, stack)
-        lines = iter_jobs(stream, source)  # UsageError when the input is not JSON Lines
+        lines = unfit_invalid(iter_jobs(stream, source), options.fmt)  # UsageError: not JSON Lines
         total = len(options.prompts) or _job_count(options)
         reader = stream if isinstance(stream, StoppableReader) else None
         return await _run_open(profile, options, stack, start, lines, total, reader)
@@ -159,6 +163,8 @@ async def _run_open(
     if shared is not None:
         shared.attach(engine)
     jobs = jobs_in if shared is not None else _selected(jobs_in, options, resume, summary)
+    if shared is None and reader is None and router.warm and profile.lookahead:
+        jobs = Lookahead(jobs, router, profile.lookahead, profile.binding == "session")  # type: ignore[arg-type]
     if start.on_start is not None:
         start.on_start(summary, router)
     log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.label)

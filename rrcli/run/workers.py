@@ -30,7 +30,7 @@ from typing import Any, BinaryIO, NoReturn, Protocol
 import orjson
 
 from rrcli.errors import UsageError
-from rrcli.records.jobs import InvalidJob, Job, shard_of
+from rrcli.records.jobs import InvalidJob, Job, open_jobs_file, shard_of
 from rrcli.routing.control import RunControl
 from rrcli.run.options import RunOptions
 from rrcli.run.summary import RunSummary
@@ -125,7 +125,7 @@ def count_lines(path: Path | None) -> int | None:
     if path is None or not path.is_file():
         return None
     count = 0
-    with open(path, "rb") as f:
+    with open_jobs_file(path) as f:
         while chunk := f.read(1 << 20):
             count += chunk.count(b"\n")
     return count
@@ -172,10 +172,7 @@ def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO | St
     if path is None:
         stream = sys.stdin.buffer
     else:
-        try:
-            stream = open(path, "rb")  # noqa: SIM115 (closed by stack or the reader)
-        except OSError as exc:
-            raise UsageError(f"{path}: cannot read the jobs file: {exc.strerror}") from exc
+        stream = open_jobs_file(path)  # closed by stack or the reader
     source = "<stdin>" if path is None else str(path)
     if stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
         if path is not None:
