@@ -231,6 +231,28 @@ class Router:
         self._saved.pop(session, None)
 
     @property
+    def warm(self) -> bool:
+        """Whether the strategy keeps a picture of what each backend holds warm (cache_aware):
+        then ``free_positions``, ``recent`` and ``threshold`` serve a lookahead."""
+        return self._prefixes is not None
+
+    @property
+    def threshold(self) -> float:
+        return self.profile.cache_threshold
+
+    def free_positions(self) -> list[int]:
+        """The positions of the backends a decision may use that have a free slot now."""
+        return [
+            s.position
+            for s in self._admitted
+            if s.gate.in_flight + s.gate.waiting < s.gate.cap and not s.cooling
+        ]
+
+    def recent(self, position: int) -> Sequence[Sequence[int]]:
+        """The prefix blocks of the last prompts sent to the backend at ``position``."""
+        return self._prefixes.recent(position) if self._prefixes is not None else ()
+
+    @property
     def healthy(self) -> int:
         """How many backends a decision may choose: neither down nor weighted out."""
         return len(self._admitted)
