@@ -36,6 +36,7 @@ from rrcli.routing.control import RunControl
 from rrcli.routing.router import Router
 from rrcli.run.cached import ResponseCache, open_cache
 from rrcli.run.engine import Engine
+from rrcli.run.lookahead import Lookahead
 from rrcli.run.money import budget_prices, final_halt, make_budget
 from rrcli.run.options import RunOptions
 from rrcli.run.outputs import open_outputs, prepare_results, refuse_clobbering
@@ -162,6 +163,8 @@ async def _run_open(
     if shared is not None:
         shared.attach(engine)
     jobs = jobs_in if shared is not None else _selected(jobs_in, options, resume, summary)
+    if shared is None and reader is None and router.warm and profile.lookahead:
+        jobs = Lookahead(jobs, router, profile.lookahead, profile.binding == "session")  # type: ignore[arg-type]
     if start.on_start is not None:
         start.on_start(summary, router)
     log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.label)
@@ -196,8 +199,10 @@ def _ended(
     spend and the jobs not run once the calls in flight finished; ``rest``: the jobs never
     handed out, None when they came from a pipe)."""
     summary.halted = control.halted
-    if summary.halted and summary.halted.reason == "budget" and router.budget:
-        summary.halted = final_halt(router.budget, summary, rest)
+    budget = router.budget
+    refused = budget is not None and budget.refused and not control.stopping
+    if budget and (refused or (summary.halted and summary.halted.reason == "budget")):
+        summary.halted = final_halt(budget, summary, rest)
     summary.interrupted = control.stopping and control.halted is None
 
 
