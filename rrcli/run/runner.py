@@ -31,7 +31,7 @@ from rrcli.providers import make_provider
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.records.results import ResumeState
 from rrcli.records.trace import new_run_id
-from rrcli.routing.control import RunControl
+from rrcli.routing.control import Halt, RunControl
 from rrcli.routing.router import Router
 from rrcli.run.cached import ResponseCache, open_cache
 from rrcli.run.engine import Engine
@@ -58,6 +58,7 @@ log = structlog.get_logger("rrcli")
 
 FLUSH_INTERVAL = 0.2  # seconds between flushes of results and traces
 DRAIN_TIMEOUT = 30.0  # seconds the first Ctrl-C lets calls in flight finish
+OUTPUT_CLOSED = 141  # exit status when the results' reader went away: 128 + SIGPIPE, as a shell
 
 
 async def run(
@@ -137,7 +138,8 @@ async def _run_open(
     providers = make_providers(profile, start.keys, seed)
     sender = open_sender(start.otlp, summary.run_id, stack)
     shared = None if isinstance(jobs_in, Iterator) else jobs_in
-    results, traces = open_outputs(options, summary.run_id, stack, sender, shared)
+    closed = _output_closed(control, summary)
+    results, traces = open_outputs(options, summary.run_id, stack, sender, shared, closed)
     traces.run(profile, None if shared is None else shared.label)
     engine = Engine(
         profile, options.stream, options.on_text, router, providers, results, traces,
@@ -157,6 +159,22 @@ async def _run_open(
         await _close(engine, gates)
         await close_sender(sender)
     return summary
+
+
+def _output_closed(control: RunControl, summary: RunSummary) -> Callable[[], None]:
+    """What the run does when the reader of its results goes away (``--out - | head``): it
+    stops at once, calls in flight cancelled (their answers have nowhere to go), and exits as a
+    program killed by SIGPIPE would (OUTPUT_CLOSED)."""
+
+    def stop() -> None:
+        message = (
+            f"the results output was closed (broken pipe) after {summary.done:,} results: "
+            "the run stopped; jobs not finished have no result line"
+        )
+        control.halt(Halt(OUTPUT_CLOSED, "output_closed", message))
+        control.cancel()
+
+    return stop
 
 
 def _keys(profile: Profile, environ: Mapping[str, str]) -> dict[str, str | None]:
@@ -242,7 +260,8 @@ async def _close(engine: Engine, gates: Mapping[str, Any]) -> None:
     """The run's end, however it ended: the run_end record, outputs flushed, connections and
     shared leases given back, the end logged."""
     summary, budget = engine.summary, engine.router.budget
-    engine.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record())
+    halted = None if summary.halted is None else summary.halted.reason
+    engine.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record(), halted)
     if budget is not None:
         await budget.ledger.close()
     engine.results.flush()
