@@ -35,6 +35,7 @@ from rrcli.routing.control import Halt, RunControl
 from rrcli.routing.router import Router
 from rrcli.run.cached import ResponseCache, open_cache
 from rrcli.run.engine import Engine
+from rrcli.run.failures import log_repeated
 from rrcli.run.money import budget_prices, final_halt, make_budget
 from rrcli.run.options import RunOptions
 from rrcli.run.outputs import open_outputs, prepare_results, refuse_clobbering
@@ -46,6 +47,7 @@ from rrcli.run.workers import (
     StoppableReader,
     count_lines,
     open_jobs,
+    planned_total,
     select_jobs,
 )
 
@@ -128,7 +130,10 @@ async def _run_open(
     control = start.control
     seed = options.seed if options.seed is not None else profile.seed
     rng = random.Random(seed)
+    shared = None if isinstance(jobs_in, Iterator) else jobs_in
     summary = RunSummary(new_run_id(), total=total)
+    if shared is None:
+        summary.total, summary.total_estimated = planned_total(total, options.shard, options.limit)
     cache = _open_cache(profile, options, summary, stack)  # CacheError: exit 2, nothing sent
     resume = prepare_results(options, stack)
     router, gates = make_router(profile, rng)
@@ -137,7 +142,6 @@ async def _run_open(
         router.restore_bindings(resume.sessions)
     providers = make_providers(profile, start.keys, seed)
     sender = open_sender(start.otlp, summary.run_id, stack)
-    shared = None if isinstance(jobs_in, Iterator) else jobs_in
     closed = _output_closed(control, summary)
     results, traces = open_outputs(options, summary.run_id, stack, sender, shared, closed)
     traces.run(profile, None if shared is None else shared.label)
@@ -269,6 +273,7 @@ async def _close(engine: Engine, gates: Mapping[str, Any]) -> None:
     for provider in engine.providers.values():
         await provider.aclose()
     await _close_gates(gates)
+    log_repeated(summary.failures)
     log.info(
         "rrcli.run_finished", run_id=summary.run_id, interrupted=summary.interrupted, **summary.jobs
     )
