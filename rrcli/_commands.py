@@ -237,4 +237,52 @@ def sim_command(ctx: click.Context, host: str, port: int, **options: object) -> 
         raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
-COMMANDS = (stats, export_command, results_command, queue_command, sim_command)
+@click.command("serve")
+@click.option(
+    "-p",
+    "--profile",
+    "profiles",
+    multiple=True,
+    help="Profile file, or `demo` (repeatable: each is a pool, picked by its name as model).",
+)
+@click.option("--host", default=None, help="Address to listen on [default: 127.0.0.1].")
+@click.option("--port", type=int, default=None, help="Port to listen on [default: 8787].")
+@click.option(
+    "--traces", type=click.Path(dir_okay=False, path_type=Path), help="Trace file (appended)."
+)
+@click.option("--key-env", help="Variable holding the client keys (comma-separated).")
+@click.option("--no-auth", is_flag=True, help="Take requests without a key (loopback only).")
+def serve_command(
+    profiles: tuple[str, ...],
+    host: str | None,
+    port: int | None,
+    traces: Path | None,
+    key_env: str | None,
+    no_auth: bool,
+) -> None:
+    """Serve the OpenAI and Anthropic APIs in front of the profiles' pools."""
+    import asyncio
+    import os
+
+    from rrcli.config.load import load_profile, resolve_profile_path
+    from rrcli.serve.server import ServeOptions, client_keys, serve
+
+    paths = profiles or (None,)
+    loaded = [load_profile(resolve_profile_path(p, os.environ), environ=os.environ) for p in paths]
+    options = ServeOptions(
+        host=host or "127.0.0.1",
+        port=8787 if port is None else port,
+        traces=traces,
+        key_env=key_env,
+        no_auth=no_auth,
+    )
+    keys = client_keys(options, os.environ, lambda s: click.echo(s))
+    try:
+        asyncio.run(serve(loaded, options, keys=keys, echo=lambda s: click.echo(s)))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {options.host}:{options.port}: {exc}") from None
+
+
+COMMANDS = (stats, export_command, results_command, queue_command, sim_command, serve_command)

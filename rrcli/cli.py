@@ -196,9 +196,7 @@ def run(
 @main.command()
 @click.argument("profile", metavar="[PROFILE]", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
-@click.option(
-    "--strict", is_flag=True, help="Treat warnings as errors (e.g. an unset api_key_env)."
-)
+@click.option("--strict", is_flag=True, help="Treat warnings as errors (e.g. a literal api_key).")
 @click.option(
     "--probe", is_flag=True, help="Send one tiny request to each backend; report latency."
 )

@@ -130,6 +130,10 @@ MAY_IMPORT = {
         "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
         "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.otel",
     },
+    "rrcli.serve": {
+        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
+        "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.otel", "rrcli.run",
+    },
     "rrcli.stats": {"rrcli.errors", "rrcli.records", "rrcli.tokens"},
     "rrcli.otel": {"rrcli.errors", "rrcli.records"},
 }  # fmt: skip
@@ -252,6 +256,8 @@ MAY_DO = {
     # the span process of --otlp (otel.live), started by the run
     "rrcli.run.telemetry": {"network", "dns", "event loop", "processes"},
     "rrcli.run.runner": {"network", "dns", "event loop", "processes"},
+    "rrcli.run.pool": {"network", "dns", "event loop", "processes"},  # the runner's set-up
+    "rrcli.serve": {"network", "dns", "event loop", "processes"},  # the pool's
     "rrcli.run.outputs": {"network", "dns", "event loop", "processes"},
     "rrcli.run.plan": {"network", "dns", "event loop", "processes"},
     "rrcli.otel": {"network", "processes"},
@@ -291,8 +297,8 @@ def test_each_part_does_only_its_io(module):
         ("rich", {"rrcli._render"}),
         ("click", {"rrcli.cli", "rrcli._commands"}),
         ("redis", {"rrcli.fleet"}),
-        ("starlette", {"rrcli.sim"}),
-        ("uvicorn", {"rrcli.sim"}),
+        ("starlette", {"rrcli.sim", "rrcli.serve"}),
+        ("uvicorn", {"rrcli.sim", "rrcli.serve"}),
         ("opentelemetry", {"rrcli.otel"}),
         ("rrcli.cli", {"rrcli.__main__"}),
         ("rrcli._render", {"rrcli.cli", "rrcli._commands"}),

@@ -156,11 +156,14 @@ def test_validate_json_masks_every_secret_of_a_profile(tmp_path, hostile_server)
     }
     gate = {"kind": "redis", "url": f"redis://:{secret}@127.0.0.1:6379/0"}
     profile = write_profile(tmp_path / "p.toml", [entry], gate=gate)
-    result = rrcli("validate", profile, "--json", cwd=tmp_path)
-    text = rrcli("validate", profile, cwd=tmp_path)
-    for output in (result.stdout + result.stderr, text.stdout + text.stderr):
-        assert_no_key(output)
-        assert secret not in output and VARIABLE_KEY not in output
+    exported = {VARIABLE_KEY: "set"}  # an unset variable is an error: the profile unshown
+    result = rrcli("validate", profile, "--json", cwd=tmp_path, env=exported)
+    text = rrcli("validate", profile, cwd=tmp_path, env=exported)
+    unset = rrcli("validate", profile, cwd=tmp_path)
+    for output in (result, text, unset):
+        assert_no_key(output.stdout + output.stderr)
+        assert secret not in output.stdout + output.stderr
+        assert VARIABLE_KEY not in output.stdout + output.stderr
     report = orjson.loads(result.stdout)
     (backend,) = report["profile"]["backends"]
     assert {"api-key": "***", "x-goog-api-key": "***", "Cookie": "***", "x-trace": "t1"} == (

@@ -20,6 +20,7 @@ from rrcli.config.profile import (
     GATE_KINDS,
     MAX_CONTINUATIONS,
     MAX_IN_FLIGHT,
+    MAX_LOOKAHEAD,
     MAX_SERVER_PAUSE,
     STRATEGIES,
 )
@@ -123,6 +124,10 @@ TOP = {
     "name": Field("str"),
     "strategy": Field("str", choices=STRATEGIES),
     "rotate_every": POSITIVE_INT,
+    "cache_threshold": Field("number", within(0, 1)),
+    "balance_abs": Field("int", at_least(0)),
+    "balance_rel": Field("number", at_least(1)),
+    "lookahead": Field("int", within(0, MAX_LOOKAHEAD)),
     "binding": Field("str", choices=BINDINGS),
     "same_model": Field("bool"),
     "concurrency": IN_FLIGHT,
@@ -158,6 +163,7 @@ BACKEND = {
     "price": Field("table"),
     "sim": Field("table"),
     "endpoints": Field("strs", choices=ENDPOINTS),
+    "prefix_cache_tokens": Field("int", at_least(0)),
 }
 CREDENTIALS = {
     "api_key_env": Field("str", ENV_RULE, secret=True),

@@ -198,6 +198,10 @@ class HTTPProvider:
         """The address a chat call is posted to: base_url and the API's path."""
         return self._url
 
+    def url_for(self, call: Call) -> str:
+        """The address ``call`` is posted to: ``url`` for chat, its endpoint's path else."""
+        return self._url if call.endpoint == "chat" else self.endpoint_request(call)[0]
+
     async def _open(self, request: httpx2.Request) -> httpx2.Response:
         """Send ``request`` and wait for the answer's head. A pooled connection the server
         closed while it idled (the keep-alive race) costs no attempt: the request is sent

@@ -9,7 +9,7 @@ succeeded. ``ResultWriter`` then appends one line per job in one of three format
 - ``openai-batch``: OpenAI Batch API output lines (``id``, ``custom_id``, ``response``, ``error``);
 - ``anthropic-batch``: Anthropic Message Batches result lines (``custom_id``, ``result``);
 
-their response bodies whole whichever API served the job (``_batchbodies``).
+their response bodies whole whichever API served the job (``bodies``).
 
 A resumed file is read in any of the three formats; an ``ok`` is status ``ok``, a 200 response or
 a ``succeeded`` result.
@@ -28,8 +28,8 @@ import orjson
 
 from rrcli.errors import OutputExistsError, UsageError
 from rrcli.providers.vocabulary import anthropic_error_type, openai_error_type
-from rrcli.records._batchbodies import anthropic_body, openai_body
 from rrcli.records._jsonl import LineFile, dumps_line, open_error
+from rrcli.records.bodies import anthropic_body, openai_body
 from rrcli.records.jobs import KeySet, job_key
 from rrcli.records.origins import ResponseOrigins
 

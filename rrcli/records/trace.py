@@ -70,7 +70,7 @@ class TraceWriter:
     (``rrcli run --otlp`` sends them on from a child process); it must not block.
     """
 
-    __slots__ = ("_clock", "_out", "_tap", "run_id")
+    __slots__ = ("_clock", "_out", "_path", "_tap", "run_id")
 
     def __init__(
         self,
@@ -84,7 +84,14 @@ class TraceWriter:
         self.run_id = run_id
         self._clock = clock
         self._tap = tap
+        self._path = path
         self._out = None if path is None else LineFile(path, append=append, what="traces")
+
+    def reopen(self) -> None:
+        """Close the file and open its path again, appending (after a log rotation moved it)."""
+        if self._out is not None and self._path is not None:
+            self._out.close()
+            self._out = LineFile(self._path, append=True, what="traces")
 
     def _put(self, record: dict[str, Any]) -> None:
         line = orjson.dumps(record, option=_NEWLINE)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -27,9 +27,9 @@ from rrcli.errors import ProviderError
 from rrcli.routing.down import BackendDown, no_backend
 from rrcli.routing.gate import Clock, Gate, Sleep, WaitEnded
 from rrcli.routing.lease import BackendState, Lease
-from rrcli.routing.strategies import Candidate, FirstAvailable, make_strategy
+from rrcli.routing.strategies import CacheAware, Candidate, FirstAvailable, make_strategy
 from rrcli.routing.waiting import Waiting
-from rrcli.tokens import plausible_call_tokens
+from rrcli.tokens import CHARS_PER_TOKEN, plausible_call_tokens, prefix_blocks, rendered_prompt
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Call
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from rrcli.routing.budget import Budget
 
 __all__ = ["EWMA_ALPHA", "Router"]
+
+_Prompt = tuple[Sequence[int], int]  # a prompt's prefix blocks and its tokens
 
 log = structlog.get_logger()
 
@@ -66,6 +68,8 @@ class Router:
         fixed = tuple(Candidate(s.position, s.backend.weight) for s in self.states)
         self._fixed = None if self._strategy.load_aware else fixed
         self._skip_cooling = self._strategy.load_aware or profile.cooldown.round_robin
+        #: the strategy that reads prompts, when it is the one
+        self._prefixes = self._strategy if isinstance(self._strategy, CacheAware) else None
         self._rng = rng
         self._clock = clock
         self._sleep = sleep
@@ -83,14 +87,44 @@ class Router:
     # -- public API --------------------------------------------------------------------------
 
     async def acquire(
-        self, *, session: str | None = None, exclude: frozenset[str] = frozenset()
+        self,
+        *,
+        session: str | None = None,
+        exclude: frozenset[str] = frozenset(),
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> Lease:
         """One routing decision, returning holding ONE slot on the chosen backend's gate.
 
         With ``binding = "session"`` a session routes at its first call and stays there while
-        its backend is up; ``exclude`` names backends not to use. Raises NoBackendError."""
+        its backend is up; ``exclude`` names backends not to use; ``messages`` and ``params``
+        are the call's prompt, for a strategy that reads it (cache_aware). Raises
+        NoBackendError."""
+        if self._prefixes is not None and messages is not None:
+            return await self._warm(session, exclude, messages, params or {})
+        return await self._acquire(session, exclude, None)
+
+    async def _warm(
+        self,
+        session: str | None,
+        exclude: frozenset[str],
+        messages: Sequence[Mapping[str, Any]],
+        params: Mapping[str, Any],
+    ) -> Lease:
+        """cache_aware's decision: the prompt's prefix blocks chosen by, and then recorded as
+        sent to, the backend that takes the call."""
+        assert self._prefixes is not None
+        prompt = rendered_prompt(messages, params.get("tools"), params.get("system"))
+        chain = prefix_blocks(prompt)
+        lease = await self._acquire(session, exclude, (chain, len(prompt) // CHARS_PER_TOKEN))
+        self._prefixes.sent(lease.state.position, chain)
+        return lease
+
+    async def _acquire(
+        self, session: str | None, exclude: frozenset[str], prompt: _Prompt | None
+    ) -> Lease:
         if not (self._sessions and session is not None):
-            return self._grant(await self._route(exclude), None)
+            return self._grant(await self._route(exclude, prompt), None)
         bound = self._bindings.get(session)
         tag = "new"
         if bound is None and session in self._saved:
@@ -103,7 +137,7 @@ class Router:
             if state.backend.id not in exclude and await self._slot(state):
                 return self._grant(state, tag)
             tag = "rebound"  # failover, or its backend went down: the session moves
-        state = await self._route(exclude)
+        state = await self._route(exclude, prompt)
         self._bindings[session] = (state, tag)
         return self._grant(state, tag)
 
@@ -196,6 +230,28 @@ class Router:
         self._saved.pop(session, None)
 
     @property
+    def warm(self) -> bool:
+        """Whether the strategy keeps a picture of what each backend holds warm (cache_aware):
+        then ``free_positions``, ``recent`` and ``threshold`` serve a lookahead."""
+        return self._prefixes is not None
+
+    @property
+    def threshold(self) -> float:
+        return self.profile.cache_threshold
+
+    def free_positions(self) -> list[int]:
+        """The positions of the backends a decision may use that have a free slot now."""
+        return [
+            s.position
+            for s in self._admitted
+            if s.gate.in_flight + s.gate.waiting < s.gate.cap and not s.cooling
+        ]
+
+    def recent(self, position: int) -> Sequence[Sequence[int]]:
+        """The prefix blocks of the last prompts sent to the backend at ``position``."""
+        return self._prefixes.recent(position) if self._prefixes is not None else ()
+
+    @property
     def healthy(self) -> int:
         """How many backends a decision may choose: neither down nor weighted out."""
         return len(self._admitted)
@@ -282,8 +338,9 @@ class Router:
             for s in states
         ]  # fmt: skip
 
-    async def _route(self, exclude: frozenset[str]) -> BackendState:
-        """Choose a backend and take one slot on its gate."""
+    async def _route(self, exclude: frozenset[str], prompt: _Prompt | None = None) -> BackendState:
+        """Choose a backend (for ``prompt``'s prefix blocks and tokens, when the strategy reads
+        it) and take one slot on its gate."""
         while True:
             candidates, recovery = self._candidates(exclude)
             if not candidates:
@@ -292,7 +349,11 @@ class Router:
                 continue
             if isinstance(self._strategy, FirstAvailable):
                 return await self._waiting.take(exclude)
-            state = candidates[self._strategy.choose(self._snapshot(candidates))]
+            snapshot = self._snapshot(candidates)
+            if prompt is not None and self._prefixes is not None:
+                state = candidates[self._prefixes.choose_for(snapshot, *prompt)]
+            else:
+                state = candidates[self._strategy.choose(snapshot)]
             try:
                 await state.gate.acquire()
             except WaitEnded:  # its backend, or another of its scope, went down: choose again

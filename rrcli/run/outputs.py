@@ -35,7 +35,8 @@ class CallbackWriter:
 
 def refuse_clobbering(options: RunOptions) -> None:
     """UsageError when an output is the jobs file or the other output (records/claim.py)."""
-    jobs = STDIN if options.jobs is None and not options.prompts else options.jobs
+    given = options.prompts or options.job_dicts is not None
+    jobs = STDIN if options.jobs is None and not given else options.job_path
     out = options.out_file if options.on_result is None else None
     refuse_same_files(jobs, [("--out", out), ("--traces", options.traces)])
 

@@ -19,7 +19,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sized
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,6 +28,7 @@ import structlog
 
 from rrcli.config.profile import Profile
 from rrcli.providers import make_provider
+from rrcli.records.formatfit import refuse_unfit, unfit_invalid
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.records.results import ResumeState
 from rrcli.records.trace import new_run_id
@@ -36,9 +37,11 @@ from rrcli.routing.router import Router
 from rrcli.run.cached import ResponseCache, open_cache
 from rrcli.run.engine import Engine
 from rrcli.run.failures import log_repeated
+from rrcli.run.lookahead import Lookahead
 from rrcli.run.money import budget_prices, final_halt, make_budget
 from rrcli.run.options import RunOptions
 from rrcli.run.outputs import open_outputs, prepare_results, refuse_clobbering
+from rrcli.run.quiet import quiet_unless_configured
 from rrcli.run.summary import RunSummary
 from rrcli.run.telemetry import close_sender, open_sender, otlp_url
 from rrcli.run.workers import (
@@ -79,6 +82,7 @@ async def run(
     Raises UsageError (nothing sent) when the outputs cannot be prepared, a key or a budget's
     price is missing, or the jobs are not JSON Lines. ``on_start`` is called once the router
     exists (the CLI starts its live display there)."""
+    quiet_unless_configured()
     options = options.with_defaults()
     environ = os.environ if environ is None else environ
     keys = _keys(profile, environ)  # UsageError if one is unset
@@ -87,9 +91,13 @@ async def run(
     if queue is None and options.queue is not None:
         from rrcli.fleet.queue import RedisQueue
 
-        queue = RedisQueue(profile, options.queue, options.jobs, run_concurrency(options, profile))
+        queue = RedisQueue(
+            profile, options.queue, options.job_path, run_concurrency(options, profile)
+        )
     with ExitStack() as stack:
         refuse_clobbering(options)
+        if options.job_path is not None and options.job_path.is_file():
+            refuse_unfit(options.job_path, options.fmt)  # jobs whose answers --format would drop
         if queue is not None:
             total = await queue.open()
             try:
@@ -97,10 +105,18 @@ async def run(
             finally:
                 await queue.close()
         source, stream = open_jobs(options, stack)
-        lines = iter_jobs(stream, source)  # UsageError when the input is not JSON Lines
-        total = len(options.prompts) or count_lines(options.jobs)
+        lines = unfit_invalid(iter_jobs(stream, source), options.fmt)  # UsageError: not JSON Lines
+        total = len(options.prompts) or _job_count(options)
         reader = stream if isinstance(stream, StoppableReader) else None
         return await _run_open(profile, options, stack, start, lines, total, reader)
+
+
+def _job_count(options: RunOptions) -> int | None:
+    """How many jobs the run has at most, for the display's ETA; None when unknown."""
+    dicts = options.job_dicts
+    if dicts is not None:
+        return len(dicts) if isinstance(dicts, Sized) else None
+    return count_lines(options.job_path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +169,8 @@ async def _run_open(
     if shared is not None:
         shared.attach(engine)
     jobs = jobs_in if shared is not None else _selected(jobs_in, options, resume, summary)
+    if shared is None and reader is None and router.warm and profile.lookahead:
+        jobs = Lookahead(jobs, router, profile.lookahead, profile.binding == "session")  # type: ignore[arg-type]
     if start.on_start is not None:
         start.on_start(summary, router)
     log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.label)

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from rrcli.errors import ProviderError
 from rrcli.providers.base import Call, Provider, Reply
 
 __all__ = [
+    "REQUEST_TEXT",
     "Echo",
     "assistant_message",
     "bounded",
+    "echo_for",
     "join_paused",
     "sent",
     "too_many_continuations",
@@ -37,6 +41,22 @@ class Echo:
     def __call__(self, text: str) -> None:
         self.printed = True
         self._out(text)
+
+
+#: the text callback of a job a program submitted (``Engine.submit``), set for the task that
+#: awaits it (no parameter through every call): called with the deployment and each piece
+REQUEST_TEXT: ContextVar[Callable[[str, str], None] | None] = ContextVar("rrcli_text", default=None)
+
+
+def echo_for(stream: bool, on_text: Callable[[str], None] | None, deployment: str) -> Echo | None:
+    """Where a streamed attempt's text goes: --prompt --stream's ``on_text``, else the
+    submitted job's callback, told ``deployment``; None for a plain call or no reader."""
+    if not stream:
+        return None
+    if on_text is not None:
+        return Echo(on_text)
+    request = REQUEST_TEXT.get()
+    return None if request is None else Echo(partial(request, deployment))
 
 
 async def sent(

@@ -22,13 +22,15 @@ import stat
 import sys
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn, Protocol
 
+import orjson
+
 from rrcli.errors import UsageError
-from rrcli.records.jobs import InvalidJob, Job, shard_of
+from rrcli.records.jobs import InvalidJob, Job, open_jobs_file, shard_of
 from rrcli.routing.control import RunControl
 from rrcli.run.options import RunOptions
 from rrcli.run.summary import RunSummary
@@ -36,6 +38,7 @@ from rrcli.run.summary import RunSummary
 __all__ = [
     "BUFFERED_JOBS",
     "Fetch",
+    "JobDicts",
     "JobFeed",
     "SharedQueue",
     "StoppableReader",
@@ -69,6 +72,31 @@ class SharedQueue(Protocol):
     async def close(self) -> None: ...
 
 
+class JobDicts:
+    """Jobs given as dicts, read as the lines of a jobs file (``readline``), one at a time as
+    the run goes: the file's rules hold for them (ids, duplicates, invalid jobs), and the
+    caller's dicts are never changed."""
+
+    __slots__ = ("_dicts", "_n")
+
+    def __init__(self, dicts: Iterable[Mapping[str, Any]]) -> None:
+        self._dicts = iter(dicts)
+        self._n = 0
+
+    def readline(self, size: int = -1) -> bytes:
+        job = next(self._dicts, None)
+        if job is None:
+            return b""
+        self._n += 1
+        try:
+            return orjson.dumps(job) + b"\n"
+        except TypeError as exc:
+            raise UsageError(
+                f"job {self._n}: {exc} — a job dict holds JSON values only (str, numbers, "
+                "lists, dicts, bool, None)"
+            ) from None
+
+
 class StoppableReader:
     """A stream whose ``readline`` returns end of file once ``stop()`` was called, so a reader
     thread skipping an endless line ends with the run."""
@@ -98,7 +126,7 @@ def count_lines(path: Path | None) -> int | None:
     if path is None or not path.is_file():
         return None
     count = 0
-    with open(path, "rb") as f:
+    with open_jobs_file(path) as f:
         while chunk := f.read(1 << 20):
             count += chunk.count(b"\n")
     return count
@@ -149,26 +177,24 @@ def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO | St
     if options.prompts:
         import io
 
-        import orjson
-
         lines = b"".join(
             orjson.dumps({"id": f"prompt-{i + 1}", "prompt": p}) + b"\n"
             for i, p in enumerate(options.prompts)
         )
         return "--prompt", io.BytesIO(lines)
-    if options.jobs is None:
+    if options.job_dicts is not None:
+        return "<jobs>", JobDicts(options.job_dicts)  # type: ignore[return-value]
+    path = options.job_path
+    if path is None:
         stream = sys.stdin.buffer
     else:
-        try:
-            stream = open(options.jobs, "rb")  # noqa: SIM115 (closed by stack or the reader)
-        except OSError as exc:
-            raise UsageError(f"{options.jobs}: cannot read the jobs file: {exc.strerror}") from exc
-    source = "<stdin>" if options.jobs is None else str(options.jobs)
+        stream = open_jobs_file(path)  # closed by stack or the reader
+    source = "<stdin>" if path is None else str(path)
     if stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-        if options.jobs is not None:
+        if path is not None:
             stack.enter_context(stream)
         return source, stream
-    return source, StoppableReader(stream, close=options.jobs is not None)
+    return source, StoppableReader(stream, close=path is not None)
 
 
 class JobFeed:

@@ -4,9 +4,10 @@ modules it names).
 
 Trying a profile should not cost money, and the tests and benchmarks need a server whose latency,
 errors, rate limits and concurrency cap are known. It serves OpenAI ``/v1/chat/completions``,
-``/v1/embeddings``, ``/v1/responses``, ``/v1/completions`` and ``/v1/moderations`` (each also
-without ``/v1``) and Anthropic ``/v1/messages``, plain and SSE streaming where the API streams;
-any other path answers 404 in the error shape of the API the request speaks. ``/v1/models``;
+``/v1/embeddings``, ``/v1/responses``, ``/v1/completions`` and ``/v1/moderations`` and Anthropic
+``/v1/messages``, plain and SSE streaming where the API streams; any other path (one without
+``/v1`` included, as OpenAI and vLLM answer it) is a 404 in the error shape of the API the
+request speaks. ``/v1/models``;
 ``/stats`` (``/stats/reset``) so tests can see what the server saw: requests, peak concurrency,
 429s sent, assistant messages received in histories (and how many carried
 ``reasoning_content``), and requests per credential (by a short sha256 fingerprint of the key,
@@ -85,7 +86,7 @@ _OPENAI = {
 }
 #: every API path and the wire that answers it
 ENDPOINTS = [
-    *((f"{prefix}/{name}", wire) for name, wire in _OPENAI.items() for prefix in ("/v1", "")),
+    *((f"/v1/{name}", wire) for name, wire in _OPENAI.items()),
     ("/v1/messages", AnthropicWire()),
 ]
 
