@@ -167,11 +167,14 @@ def failures_text(failures: Mapping[str, int]) -> str:
 
 
 def _stopping(control: RunControl, router: Router) -> str:
-    """What the display says once Ctrl-C was pressed."""
+    """What the display says once the run stops dispatching: Ctrl-C was pressed, or the run
+    halted by itself (its reason said, and no Ctrl-C offered for it)."""
     in_flight = sum(state.in_flight for state in router.states)
     calls = f"{in_flight:,} call" + ("" if in_flight == 1 else "s")
     if control.cancelled:
         return f"stopping: cancelling {calls}"
+    if control.halted is not None:
+        return f"stopping ({control.halted.reason}): letting {calls} finish"
     return f"stopping: letting {calls} finish (Ctrl-C again to cancel them)"
 
 

@@ -221,8 +221,10 @@ def _ended(
     spend and the jobs not run once the calls in flight finished; ``rest``: the jobs never
     handed out, None when they came from a pipe)."""
     summary.halted = control.halted
-    if summary.halted and summary.halted.reason == "budget" and router.budget:
-        summary.halted = final_halt(router.budget, summary, rest)
+    budget = router.budget
+    refused = budget is not None and budget.refused and not control.stopping
+    if budget and (refused or (summary.halted and summary.halted.reason == "budget")):
+        summary.halted = final_halt(budget, summary, rest)
     summary.interrupted = control.stopping and control.halted is None
 
 
