@@ -40,6 +40,7 @@ from rrcli.routing.retry import RetryPolicy
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
 from rrcli.run.cached import ResponseCache
+from rrcli.run.failures import log_failure
 from rrcli.run.summary import RunSummary
 from rrcli.run.turns import REQUEST_TEXT, assistant_message, bounded, echo_for, join_paused, sent
 from rrcli.tokens import estimate_call_tokens
@@ -146,7 +147,7 @@ class Engine:
             self.summary.ok += 1
         elif outcome.status == "error":
             self.summary.error += 1
-            _log_failure(outcome)
+            log_failure(outcome, self.summary.failures, every=self._log_calls)
         else:
             self.summary.invalid += 1
             return
@@ -380,18 +381,6 @@ def _decide(error: ProviderError | None, backoff: float | None, failover: bool) 
     if backoff is not None:
         return "retry"
     return "failover" if error.backend_down or (failover and error.transient) else "error"
-
-
-def _log_failure(outcome: CallOutcome) -> None:
-    attempt, error = outcome.attempt, outcome.error or {}
-    log.warning(
-        "rrcli.job_failed",
-        job_id=outcome.job.id,
-        deployment=None if attempt is None else attempt.backend.id,
-        attempts=outcome.attempts,
-        error_type=error.get("type"),
-        message=error.get("message"),
-    )
 
 
 def _debug_logged() -> bool:
