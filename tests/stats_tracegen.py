@@ -146,6 +146,7 @@ def _call(run_id, j, turn, attempt, backend, stream, begin, end, rng, good) -> d
         "ttft_ms": ttft,
         "input_tokens": rng.randint(5, 900) if good else None,
         "output_tokens": out_tokens,
+        "cached_input_tokens": None,
         "stream": stream,
         "endpoint": "embeddings" if j % 5 == 4 else "chat",
     }

@@ -124,6 +124,7 @@ class Price:
 
     input: float = 0.0
     output: float = 0.0
+    cached_input: float | None = None  # input a prompt cache held; None: priced as input
 
 
 @dataclass(frozen=True, slots=True)

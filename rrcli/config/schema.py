@@ -199,7 +199,11 @@ COOLDOWN = {
 }
 CACHE = {"path": Field("str", NOT_EMPTY), "mode": Field("str", choices=CACHE_MODES)}
 BUDGET = {"max_cost_usd": Field("number", at_least(0))}
-PRICE = {"input": Field("number", at_least(0)), "output": Field("number", at_least(0))}
+PRICE = {
+    "input": Field("number", at_least(0)),
+    "output": Field("number", at_least(0)),
+    "cached_input": Field("number", at_least(0)),
+}
 SIM = {
     "latency_ms": Field("number", at_least(0)),
     "jitter_ms": Field("number", at_least(0)),

@@ -25,7 +25,7 @@ from rrcli.records._jsonl import LineFile
 from rrcli.records.traceschema import CALL_FIELDS, JOB_COUNTS, rfc3339
 
 if TYPE_CHECKING:
-    from rrcli.config.profile import Backend, Profile
+    from rrcli.config.profile import Backend, Price, Profile
     from rrcli.records.attempt import Attempt
 
 __all__ = ["CALL_FIELDS", "TraceWriter", "new_run_id", "rfc3339"]
@@ -57,8 +57,16 @@ def _backend_record(backend: Backend) -> dict[str, Any]:
         "model": backend.model,
         "host": server_address(backend.provider, backend.base_url),
         "max_concurrency": backend.max_concurrency,
-        "price": None if price is None else {"input": price.input, "output": price.output},
+        "price": None if price is None else _price_record(price),
     }
+
+
+def _price_record(price: Price) -> dict[str, float]:
+    """A price as the run record carries it: input and output, cached input when known."""
+    out = {"input": price.input, "output": price.output}
+    if price.cached_input is not None:
+        out["cached_input"] = price.cached_input
+    return out
 
 
 class TraceWriter:
@@ -153,6 +161,7 @@ class TraceWriter:
                 "ttft_ms": None if reply is None else _rounded(reply.ttft_ms),
                 "input_tokens": None if reply is None else reply.input_tokens,
                 "output_tokens": None if reply is None else reply.output_tokens,
+                "cached_input_tokens": None if reply is None else reply.cached_input_tokens,
                 "stream": attempt.stream,
                 "endpoint": attempt.endpoint,
             },

@@ -66,6 +66,7 @@ CALL: tuple[tuple[str, Any], ...] = (
     ("ttft_ms", float | None),
     ("input_tokens", int | None),
     ("output_tokens", int | None),
+    ("cached_input_tokens", int | None),  # input the server's prefix or prompt cache held
     ("stream", bool),
     ("endpoint", str),  # chat | embeddings | responses | completions | moderations
 )
@@ -77,7 +78,7 @@ CALL_TYPES: dict[str, Any] = dict(CALL)
 RUN_FIELDS = ("event", "run_id", "ts", "rrcli_version", "profile", "queue")
 PROFILE_FIELDS = ("name", "strategy", "binding", "backends")
 BACKEND_FIELDS = ("id", "provider", "model", "host", "max_concurrency", "price")
-PRICE_FIELDS = ("input", "output")
+PRICE_FIELDS = ("input", "output", "cached_input")
 #: the run_end record, once when a run ends; ``jobs`` counts jobs by these outcomes: a result
 #: line's status (RESULT_STATUSES), or skipped (it already had an ok line); ``budget`` is
 #: ``{"limit", "spent"}`` (USD) of a run with a budget, else null
