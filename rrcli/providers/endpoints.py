@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rrcli.config.urls import endpoint_url
 from rrcli.errors import ProviderError
 from rrcli.providers._http import (
     StreamFold,
@@ -75,7 +76,7 @@ def endpoint_request(call: Call, base_url: str, model: str, key: str | None) -> 
         )
     fold = api.fold
     return (
-        base_url + api.path,
+        endpoint_url(base_url, api.path),
         api.build(call, model),
         lambda data: api.parse(data, call, key),
         (lambda: fold(call, key)) if fold is not None else _no_stream,
