@@ -135,7 +135,7 @@ MAY_IMPORT = {
         "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.otel", "rrcli.run",
     },
     "rrcli.stats": {"rrcli.errors", "rrcli.records", "rrcli.tokens"},
-    "rrcli.otel": {"rrcli.errors", "rrcli.records"},
+    "rrcli.otel": {"rrcli.errors", "rrcli.config", "rrcli.records"},
 }  # fmt: skip
 TOP = {"rrcli", "rrcli.cli", "rrcli._commands", "rrcli._render", "rrcli._logging", "rrcli.__main__"}
 

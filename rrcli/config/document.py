@@ -28,6 +28,7 @@ from rrcli.config.profile import (
 )
 from rrcli.config.redaction import looks_like_key, redacted_url
 from rrcli.config.schema import BUDGET, CACHE, COOLDOWN, GATE, QUEUE, RETRY, TOP, as_floats
+from rrcli.config.urls import endpoint_url
 from rrcli.config.walk import Checker
 from rrcli.diagnostic import Diagnostic
 from rrcli.providers.registry import info
@@ -213,7 +214,7 @@ def _endpoint_paths(check: Checker, backends: tuple[Backend, ...]) -> None:
         if owner == provider:
             problem = (
                 f"ends with {ending}, which rrcli adds itself: calls would go to "
-                f"{redacted_url(backend.base_url).rstrip('/')}{_APPENDS[provider]}"
+                f"{endpoint_url(redacted_url(backend.base_url), _APPENDS[provider])}"
             )
             fix = f'write base_url = "{base}"'
         else:

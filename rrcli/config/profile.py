@@ -120,10 +120,13 @@ class Credentials:
 
 @dataclass(frozen=True, slots=True)
 class Price:
-    """USD per million tokens."""
+    """USD per million tokens: ``cached_input`` for input read from the provider's prompt
+    cache, ``cache_write`` for input written to it (None: the input price)."""
 
     input: float = 0.0
     output: float = 0.0
+    cached_input: float | None = None
+    cache_write: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -199,7 +199,9 @@ COOLDOWN = {
 }
 CACHE = {"path": Field("str", NOT_EMPTY), "mode": Field("str", choices=CACHE_MODES)}
 BUDGET = {"max_cost_usd": Field("number", at_least(0))}
-PRICE = {"input": Field("number", at_least(0)), "output": Field("number", at_least(0))}
+MAX_PRICE = 10_000.0  # USD per million tokens: ten times the dearest model's; more is a typo
+_PRICE = Field("number", within(0, MAX_PRICE))
+PRICE = {"input": _PRICE, "output": _PRICE, "cached_input": _PRICE, "cache_write": _PRICE}
 SIM = {
     "latency_ms": Field("number", at_least(0)),
     "jitter_ms": Field("number", at_least(0)),

@@ -22,6 +22,7 @@ import httpx2
 import orjson
 
 from rrcli.config.profile import Backend, RetrySettings
+from rrcli.config.urls import endpoint_url
 from rrcli.errors import ProviderError, StreamBrokenError
 from rrcli.providers._body import (
     dropped_while_idle,
@@ -100,8 +101,8 @@ class HTTPProvider:
         self._key = api_key
         self._retry = retry
         self._clock = clock
-        self._base_url = backend.base_url.rstrip("/")
-        self._url = self._base_url + self.path
+        self._base_url = backend.base_url
+        self._url = endpoint_url(backend.base_url, self.path)
         self.server_address = server_address(backend.provider, backend.base_url)
         entry = info(backend.provider)
         self._request_id_header = entry.request_id_header

@@ -10,13 +10,14 @@ pool spends its owner's keys.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import os
 import secrets
 import signal
 import socket
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,7 +136,7 @@ async def _run(
         timeout_keep_alive=30,
         h11_max_incomplete_event_size=64 * 1024,
     )
-    server = uvicorn.Server(config)
+    server = _Server(config)
     loop = asyncio.get_running_loop()
     main = threading.current_thread() is threading.main_thread()
     if main:
@@ -153,6 +154,26 @@ async def _run(
         sweeper.cancel()
         if main:
             loop.remove_signal_handler(signal.SIGHUP)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, its SIGTERM and SIGINT handled on the loop: the first drains, the
+    second stops at once, and the process then ends as its caller says (exit 0), where uvicorn
+    would raise the signal again once drained."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.handle_exit, sig, None)
+        try:
+            yield
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
 
 
 def _name(sock: socket.socket) -> str:
