@@ -83,3 +83,29 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_0(tmp_path, sim_serve
         t.join(30)
     assert (0, [200, 200, 200, 200]) == (code, statuses)
     assert 4 == len(calls(traces))
+
+
+def test_the_profiles_serve_table_sets_the_keys_and_the_body_limit(tmp_path, sim_server):
+    """``[serve] keys_env`` names the client keys and ``max_body_bytes`` the largest body: a
+    larger one is answered 413 in the API's shape."""
+    sim = sim_server()
+    path = write_profile(
+        tmp_path / "pool.toml",
+        openai_backends(sim.openai_url),
+        name="pool",
+        serve={"keys_env": "POOL_KEYS", "max_body_bytes": 2000},
+    )
+    served = Served(path, tmp_path, env={"POOL_KEYS": "k9"})
+    big = {**CHAT, "messages": [{"role": "user", "content": "x" * 3000}]}
+    try:
+        with httpx2.Client(timeout=30, headers={"x-api-key": "k9"}) as client:
+            url = served.url + "/v1/chat/completions"
+            ok = client.post(url, json=CHAT)
+            too_big = client.post(url, json=big)
+            anthropic_big = client.post(served.url + "/v1/messages", json=big)
+            refused = client.post(url, json=CHAT, headers={"x-api-key": "other"})
+    finally:
+        served.stop()
+    assert (200, 413, 401) == (ok.status_code, too_big.status_code, refused.status_code)
+    assert "over 2000 bytes" in too_big.json()["error"]["message"]
+    assert "error" == anthropic_big.json()["type"]
