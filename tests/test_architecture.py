@@ -120,7 +120,8 @@ MAY_IMPORT = {
         "rrcli.providers.vocabulary",
     },
     "rrcli.routing": {
-        "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers", "rrcli.records",
+        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
+        "rrcli.records",
     },
     "rrcli.fleet": {
         "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens",
