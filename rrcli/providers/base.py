@@ -117,6 +117,7 @@ class Reply:
     embeddings: list[list[float]] | None = None
     moderations: list[Any] | None = None
     response_id: str | None = None
+    usage_estimated: bool = False  # the server reported no usage: the counts are rrcli's estimate
 
 
 class Provider(Protocol):

@@ -40,6 +40,7 @@ from rrcli.routing.retry import RetryPolicy
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
 from rrcli.run.cached import ResponseCache
+from rrcli.run.failures import log_failure
 from rrcli.run.summary import RunSummary
 from rrcli.run.turns import REQUEST_TEXT, assistant_message, bounded, echo_for, join_paused, sent
 from rrcli.tokens import estimate_call_tokens, estimate_prompt_tokens
@@ -146,7 +147,7 @@ class Engine:
             self.summary.ok += 1
         elif outcome.status == "error":
             self.summary.error += 1
-            _log_failure(outcome)
+            log_failure(outcome, self.summary.failures, every=self._log_calls)
         else:
             self.summary.invalid += 1
             return
@@ -260,7 +261,7 @@ class Engine:
                 assert attempt is not None  # only a retry waits for its backend's slot again
                 return self._outcome(job, attempt, None)
             started, ts_start = time.monotonic(), time.time()
-            reply, error, ended = await sent(provider, call, echo)
+            reply, error, ended = await sent(provider, call, echo, estimate)
             reply, error, continued = bounded(reply, error, continued, self._continuations)
             printed = echo is not None and echo.printed
             backoff = self._backoff(error, number - before, ended - first_try, printed)
@@ -283,6 +284,7 @@ class Engine:
             # Anthropic pause_turn: the same turn goes on, on the same backend and slot
             paused = reply
             call = replace(call, messages=[*call.messages, reply.continuation], input_tokens=None)
+            estimate = estimate_call_tokens(call.messages, call.params, job.input)  # grown
             queued = time.monotonic()
 
     async def _admitted(self, lease: Lease, estimate: int, call: Call) -> bool:
@@ -318,8 +320,9 @@ class Engine:
     ) -> Awaitable[None]:
         """Hand the attempt to each observer: the trace, with -v the log, health (an answer
         saying its backend serves no call), and the router (counters, cooldowns, AIMD, pauses,
-        the tpm settlement), whose coroutine is returned for the loop to await."""
-        self.traces.call(attempt, server_address)
+        the tpm settlement, the budget's), whose coroutine is returned for the loop to await."""
+        charged = self.router.charge(attempt, lease)
+        self.traces.call(attempt, server_address, charged)
         error = attempt.error
         if error is not None and error.backend_down:
             self.health.down(attempt.backend.id, error)
@@ -334,7 +337,7 @@ class Engine:
                 error_type=attempt.error_type,
                 latency_ms=attempt.latency_ms,
             )
-        return self.router.observe(attempt, lease)
+        return self.router.observe(attempt, lease, charged[0])
 
     async def _back_off(self, lease: Lease, attempt: Attempt, delay: float) -> None:
         """Give the slot back and sleep before the retry (a waiting job holds no slot)."""
@@ -377,18 +380,6 @@ def _decide(error: ProviderError | None, backoff: float | None, failover: bool) 
     if backoff is not None:
         return "retry"
     return "failover" if error.backend_down or (failover and error.transient) else "error"
-
-
-def _log_failure(outcome: CallOutcome) -> None:
-    attempt, error = outcome.attempt, outcome.error or {}
-    log.warning(
-        "rrcli.job_failed",
-        job_id=outcome.job.id,
-        deployment=None if attempt is None else attempt.backend.id,
-        attempts=outcome.attempts,
-        error_type=error.get("type"),
-        message=error.get("message"),
-    )
 
 
 def _debug_logged() -> bool:
