@@ -112,6 +112,7 @@ def run_records(
             "jobs": counts,
             "interrupted": False,
             "budget": None,
+            "halted": None,
         }
 
 

@@ -197,8 +197,8 @@ def test_call_defaults(tmp_path):
 
 
 def test_run_end_record(tmp_path):
-    """run_end carries the four job counts (0 when absent), whether the run was interrupted, and
-    its budget (null for a run without one)."""
+    """run_end carries the four job counts (0 when absent), whether the run was interrupted, its
+    budget (null for a run without one) and why it halted itself (null when it did not)."""
     path = tmp_path / "t.jsonl"
     with TraceWriter(path, "r", clock=lambda: T0) as writer:
         writer.run_end({"ok": 9, "error": 1}, interrupted=True)
@@ -210,6 +210,7 @@ def test_run_end_record(tmp_path):
         "jobs": {"ok": 9, "error": 1, "invalid": 0, "skipped": 0},
         "interrupted": True,
         "budget": None,
+        "halted": None,
     }
     assert expected == record
     assert list(expected) == list(record)

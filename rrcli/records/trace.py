@@ -199,10 +199,12 @@ class TraceWriter:
         jobs: Mapping[str, int],
         interrupted: bool,
         budget: Mapping[str, float] | None = None,
+        halted: str | None = None,
     ) -> None:
         """The ``run_end`` record: jobs by outcome (ok, error, invalid, skipped; 0 if absent),
-        and the run's ``budget`` (``{"limit", "spent", "reserved_peak"}`` in USD; None without
-        one)."""
+        the run's ``budget`` (``{"limit", "spent", "reserved_peak"}`` in USD; None without one),
+        and why the run stopped itself before its last job (``halted``: ``budget``,
+        ``no_backend``, ``output_closed``; None when it did not)."""
         self._put(
             {
                 "event": "run_end",
@@ -211,6 +213,7 @@ class TraceWriter:
                 "jobs": {k: int(jobs.get(k, 0)) for k in JOB_COUNTS},
                 "interrupted": interrupted,
                 "budget": None if budget is None else dict(budget),
+                "halted": halted,
             }
         )
 

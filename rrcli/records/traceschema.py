@@ -84,8 +84,9 @@ BACKEND_FIELDS = ("id", "provider", "model", "host", "max_concurrency", "price")
 PRICE_FIELDS = ("input", "output", "cached_input", "cache_write")  # the last two when set
 #: the run_end record, once when a run ends; ``jobs`` counts jobs by these outcomes: a result
 #: line's status (RESULT_STATUSES), or skipped (it already had an ok line); ``budget`` is
-#: ``{"limit", "spent", "reserved_peak"}`` (USD) of a run with a budget, else null
-RUN_END_FIELDS = ("event", "run_id", "ts", "jobs", "interrupted", "budget")
+#: ``{"limit", "spent", "reserved_peak"}`` (USD) of a run with a budget, else null; ``halted``
+#: why the run stopped itself (``budget``, ``no_backend``, ``output_closed``), else null
+RUN_END_FIELDS = ("event", "run_id", "ts", "jobs", "interrupted", "budget", "halted")
 RESULT_STATUSES = ("ok", "error", "invalid")
 JOB_COUNTS = (*RESULT_STATUSES, "skipped")
 #: the backend record, when a backend changes state during a run (SPEC §15): ``down`` when an
