@@ -260,6 +260,19 @@ def init(path: str, provider: str, backends: int, force: bool) -> None:
     click.echo(f"wrote {written} ({pool}); next: rrcli validate {written}")
 
 
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the script that completes rrcli's commands, options and files in SHELL. Load it
+    from your shell's start-up file: eval "$(rrcli completion bash)" in ~/.bashrc,
+    eval "$(rrcli completion zsh)" in ~/.zshrc, rrcli completion fish | source in
+    ~/.config/fish/config.fish."""
+    from click.shell_completion import get_completion_class
+
+    script = get_completion_class(shell)(main, {}, "rrcli", "_RRCLI_COMPLETE")  # type: ignore[misc]
+    click.echo(script.source())
+
+
 for _command in COMMANDS:
     main.add_command(_command)
 

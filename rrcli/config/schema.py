@@ -40,6 +40,7 @@ __all__ = [
     "PRICE",
     "QUEUE",
     "RETRY",
+    "SERVE",
     "SIM",
     "TOP",
     "Field",
@@ -139,6 +140,7 @@ TOP = {
     "cache": Field("table"),
     "budget": Field("table"),
     "queue": Field("table"),
+    "serve": Field("table"),
     "backends": Field("tables"),
 }
 BACKEND = {
@@ -191,6 +193,14 @@ QUEUE = {
     "url": Field("str"),
     "lease": Field("number", above(0)),
     "max_deliveries": POSITIVE_INT,
+}
+SERVE = {
+    "host": Field("str", NOT_EMPTY),
+    "port": Field("int", within(0, 65535)),
+    "keys_env": Field("str", ENV_RULE),
+    "session_idle": Field("number", above(0)),
+    "max_body_bytes": POSITIVE_INT,
+    "drain_timeout": Field("number", at_least(0)),
 }
 COOLDOWN = {
     "consecutive_failures": Field("int", at_least(0)),
