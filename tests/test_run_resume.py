@@ -69,3 +69,21 @@ def test_sigint_exits_130_with_consistent_files_and_resume_finishes(tmp_path, si
     assert n == len(counts) and {1} == set(counts.values())
     ends = [r for r in read_jsonl(tmp_path / "jobs.traces.jsonl") if r["event"] == "run_end"]
     assert len(first) == ends[-1]["jobs"]["skipped"]
+
+
+def test_limit_counts_the_jobs_resume_skips(tmp_path, sim_server):
+    """``--limit N`` selects the first N jobs of the file whether or not ``--resume`` skips
+    them: after a run of the first 4, a resumed run with ``--limit 6`` sends jobs 5 and 6 only,
+    and a resumed run with ``--limit 4`` sends nothing."""
+    server = sim_server()
+    profile = write_profile(tmp_path / "p.toml", [{"id": "a", "base_url": server.openai_url}])
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 10)
+    assert 0 == rrcli("run", jobs, "-p", profile, "--limit", "4", "-q", cwd=tmp_path).returncode
+    server.reset()
+    again = rrcli("run", jobs, "-p", profile, "--resume", "--limit", "4", "-q", cwd=tmp_path)
+    assert 0 == again.returncode, again.stderr
+    assert 0 == server.stats()["requests"]
+    more = rrcli("run", jobs, "-p", profile, "--resume", "--limit", "6", "-q", cwd=tmp_path)
+    assert 0 == more.returncode, more.stderr
+    assert 2 == server.stats()["requests"]
+    assert {f"j{i}": 1 for i in range(6)} == dict(ok_counts(tmp_path / "jobs.results.jsonl"))

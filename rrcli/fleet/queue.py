@@ -38,7 +38,7 @@ from rrcli.fleet._hub import redacted_url
 from rrcli.fleet.names import worker_name
 from rrcli.fleet.queue_store import QueueStore
 from rrcli.records.attempt import CallOutcome
-from rrcli.records.jobs import InvalidJob, Job, iter_jobs, job_key, parse_job
+from rrcli.records.jobs import InvalidJob, Job, iter_jobs, job_key, open_jobs_file, parse_job
 from rrcli.records.traceschema import rfc3339
 
 __all__ = ["RedisQueue"]
@@ -291,8 +291,9 @@ class RedisQueue:
             self._room.set()
 
     async def _beat(self) -> None:
-        """The heartbeat (what ``rrcli queue`` counts as alive) and the renewal of the jobs held
-        here, every ``lease / 3`` s (at most 5 s)."""
+        """The heartbeat (what ``rrcli queue`` counts as alive), the renewal of the jobs held
+        here and a look at the jobs done in the whole queue, every ``lease / 3`` s (at most
+        5 s)."""
         every = min(5.0, self.settings.lease / 3)
         started = rfc3339(time.time())
         while not self._closing:
@@ -300,6 +301,8 @@ class RedisQueue:
             info["done"] = self.done
             await self.store.beat(orjson.dumps(info), int(every * 3000), KEEP_S)
             await self.store.renew([mid for mid, _ in self.held.values()])
+            if self.engine is not None:  # the queue's progress, for the display and its ETA
+                self.engine.summary.queue_done(await self.store.results())
             await asyncio.sleep(every)
 
 
@@ -334,11 +337,7 @@ def stored_job(line: int, fields: dict[bytes, bytes]) -> Job | InvalidJob:
 def _stored_lines(path: Path) -> Iterator[tuple[int, dict[str, bytes]]]:
     """Each job of ``path`` as (line, its stream entry's fields): the raw line of a valid job,
     ``iter_jobs``'s verdict on an invalid one (duplicates need the whole file to be seen)."""
-    try:
-        stream = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the jobs file: {exc.strerror}") from exc
-    with stream:
+    with open_jobs_file(path) as stream:
         tee = _Tee(stream)
         for job in iter_jobs(tee, str(path)):  # type: ignore[arg-type]
             if isinstance(job, Job):
