@@ -11,7 +11,7 @@ import orjson
 from runkit import read_jsonl, rrcli, write_profile
 
 from rrcli.records.jobs import job_from_dict
-from rrcli.run.lookahead import Lookahead
+from rrcli.running.lookahead import Lookahead
 from rrcli.tokens import prefix_blocks, rendered_prompt
 
 SYSTEMS = [
