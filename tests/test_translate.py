@@ -146,7 +146,8 @@ def oa_params(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def normal_openai(messages: list[dict[str, Any]], params: dict[str, Any]) -> tuple[list, dict]:
-    """What an OpenAI request reads as after a round trip through Anthropic's shape."""
+    """What an OpenAI request reads as after a round trip through Anthropic's shape (an
+    assistant turn that said nothing left out, the last one's trailing whitespace removed)."""
     params = dict(params)
     if isinstance(params.get("stop"), str):
         params["stop"] = [params["stop"]]
@@ -157,9 +158,16 @@ def normal_openai(messages: list[dict[str, Any]], params: dict[str, Any]) -> tup
         if params["tool_choice"] == "none":
             del params["parallel_tool_calls"]  # nothing is called: nothing in parallel
     out = []
-    for message in messages:
+    for i, message in enumerate(messages):
         message = dict(message)
         content = message.get("content")
+        if message["role"] == "assistant" and isinstance(content, str):
+            if message.get("tool_calls"):
+                message["content"] = content if content.strip() else None
+            elif i == len(messages) - 1:
+                message["content"] = content.rstrip()  # Anthropic continues it: no trailing space
+            elif not content.strip():
+                continue  # a turn that said nothing: left out
         if message["role"] == "tool" and isinstance(content, list):
             message["content"] = "".join(p["text"] for p in content)
         elif isinstance(content, list):
@@ -225,7 +233,9 @@ def an_messages(draw: st.DrawFn) -> list[dict[str, Any]]:
         lambda c: {"role": "user", "content": c},
         text | st.lists(an_text | an_image, min_size=1, max_size=3),
     )
-    assistant = st.builds(lambda t: {"role": "assistant", "content": t}, text)
+    # Anthropic takes no assistant turn without text, nor one ending in whitespace
+    said = text.map(str.strip).filter(bool)
+    assistant = st.builds(lambda t: {"role": "assistant", "content": t}, said)
     turns = draw(
         st.lists(
             st.builds(lambda m: [m], user | assistant) | an_tool_turn(), min_size=1, max_size=5
