@@ -245,12 +245,19 @@ def sim_command(ctx: click.Context, host: str, port: int, **options: object) -> 
     multiple=True,
     help="Profile file, or `demo` (repeatable: each is a pool, picked by its name as model).",
 )
-@click.option("--host", default=None, help="Address to listen on [default: 127.0.0.1].")
-@click.option("--port", type=int, default=None, help="Port to listen on [default: 8787].")
+@click.option(
+    "--host", default=None, help="Address to listen on [default: [serve] host, 127.0.0.1]."
+)
+@click.option(
+    "--port", type=int, default=None, help="Port to listen on [default: [serve] port, 8787]."
+)
 @click.option(
     "--traces", type=click.Path(dir_okay=False, path_type=Path), help="Trace file (appended)."
 )
-@click.option("--key-env", help="Variable holding the client keys (comma-separated).")
+@click.option(
+    "--key-env",
+    help="Variable holding the client keys, comma-separated [default: [serve] keys_env].",
+)
 @click.option("--no-auth", is_flag=True, help="Take requests without a key (loopback only).")
 def serve_command(
     profiles: tuple[str, ...],
@@ -269,12 +276,16 @@ def serve_command(
 
     paths = profiles or (None,)
     loaded = [load_profile(resolve_profile_path(p, os.environ), environ=os.environ) for p in paths]
+    table = loaded[0].serve  # the first profile's [serve], under the options given here
     options = ServeOptions(
-        host=host or "127.0.0.1",
-        port=8787 if port is None else port,
+        host=host or table.host,
+        port=table.port if port is None else port,
         traces=traces,
-        key_env=key_env,
+        key_env=key_env or table.keys_env or None,
         no_auth=no_auth,
+        drain_timeout=table.drain_timeout,
+        max_body_bytes=table.max_body_bytes,
+        session_idle=table.session_idle,
     )
     keys = client_keys(options, os.environ, lambda s: click.echo(s))
     try:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
-import time
+from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from rrcli.routing.router import Router
     from rrcli.run.checks import CheckReport
     from rrcli.run.plan import Plan
-    from rrcli.run.summary import RunSummary
+    from rrcli.run.summary import Progress, RunSummary
 
 _PIPE_WIDTH = 160  # columns for tables written to a pipe (no terminal to measure)
 
@@ -112,17 +113,8 @@ class RunDisplay:
     def _render(self) -> Group:
         summary, router = self.summary, self.router
         assert summary is not None and router is not None
-        elapsed = max(time.monotonic() - summary.started, 1e-9)
-        done = summary.done + summary.skipped
-        rate = summary.done / elapsed
-        head = f"jobs {done:,}"
-        if summary.total:
-            head += f"/{summary.total:,}"
-            if rate > 0:
-                remaining = max(summary.total - done, 0) / rate
-                head += f"  ETA {_duration(remaining)}"
-        head += f"  {rate:,.1f}/s  ok {summary.ok:,}  error {summary.error:,}"
-        head += f"  invalid {summary.invalid:,}"
+        head = f"jobs {progress_text(summary.progress())}  ok {summary.ok:,}"
+        head += f"  error {summary.error:,}  invalid {summary.invalid:,}"
         if summary.skipped:
             head += f"  skipped {summary.skipped:,}"
         if router.budget is not None:
@@ -131,7 +123,7 @@ class RunDisplay:
         for name, justify in [
             ("deployment", "left"),
             ("in flight / cap", "right"),
-            ("done", "right"),
+            ("ok calls", "right"),
             ("retries", "right"),
             ("errors", "right"),
             ("", "left"),
@@ -150,17 +142,39 @@ class RunDisplay:
                 mark,
             )
         lines = [Text(head, style="bold"), table]
+        if summary.failures:
+            lines.append(Text(failures_text(summary.failures), style="red"))
         if self.control is not None and self.control.stopping:
             lines.append(Text(_stopping(self.control, router), style="yellow"))
         return Group(*lines)
 
 
+def progress_text(progress: Progress) -> str:
+    """``812/2,000  55.1/s  ETA 0m21s``: the total marked ``~`` while it is an estimate."""
+    text = f"{progress.done:,}"
+    if progress.total is not None:
+        text += f"/{'~' if progress.estimated else ''}{progress.total:,}"
+    text += f"  {progress.rate:,.1f}/s"
+    if progress.eta_s is not None:
+        text += f"  ETA {_duration(progress.eta_s)}"
+    return text
+
+
+def failures_text(failures: Mapping[str, int]) -> str:
+    """``failed jobs: 170 http_500, 7 timeout (each kind logged once)``."""
+    kinds = ", ".join(f"{count:,} {kind}" for kind, count in Counter(failures).most_common())
+    return f"failed jobs: {kinds} (each kind logged once; the results file has every one)"
+
+
 def _stopping(control: RunControl, router: Router) -> str:
-    """What the display says once Ctrl-C was pressed."""
+    """What the display says once the run stops dispatching: Ctrl-C was pressed, or the run
+    halted by itself (its reason said, and no Ctrl-C offered for it)."""
     in_flight = sum(state.in_flight for state in router.states)
     calls = f"{in_flight:,} call" + ("" if in_flight == 1 else "s")
     if control.cancelled:
         return f"stopping: cancelling {calls}"
+    if control.halted is not None:
+        return f"stopping ({control.halted.reason}): letting {calls} finish"
     return f"stopping: letting {calls} finish (Ctrl-C again to cancel them)"
 
 

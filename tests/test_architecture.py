@@ -120,7 +120,8 @@ MAY_IMPORT = {
         "rrcli.providers.vocabulary",
     },
     "rrcli.routing": {
-        "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers", "rrcli.records",
+        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
+        "rrcli.records",
     },
     "rrcli.fleet": {
         "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens",
@@ -300,6 +301,7 @@ def test_each_part_does_only_its_io(module):
         ("starlette", {"rrcli.sim", "rrcli.serve"}),
         ("uvicorn", {"rrcli.sim", "rrcli.serve"}),
         ("opentelemetry", {"rrcli.otel"}),
+        ("prometheus_client", {"rrcli.serve.metrics"}),
         ("rrcli.cli", {"rrcli.__main__"}),
         ("rrcli._render", {"rrcli.cli", "rrcli._commands"}),
         ("rrcli._logging", {"rrcli.cli"}),

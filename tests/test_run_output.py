@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runkit import read_jsonl, rrcli, write_jobs
+from runkit import popen, read_jsonl, rrcli, write_jobs
 
 
 def test_overwrite_starts_the_traces_afresh_too(tmp_path):
@@ -68,3 +68,22 @@ def test_every_time_in_ms_has_three_decimals_at_most(tmp_path: Path):
     assert {".latency_ms", ".ttft_ms", ".queue_ms"} <= set(found)
     too_fine = {path: v for path, values in found.items() for v in values if decimals(v) > 3}
     assert {} == too_fine
+
+
+def test_a_closed_output_stops_the_run_with_sigpipes_status(tmp_path):
+    """`rrcli run … --out - | head -3`: once the reader is gone the run stops at once, says so
+    on stderr, its run_end record says why (halted: output_closed), and it exits 141
+    (128 + SIGPIPE, as a shell reports a program a broken pipe stopped); no traceback."""
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 2000)
+    run = popen("run", jobs, "-p", "demo", "--out", "-", cwd=tmp_path)
+    head = [run.stdout.readline() for _ in range(3)]
+    run.stdout.close()
+    code = run.wait(timeout=60)
+    stderr = run.stderr.read()
+    assert 3 == len([line for line in head if json.loads(line)["status"] == "ok"])
+    assert 141 == code
+    assert "rrcli: the results output was closed (broken pipe) after " in stderr
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr
+    [end] = [r for r in read_jsonl(tmp_path / "jobs.traces.jsonl") if r["event"] == "run_end"]
+    assert "output_closed" == end["halted"]
+    assert end["jobs"]["ok"] < 2000

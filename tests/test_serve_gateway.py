@@ -83,3 +83,54 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_0(tmp_path, sim_serve
         t.join(30)
     assert (0, [200, 200, 200, 200]) == (code, statuses)
     assert 4 == len(calls(traces))
+
+
+def test_the_profiles_serve_table_sets_the_keys_and_the_body_limit(tmp_path, sim_server):
+    """``[serve] keys_env`` names the client keys and ``max_body_bytes`` the largest body: a
+    larger one is answered 413 in the API's shape."""
+    sim = sim_server()
+    path = write_profile(
+        tmp_path / "pool.toml",
+        openai_backends(sim.openai_url),
+        name="pool",
+        serve={"keys_env": "POOL_KEYS", "max_body_bytes": 2000},
+    )
+    served = Served(path, tmp_path, env={"POOL_KEYS": "k9"})
+    big = {**CHAT, "messages": [{"role": "user", "content": "x" * 3000}]}
+    try:
+        with httpx2.Client(timeout=30, headers={"x-api-key": "k9"}) as client:
+            url = served.url + "/v1/chat/completions"
+            ok = client.post(url, json=CHAT)
+            too_big = client.post(url, json=big)
+            anthropic_big = client.post(served.url + "/v1/messages", json=big)
+            refused = client.post(url, json=CHAT, headers={"x-api-key": "other"})
+    finally:
+        served.stop()
+    assert (200, 413, 401) == (ok.status_code, too_big.status_code, refused.status_code)
+    assert "over 2000 bytes" in too_big.json()["error"]["message"]
+    assert "error" == anthropic_big.json()["type"]
+
+
+def test_health_ready_models_and_metrics(tmp_path, sim_server):
+    """/health and /ready answer 200; /v1/models lists the pool and its model; /metrics counts
+    the requests answered, by API and status, and the answers of each deployment."""
+    sim = sim_server()
+    path = write_profile(tmp_path / "pool.toml", openai_backends(sim.openai_url), name="pool")
+    served = Served(path, tmp_path, "--no-auth")
+    try:
+        with httpx2.Client(timeout=30) as client:
+            health = client.get(served.url + "/health").status_code
+            ready = client.get(served.url + "/ready").status_code
+            models = [m["id"] for m in client.get(served.url + "/v1/models").json()["data"]]
+            for _ in range(3):
+                client.post(served.url + "/v1/chat/completions", json=CHAT)
+            client.post(served.url + "/v1/chat/completions", json={**CHAT, "model": "nope"})
+            metrics = client.get(served.url + "/metrics").text
+    finally:
+        served.stop()
+    assert (200, 200, ["sim", "pool"]) == (health, ready, models)
+    lines = set(metrics.splitlines())
+    assert 'rrcli_serve_requests_total{api="openai",endpoint="chat",status="200"} 3.0' in lines
+    assert 'rrcli_serve_requests_total{api="openai",endpoint="chat",status="404"} 1.0' in lines
+    assert 'rrcli_deployment_answers_total{deployment="b0"} 3.0' in lines
+    assert 'rrcli_deployment_calls_in_flight{deployment="b0"} 0.0' in lines

@@ -116,3 +116,34 @@ def test_errors_in_each_apis_shape(served):
     client = anthropic.Anthropic(base_url=served.url, api_key="none", max_retries=0)
     with pytest.raises(anthropic.NotFoundError):
         client.messages.create(model="nope", max_tokens=8, messages=HI)
+
+
+def test_pydantic_ai_agent_calls_a_tool_over_several_steps(served):
+    """A pydantic-ai Agent on the pool calls its tool, gets the result back to the model and
+    ends with text: plain and streamed."""
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    provider = OpenAIProvider(base_url=served.url + "/v1", api_key="none")
+    agent = Agent(OpenAIChatModel("pool", provider=provider))
+    asked: list[str] = []
+
+    @agent.tool_plain
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        asked.append(city)
+        return "sunny"
+
+    result = agent.run_sync("What is the weather in Paris?")
+    requests = [m for m in result.all_messages() if m.kind == "request"]
+    assert isinstance(result.output, str) and result.output
+    assert 2 == len(requests) and 1 == len(asked)
+
+    async def streamed():
+        async with agent.run_stream("And in Rome?") as run:
+            return await run.get_output()
+
+    assert asyncio.run(streamed())
+    assert 2 == len(asked)

@@ -25,9 +25,20 @@ from rrcli.config.profile import (
     Profile,
     QueueSettings,
     RetrySettings,
+    ServeSettings,
 )
 from rrcli.config.redaction import looks_like_key, redacted_url
-from rrcli.config.schema import BUDGET, CACHE, COOLDOWN, GATE, QUEUE, RETRY, TOP, as_floats
+from rrcli.config.schema import (
+    BUDGET,
+    CACHE,
+    COOLDOWN,
+    GATE,
+    QUEUE,
+    RETRY,
+    SERVE,
+    TOP,
+    as_floats,
+)
 from rrcli.config.urls import endpoint_url
 from rrcli.config.walk import Checker
 from rrcli.diagnostic import Diagnostic
@@ -97,6 +108,9 @@ def _settings(check: Checker, top: Mapping[str, Any]) -> dict[str, Any]:
         "cooldown": CooldownSettings(**cooldown),
         "cache": _cache(check, check.table(top.get("cache", {}), CACHE, "cache")),
         "queue": _queue(check, check.table(top.get("queue", {}), QUEUE, "queue")),
+        "serve": ServeSettings(
+            **as_floats(check.table(top.get("serve", {}), SERVE, "serve"), SERVE)
+        ),
     }
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "Profile",
     "QueueSettings",
     "RetrySettings",
+    "ServeSettings",
     "SimSettings",
     "profile_to_dict",
 ]
@@ -120,10 +121,13 @@ class Credentials:
 
 @dataclass(frozen=True, slots=True)
 class Price:
-    """USD per million tokens."""
+    """USD per million tokens: ``cached_input`` for input read from the provider's prompt
+    cache, ``cache_write`` for input written to it (None: the input price)."""
 
     input: float = 0.0
     output: float = 0.0
+    cached_input: float | None = None
+    cache_write: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +224,20 @@ class QueueSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ServeSettings:
+    """``rrcli serve``: where it listens, the variable of its client keys ("": a key made at
+    start), the seconds a session may stay idle before it is forgotten, the largest request
+    body in bytes, the seconds SIGTERM lets requests in flight finish."""
+
+    host: str = "127.0.0.1"
+    port: int = 8787
+    keys_env: str = ""
+    session_idle: float = 3600.0
+    max_body_bytes: int = 32 << 20
+    drain_timeout: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
 class CooldownSettings:
     """When a backend is taken out of the load-aware strategies for a while.
 
@@ -268,6 +286,7 @@ class Profile:
     cache: CacheSettings = field(default_factory=CacheSettings)
     budget: BudgetSettings = field(default_factory=BudgetSettings)
     queue: QueueSettings = field(default_factory=QueueSettings)
+    serve: ServeSettings = field(default_factory=ServeSettings)
     backends: tuple[Backend, ...] = ()
     source: str = ""
 
@@ -323,6 +342,8 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
     if profile.cache != CacheSettings():
         out["cache"] = {k: v for k, v in _plain(profile.cache).items() if v}
     out["queue"] = _plain(profile.queue)
+    if profile.serve != ServeSettings():
+        out["serve"] = {k: v for k, v in _plain(profile.serve).items() if v != ""}
     if profile.budget.max_cost_usd is not None:
         out["budget"] = _plain(profile.budget)
     out["backends"] = [_backend_to_dict(b, redact) for b in profile.backends]

@@ -40,6 +40,7 @@ __all__ = [
     "PRICE",
     "QUEUE",
     "RETRY",
+    "SERVE",
     "SIM",
     "TOP",
     "Field",
@@ -139,6 +140,7 @@ TOP = {
     "cache": Field("table"),
     "budget": Field("table"),
     "queue": Field("table"),
+    "serve": Field("table"),
     "backends": Field("tables"),
 }
 BACKEND = {
@@ -192,6 +194,14 @@ QUEUE = {
     "lease": Field("number", above(0)),
     "max_deliveries": POSITIVE_INT,
 }
+SERVE = {
+    "host": Field("str", NOT_EMPTY),
+    "port": Field("int", within(0, 65535)),
+    "keys_env": Field("str", ENV_RULE),
+    "session_idle": Field("number", above(0)),
+    "max_body_bytes": POSITIVE_INT,
+    "drain_timeout": Field("number", at_least(0)),
+}
 COOLDOWN = {
     "consecutive_failures": Field("int", at_least(0)),
     "duration": Field("number", above(0)),
@@ -199,7 +209,9 @@ COOLDOWN = {
 }
 CACHE = {"path": Field("str", NOT_EMPTY), "mode": Field("str", choices=CACHE_MODES)}
 BUDGET = {"max_cost_usd": Field("number", at_least(0))}
-PRICE = {"input": Field("number", at_least(0)), "output": Field("number", at_least(0))}
+MAX_PRICE = 10_000.0  # USD per million tokens: ten times the dearest model's; more is a typo
+_PRICE = Field("number", within(0, MAX_PRICE))
+PRICE = {"input": _PRICE, "output": _PRICE, "cached_input": _PRICE, "cache_write": _PRICE}
 SIM = {
     "latency_ms": Field("number", at_least(0)),
     "jitter_ms": Field("number", at_least(0)),

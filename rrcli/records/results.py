@@ -195,7 +195,7 @@ class ResultWriter:
     ``write`` queues the line; ``flush`` hands queued lines to the OS in one write (the runner
     calls it periodically and at the end); ``close`` flushes and closes. ``append`` False
     truncates an existing file. ``clock`` (epoch seconds) dates the bodies built for batch
-    formats.
+    formats. ``on_closed`` is called once if the reader of the output (a pipe) goes away.
     """
 
     __slots__ = ("_clock", "_encode", "_out")
@@ -207,6 +207,7 @@ class ResultWriter:
         fmt: str = "rrcli",
         append: bool,
         clock: Callable[[], float] = time.time,
+        on_closed: Callable[[], None] | None = None,
     ) -> None:
         encoders = {
             "rrcli": self._rrcli,
@@ -217,7 +218,7 @@ class ResultWriter:
             raise UsageError(f"unknown results format {fmt!r} — use one of {', '.join(FORMATS)}")
         self._encode = encoders[fmt]
         self._clock = clock
-        self._out = LineFile(path, append=append, what="results")
+        self._out = LineFile(path, append=append, what="results", on_closed=on_closed)
 
     def write(
         self,

@@ -25,12 +25,13 @@ from rrcli.records._jsonl import LineFile
 from rrcli.records.traceschema import CALL_FIELDS, JOB_COUNTS, rfc3339
 
 if TYPE_CHECKING:
-    from rrcli.config.profile import Backend, Profile
+    from rrcli.config.profile import Backend, Price, Profile
     from rrcli.records.attempt import Attempt
 
 __all__ = ["CALL_FIELDS", "TraceWriter", "new_run_id", "rfc3339"]
 
 _NEWLINE = orjson.OPT_APPEND_NEWLINE
+_UNPRICED = (None, False)
 
 
 def new_run_id(clock: Callable[[], float] = time.time) -> str:
@@ -41,6 +42,16 @@ def new_run_id(clock: Callable[[], float] = time.time) -> str:
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 3)
+
+
+def _price_record(price: Price) -> dict[str, float]:
+    """A price as the run record writes it: the cache prices only when set."""
+    record = {"input": price.input, "output": price.output}
+    if price.cached_input is not None:
+        record["cached_input"] = price.cached_input
+    if price.cache_write is not None:
+        record["cache_write"] = price.cache_write
+    return record
 
 
 def _rounded(ms: float | None) -> float | None:
@@ -57,7 +68,7 @@ def _backend_record(backend: Backend) -> dict[str, Any]:
         "model": backend.model,
         "host": server_address(backend.provider, backend.base_url),
         "max_concurrency": backend.max_concurrency,
-        "price": None if price is None else {"input": price.input, "output": price.output},
+        "price": None if price is None else _price_record(price),
     }
 
 
@@ -119,10 +130,17 @@ class TraceWriter:
             }
         )
 
-    def call(self, attempt: Attempt, server_address: str | None) -> None:
+    def call(
+        self,
+        attempt: Attempt,
+        server_address: str | None,
+        charged: tuple[float | None, bool] = _UNPRICED,
+    ) -> None:
         """The ``call`` record of one HTTP attempt; ``server_address`` is the provider's
-        host[:port] (None for the in-process sim). The dict literal is in SPEC §5's field order:
-        the hot path builds it and encodes it once, nothing more (and hands it to the tap)."""
+        host[:port] (None for the in-process sim); ``charged``: (USD the attempt was charged,
+        None unpriced; whether that is an estimate). The dict literal is in SPEC §5's field
+        order: the hot path builds it and encodes it once, nothing more (and hands it to the
+        tap)."""
         if self._out is None and self._tap is None:
             return
         reply, error, backend = attempt.reply, attempt.error, attempt.backend
@@ -153,6 +171,10 @@ class TraceWriter:
                 "ttft_ms": None if reply is None else _rounded(reply.ttft_ms),
                 "input_tokens": None if reply is None else reply.input_tokens,
                 "output_tokens": None if reply is None else reply.output_tokens,
+                "cached_input_tokens": None if reply is None else reply.cached_input_tokens,
+                "usage_estimated": False if reply is None else reply.usage_estimated,
+                "cost_usd": None if charged[0] is None else round(charged[0], 9),
+                "cost_estimated": charged[1],
                 "stream": attempt.stream,
                 "endpoint": attempt.endpoint,
             },
@@ -177,9 +199,12 @@ class TraceWriter:
         jobs: Mapping[str, int],
         interrupted: bool,
         budget: Mapping[str, float] | None = None,
+        halted: str | None = None,
     ) -> None:
         """The ``run_end`` record: jobs by outcome (ok, error, invalid, skipped; 0 if absent),
-        and the run's ``budget`` (``{"limit", "spent"}`` in USD; None without one)."""
+        the run's ``budget`` (``{"limit", "spent", "reserved_peak"}`` in USD; None without one),
+        and why the run stopped itself before its last job (``halted``: ``budget``,
+        ``no_backend``, ``output_closed``; None when it did not)."""
         self._put(
             {
                 "event": "run_end",
@@ -188,6 +213,7 @@ class TraceWriter:
                 "jobs": {k: int(jobs.get(k, 0)) for k in JOB_COUNTS},
                 "interrupted": interrupted,
                 "budget": None if budget is None else dict(budget),
+                "halted": halted,
             }
         )
 

@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from rrcli.config.prices import pool_prices
 from rrcli.config.profile import Profile
 from rrcli.errors import ProviderError
+from rrcli.routing.costs import Charge, attempt_cost
 from rrcli.routing.down import BackendDown, no_backend
 from rrcli.routing.gate import Clock, Gate, Sleep, WaitEnded
 from rrcli.routing.lease import BackendState, Lease
@@ -68,6 +70,7 @@ class Router:
         fixed = tuple(Candidate(s.position, s.backend.weight) for s in self.states)
         self._fixed = None if self._strategy.load_aware else fixed
         self._skip_cooling = self._strategy.load_aware or profile.cooldown.round_robin
+        self._cooled_until = 0.0  # the latest cooldown of any backend: none cools after it
         #: the strategy that reads prompts, when it is the one
         self._prefixes = self._strategy if isinstance(self._strategy, CacheAware) else None
         self._rng = rng
@@ -78,6 +81,7 @@ class Router:
         self._bindings: dict[str, tuple[BackendState, str]] = {}
         self._saved: dict[str, str] = {}
         self.budget: Budget | None = None  # the run's budget, when it has one (budget.py)
+        self.prices = pool_prices(profile.backends)  # what a call is charged without a budget
         distinct = {id(s.gate): s.gate for s in self.states}.values()
         self._waiting = Waiting(self._sweep, len(distinct), rng, sleep)
         if isinstance(self._strategy, FirstAvailable):
@@ -162,37 +166,49 @@ class Router:
         await self._waiting.free(lease.state.gate)
 
     def admit(self, lease: Lease, tokens: int, call: Call) -> Awaitable[None]:
-        """Await it until the lease's next attempt may start: with a budget, its worst case set
-        aside (else ``Halted``: the run halts and the attempt is not sent), its slot again if a
-        retry gave it back (``reacquire``), then the rpm/tpm budget for ``tokens``. Every
-        attempt starts here. Without a budget, a lease holding its slot awaits the gate's
-        reservation itself: no coroutine between."""
+        """Await it until the lease's next attempt may start: its slot again if a retry gave it
+        back (``reacquire``), with a budget its worst case set aside (waiting for calls in
+        flight to settle when it does not fit yet; ``Halted`` when it never can: the attempt
+        is not sent), then the rpm/tpm budget for ``tokens``. Every attempt starts here.
+        Without a budget, or with room in a local one, a lease holding its slot awaits the
+        gate's reservation itself: no coroutine between."""
+        if not lease.held:
+            return self._readmit(lease, tokens, call)
         if self.budget is not None:
-            shared = self.budget.reserve(lease, tokens, call)
-            if shared is not None:
-                return self._admit_after(shared, lease, tokens)
-        if lease.held:
-            return lease.state.gate.reserve(tokens)
-        return self._readmit(lease, tokens)
+            step = self.budget.reserve(lease, tokens, call)
+            if step is not None:
+                return self._admit_after(step, lease, tokens)
+        return lease.state.gate.reserve(tokens)
 
     async def _admit_after(self, step: Awaitable[None], lease: Lease, tokens: int) -> None:
         await step
-        if not lease.held:
-            await self.reacquire(lease)
         await lease.state.gate.reserve(tokens)
 
-    async def _readmit(self, lease: Lease, tokens: int) -> None:
+    async def _readmit(self, lease: Lease, tokens: int, call: Call) -> None:
         await self.reacquire(lease)
+        if self.budget is not None:
+            step = self.budget.reserve(lease, tokens, call)
+            if step is not None:
+                await step
         await lease.state.gate.reserve(tokens)
 
-    async def observe(self, attempt: Attempt, lease: Lease | None = None) -> None:
+    def charge(self, attempt: Attempt, lease: Lease | None = None) -> Charge:
+        """What the attempt is charged: its usage at its backend's price, or, when its usage
+        is unknown, its budget reservation (``costs.attempt_cost``); (None, False) unpriced."""
+        if self.budget is not None:
+            return self.budget.charge(attempt, lease)
+        return attempt_cost(self.prices.get(attempt.backend.id), attempt, None)
+
+    async def observe(
+        self, attempt: Attempt, lease: Lease | None = None, charged: float | None = None
+    ) -> None:
         """One attempt, while it still holds its slot: display counters, EWMA latency, cooldowns,
         AIMD, a server-given pause (a 429's Retry-After; a success's rate-limit headers saying a
         budget is spent until its reset; never longer than ``max_server_pause``), the tpm
         booking corrected by the reply's usage (never above what the call could have cost), and
-        the budget's reservation settled at what the reply cost."""
+        the budget's reservation settled at ``charged`` (``charge``; None: the reservation)."""
         if self.budget is not None and lease is not None:
-            shared = self.budget.settle(attempt, lease)
+            shared = self.budget.settle(lease, charged)
             if shared is not None:
                 await shared
         state = self._by_id[attempt.backend.id]
@@ -301,6 +317,7 @@ class Router:
         """Extend the cooldown to ``until``; a cooldown is never shortened."""
         if until > state.cooldown_until:
             state.cooldown_until = until
+            self._cooled_until = max(self._cooled_until, until)
             seconds = round(until - self._clock(), 3)
             log.info(
                 "rrcli.backend_cooling", backend=state.backend.id, reason=reason, seconds=seconds
@@ -324,7 +341,7 @@ class Router:
             allowed = tuple(s for s in allowed if s.backend.id not in exclude)
         if not allowed:
             raise no_backend(self.states, bool(self._admitted), exclude)
-        if not self._skip_cooling:
+        if not self._skip_cooling or self._clock() >= self._cooled_until:
             return allowed, None
         warm = [s for s in allowed if not s.cooling]
         return warm, (None if warm else min(s.cooldown_until for s in allowed))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from rrcli.config.load import ValidationReport, resolve_profile_path, validate_profile
 from rrcli.config.prices import KnownPrice, price_of
-from rrcli.config.profile import Backend, Profile, RetrySettings
+from rrcli.config.profile import Backend, Price, Profile, RetrySettings
 from rrcli.config.redaction import redacted_url
 from rrcli.errors import ProviderError, UsageError
 from rrcli.providers import make_provider
@@ -128,7 +128,7 @@ class CheckReport:
             document["probe"] = [asdict(p) for p in self.probes]
         if self.prices is not None:
             document["prices"] = {
-                bid: None if known is None else {**asdict(known.price), "source": known.source}
+                bid: None if known is None else {**_set(known.price), "source": known.source}
                 for bid, known in self.prices.items()
             }
         return document
@@ -263,3 +263,8 @@ def price_lines(prices: Mapping[str, KnownPrice | None]) -> list[str]:
             "refuses to run"
         )
     return lines
+
+
+def _set(price: Price) -> dict[str, Any]:
+    """A price's fields that are set (its cache prices only when it has them)."""
+    return {k: v for k, v in asdict(price).items() if v is not None}

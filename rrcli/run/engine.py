@@ -40,9 +40,10 @@ from rrcli.routing.retry import RetryPolicy
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
 from rrcli.run.cached import ResponseCache
+from rrcli.run.failures import log_failure
 from rrcli.run.summary import RunSummary
 from rrcli.run.turns import REQUEST_TEXT, assistant_message, bounded, echo_for, join_paused, sent
-from rrcli.tokens import estimate_call_tokens
+from rrcli.tokens import estimate_call_tokens, estimate_prompt_tokens
 
 __all__ = ["Engine", "ResultSink"]
 
@@ -146,7 +147,7 @@ class Engine:
             self.summary.ok += 1
         elif outcome.status == "error":
             self.summary.error += 1
-            _log_failure(outcome)
+            log_failure(outcome, self.summary.failures, every=self._log_calls)
         else:
             self.summary.invalid += 1
             return
@@ -250,7 +251,7 @@ class Engine:
         backend = lease.state.backend
         provider = self.providers[backend.id]
         call = self._request(job, messages, backend)
-        estimate = estimate_call_tokens(messages, call.params, job.input)
+        estimate = estimate_call_tokens(messages, call.params, job.input, call.input_tokens)
         echo = echo_for(call.stream, self.on_text, backend.id)
         number, first_try, paused, continued = before, time.monotonic(), None, 0
         attempt: Attempt | None = None
@@ -260,7 +261,7 @@ class Engine:
                 assert attempt is not None  # only a retry waits for its backend's slot again
                 return self._outcome(job, attempt, None)
             started, ts_start = time.monotonic(), time.time()
-            reply, error, ended = await sent(provider, call, echo)
+            reply, error, ended = await sent(provider, call, echo, estimate)
             reply, error, continued = bounded(reply, error, continued, self._continuations)
             printed = echo is not None and echo.printed
             backoff = self._backoff(error, number - before, ended - first_try, printed)
@@ -282,7 +283,8 @@ class Engine:
                 return self._outcome(job, attempt, reply)
             # Anthropic pause_turn: the same turn goes on, on the same backend and slot
             paused = reply
-            call = replace(call, messages=[*call.messages, reply.continuation])
+            call = replace(call, messages=[*call.messages, reply.continuation], input_tokens=None)
+            estimate = estimate_call_tokens(call.messages, call.params, job.input)  # grown
             queued = time.monotonic()
 
     async def _admitted(self, lease: Lease, estimate: int, call: Call) -> bool:
@@ -296,14 +298,13 @@ class Engine:
 
     def _request(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
         """The call as sent to ``backend``: its params under the job's (the job wins), merged
-        here once; streamed with --stream, the job's own ``stream`` or ``stream = true`` in the
-        backend's params, unless its endpoint has no streamed form; in the job's dialect (the
-        adapter translates for the other API)."""
+        once; streamed with --stream, the job's ``stream`` or the backend's ``stream = true``
+        unless its endpoint has no streamed form; in the job's dialect; its input tokens counted."""
         params = {**backend.params, **job.params}
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
-        if stream and job.endpoint in UNSTREAMED:
-            stream = False
-        return Call(messages, params, stream, dialect_of(job.kind), job.endpoint, job.input)
+        stream = stream and job.endpoint not in UNSTREAMED
+        prompt, dialect = estimate_prompt_tokens(messages, job.input), dialect_of(job.kind)
+        return Call(messages, params, stream, dialect, job.endpoint, job.input, prompt)
 
     def _backoff(
         self, error: ProviderError | None, retry: int, elapsed: float, printed: bool
@@ -319,8 +320,9 @@ class Engine:
     ) -> Awaitable[None]:
         """Hand the attempt to each observer: the trace, with -v the log, health (an answer
         saying its backend serves no call), and the router (counters, cooldowns, AIMD, pauses,
-        the tpm settlement), whose coroutine is returned for the loop to await."""
-        self.traces.call(attempt, server_address)
+        the tpm settlement, the budget's), whose coroutine is returned for the loop to await."""
+        charged = self.router.charge(attempt, lease)
+        self.traces.call(attempt, server_address, charged)
         error = attempt.error
         if error is not None and error.backend_down:
             self.health.down(attempt.backend.id, error)
@@ -335,7 +337,7 @@ class Engine:
                 error_type=attempt.error_type,
                 latency_ms=attempt.latency_ms,
             )
-        return self.router.observe(attempt, lease)
+        return self.router.observe(attempt, lease, charged[0])
 
     async def _back_off(self, lease: Lease, attempt: Attempt, delay: float) -> None:
         """Give the slot back and sleep before the retry (a waiting job holds no slot)."""
@@ -378,18 +380,6 @@ def _decide(error: ProviderError | None, backoff: float | None, failover: bool) 
     if backoff is not None:
         return "retry"
     return "failover" if error.backend_down or (failover and error.transient) else "error"
-
-
-def _log_failure(outcome: CallOutcome) -> None:
-    attempt, error = outcome.attempt, outcome.error or {}
-    log.warning(
-        "rrcli.job_failed",
-        job_id=outcome.job.id,
-        deployment=None if attempt is None else attempt.backend.id,
-        attempts=outcome.attempts,
-        error_type=error.get("type"),
-        message=error.get("message"),
-    )
 
 
 def _debug_logged() -> bool:

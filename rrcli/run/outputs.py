@@ -62,18 +62,20 @@ def open_outputs(
     stack: ExitStack,
     sender: SpanProcess | None = None,
     queue: SharedQueue | None = None,
+    on_closed: Callable[[], None] | None = None,
 ) -> tuple[ResultSink, TraceWriter]:
     """The result sink (a file appended on --resume, or the --prompt callback) and the trace
     writer (appended to, but started afresh with --overwrite, as the results are), both closed
     by ``stack``; with a span ``sender`` (--otlp) both feed it too; with a
-    shared ``queue`` each result line goes to it as well."""
+    shared ``queue`` each result line goes to it as well. ``on_closed``: called once if the
+    results' reader (a pipe) goes away."""
     results: ResultSink
     if options.on_result is not None:
         results = CallbackWriter(options.on_result)
     else:
         out = options.out_file
         append = options.resume and out is not None and out.exists()
-        writer = ResultWriter(out, fmt=options.fmt, append=append)
+        writer = ResultWriter(out, fmt=options.fmt, append=append, on_closed=on_closed)
         stack.callback(writer.close)
         results = writer if queue is None else queue.sink(writer)
     tap = None if sender is None else sender.put

@@ -26,7 +26,7 @@ from rrcli.config.profile import Backend, Profile
 from rrcli.errors import UsageError
 from rrcli.records.formatfit import refuse_unfit
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
-from rrcli.routing.budget import NO_OUTPUT
+from rrcli.routing.costs import NO_OUTPUT
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
 from rrcli.run.runner import RunOptions, make_router

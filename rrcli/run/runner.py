@@ -32,10 +32,11 @@ from rrcli.records.formatfit import refuse_unfit, unfit_invalid
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.records.results import ResumeState
 from rrcli.records.trace import new_run_id
-from rrcli.routing.control import RunControl
+from rrcli.routing.control import Halt, RunControl
 from rrcli.routing.router import Router
 from rrcli.run.cached import ResponseCache, open_cache
 from rrcli.run.engine import Engine
+from rrcli.run.failures import log_repeated
 from rrcli.run.lookahead import Lookahead
 from rrcli.run.money import budget_prices, final_halt, make_budget
 from rrcli.run.options import RunOptions
@@ -49,6 +50,7 @@ from rrcli.run.workers import (
     StoppableReader,
     count_lines,
     open_jobs,
+    planned_total,
     select_jobs,
 )
 
@@ -61,6 +63,7 @@ log = structlog.get_logger("rrcli")
 
 FLUSH_INTERVAL = 0.2  # seconds between flushes of results and traces
 DRAIN_TIMEOUT = 30.0  # seconds the first Ctrl-C lets calls in flight finish
+OUTPUT_CLOSED = 141  # exit status when the results' reader went away: 128 + SIGPIPE, as a shell
 
 
 async def run(
@@ -143,7 +146,10 @@ async def _run_open(
     control = start.control
     seed = options.seed if options.seed is not None else profile.seed
     rng = random.Random(seed)
+    shared = None if isinstance(jobs_in, Iterator) else jobs_in
     summary = RunSummary(new_run_id(), total=total)
+    if shared is None:
+        summary.total, summary.total_estimated = planned_total(total, options.shard, options.limit)
     cache = _open_cache(profile, options, summary, stack)  # CacheError: exit 2, nothing sent
     resume = prepare_results(options, stack)
     router, gates = make_router(profile, rng)
@@ -152,8 +158,8 @@ async def _run_open(
         router.restore_bindings(resume.sessions)
     providers = make_providers(profile, start.keys, seed)
     sender = open_sender(start.otlp, summary.run_id, stack)
-    shared = None if isinstance(jobs_in, Iterator) else jobs_in
-    results, traces = open_outputs(options, summary.run_id, stack, sender, shared)
+    closed = _output_closed(control, summary)
+    results, traces = open_outputs(options, summary.run_id, stack, sender, shared, closed)
     traces.run(profile, None if shared is None else shared.label)
     engine = Engine(
         profile, options.stream, options.on_text, router, providers, results, traces,
@@ -175,6 +181,22 @@ async def _run_open(
         await _close(engine, gates)
         await close_sender(sender)
     return summary
+
+
+def _output_closed(control: RunControl, summary: RunSummary) -> Callable[[], None]:
+    """What the run does when the reader of its results goes away (``--out - | head``): it
+    stops at once, calls in flight cancelled (their answers have nowhere to go), and exits as a
+    program killed by SIGPIPE would (OUTPUT_CLOSED)."""
+
+    def stop() -> None:
+        message = (
+            f"the results output was closed (broken pipe) after {summary.done:,} results: "
+            "the run stopped; jobs not finished have no result line"
+        )
+        control.halt(Halt(OUTPUT_CLOSED, "output_closed", message))
+        control.cancel()
+
+    return stop
 
 
 def _keys(profile: Profile, environ: Mapping[str, str]) -> dict[str, str | None]:
@@ -199,8 +221,10 @@ def _ended(
     spend and the jobs not run once the calls in flight finished; ``rest``: the jobs never
     handed out, None when they came from a pipe)."""
     summary.halted = control.halted
-    if summary.halted and summary.halted.reason == "budget" and router.budget:
-        summary.halted = final_halt(router.budget, summary, rest)
+    budget = router.budget
+    refused = budget is not None and budget.refused and not control.stopping
+    if budget and (refused or (summary.halted and summary.halted.reason == "budget")):
+        summary.halted = final_halt(budget, summary, rest)
     summary.interrupted = control.stopping and control.halted is None
 
 
@@ -260,7 +284,8 @@ async def _close(engine: Engine, gates: Mapping[str, Any]) -> None:
     """The run's end, however it ended: the run_end record, outputs flushed, connections and
     shared leases given back, the end logged."""
     summary, budget = engine.summary, engine.router.budget
-    engine.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record())
+    halted = None if summary.halted is None else summary.halted.reason
+    engine.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record(), halted)
     if budget is not None:
         await budget.ledger.close()
     engine.results.flush()
@@ -268,6 +293,7 @@ async def _close(engine: Engine, gates: Mapping[str, Any]) -> None:
     for provider in engine.providers.values():
         await provider.aclose()
     await _close_gates(gates)
+    log_repeated(summary.failures)
     log.info(
         "rrcli.run_finished", run_id=summary.run_id, interrupted=summary.interrupted, **summary.jobs
     )

@@ -44,6 +44,7 @@ __all__ = [
     "StoppableReader",
     "count_lines",
     "open_jobs",
+    "planned_total",
     "select_jobs",
 ]
 
@@ -131,6 +132,19 @@ def count_lines(path: Path | None) -> int | None:
     return count
 
 
+def planned_total(
+    lines: int | None, shard: tuple[int, int] | None, limit: int | None
+) -> tuple[int | None, bool]:
+    """The jobs a run of a file of ``lines`` lines will end or skip, and whether that is an
+    estimate: a shard's share is 1/N of the lines until the file's end is reached."""
+    if lines is None:
+        return (limit, True) if limit is not None else (None, False)
+    total = lines if shard is None else -(-lines // shard[1])
+    if limit is not None:
+        total = min(total, limit)
+    return total, shard is not None
+
+
 def select_jobs(
     jobs: Iterator[Job | InvalidJob],
     *,
@@ -140,18 +154,20 @@ def select_jobs(
     limit: int | None,
 ) -> Iterator[Job | InvalidJob]:
     """--shard, --limit and --resume applied to the stream of jobs, lazily, in that order: the
-    first N jobs of the shard (skipped or not, so a resumed run selects the same jobs)."""
+    first N jobs of the shard (skipped or not, so a resumed run selects the same jobs). At the
+    end of the selection the summary's total is the exact count."""
     taken = 0
     for job in jobs:
         if shard is not None and shard_of(job.key, shard[1]) != shard[0]:
             continue
         if limit is not None and taken >= limit:
-            return
+            break
         taken += 1
         if done is not None and job.key in done:
             summary.skipped += 1
             continue
         yield job
+    summary.total, summary.total_estimated = taken, False
 
 
 def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO | StoppableReader]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from starlette.routing import Route
 from rrcli.errors import CallError
 from rrcli.records.attempt import CallOutcome
 from rrcli.run.pool import Pool, answer
+from rrcli.serve.metrics import CONTENT_TYPE, Metrics
 from rrcli.serve.sessions import Idle, session_of
 from rrcli.serve.wires import ANTHROPIC, OPENAI, Wire
 
@@ -61,6 +63,7 @@ class Gateway:
         self.draining = False
         self.in_flight = 0
         self.sessions = Idle(settings.session_idle)
+        self.metrics = Metrics(self.pools)
         self._by_model: dict[str, tuple[Pool, frozenset[str]]] = {}
         for pool in self.pools:
             ids = {b.id for b in pool.profile.backends}
@@ -101,7 +104,11 @@ def pool_name(pool: Pool) -> str:
 
 def build_app(gateway: Gateway) -> Starlette:
     """The app: both APIs (also under ``/s/{session}``), /health, /ready, /v1/models."""
-    routes = [Route("/health", _health(gateway)), Route("/ready", _ready(gateway))]
+    routes = [
+        Route("/health", _health(gateway)),
+        Route("/ready", _ready(gateway)),
+        Route("/metrics", _metrics(gateway)),
+    ]
     for prefix in ("", "/s/{session}"):
         for path, endpoint in _OPENAI_PATHS.items():
             handler = _api(gateway, OPENAI, endpoint)
@@ -132,6 +139,13 @@ def _ready(gateway: Gateway) -> Any:
     return ready
 
 
+def _metrics(gateway: Gateway) -> Any:
+    async def metrics(request: Request) -> Response:
+        return Response(gateway.metrics.render(), media_type=CONTENT_TYPE)
+
+    return metrics
+
+
 def _models(gateway: Gateway) -> Any:
     async def models(request: Request) -> Response:
         data = [{"id": m, "object": "model", "owned_by": "rrcli"} for m in gateway.models()]
@@ -141,12 +155,23 @@ def _models(gateway: Gateway) -> Any:
 
 
 def _api(gateway: Gateway, wire: Wire, endpoint: str) -> Any:
+    metrics = gateway.metrics
+
     async def handle(request: Request) -> Response:
         gateway.in_flight += 1
+        metrics.in_flight.inc()
+        started = time.monotonic()
+        status, streamed, deployment = 500, False, None
         try:
-            return await _handle(gateway, wire, endpoint, request)
+            response = await _handle(gateway, wire, endpoint, request)
+            status, deployment = response.status_code, response.headers.get("x-rrcli-deployment")
+            streamed = isinstance(response, StreamingResponse)
+            return response
         finally:
             gateway.in_flight -= 1
+            metrics.in_flight.dec()
+            seconds = time.monotonic() - started
+            metrics.observe(wire.name, endpoint, status, seconds, streamed, deployment)
 
     return handle
 
