@@ -557,3 +557,29 @@ def test_a_json_schema_with_tools_of_its_own_requires_some_tool_call() -> None:
         [t["name"] for t in body["tools"]],
         body["tool_choice"],
     )
+
+
+def test_a_json_schema_named_as_one_of_the_jobs_tools_gets_an_answer_tool_of_its_own() -> None:
+    """A json_schema whose name is one of the job's tools' (found by the strict server's
+    property test: Anthropic refuses two tools of one name): the answer tool is numbered, and
+    its call is still read as the answer, the job's own tool call kept."""
+    tool = {"type": "function", "function": {"name": "out", "parameters": {"type": "object"}}}
+    params = {
+        "tools": [tool],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "out"}},
+    }
+    body = to_anthropic([{"role": "user", "content": "x"}], params)
+    assert ["out", "out_1"] == [t["name"] for t in body["tools"]]
+    own = {"id": "t1", "type": "function", "function": {"name": "out", "arguments": "{}"}}
+    content = [
+        {"type": "tool_use", "id": "t1", "name": "out", "input": {}},
+        {"type": "tool_use", "id": "t2", "name": "out_1", "input": {"answer": 42}},
+    ]
+    reply = Reply(output="", finish_reason="tool_calls", body={"content": content})
+    reply.tool_calls = [own]
+    answered = answer_from_forced_tool(reply, Call([], params))
+    assert ('{"answer":42}', "stop", [own]) == (
+        answered.output,
+        answered.finish_reason,
+        answered.tool_calls,
+    )

@@ -202,11 +202,30 @@ def _answer_tool(body: dict[str, Any], params: Mapping[str, Any]) -> None:
 
 
 def answer_name(params: Mapping[str, Any]) -> str | None:
+    """The answer tool's name: the json_schema's, numbered when one of the job's own tools has
+    it (Anthropic refuses two tools of one name); None without a json_schema."""
     fmt = params.get("response_format")
     if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
         return None
     spec = fmt.get("json_schema")
-    return (spec.get("name") or "response") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    base = name = spec.get("name") or "response"
+    tools = params.get("tools")
+    names = (_tool_name(t) for t in tools) if isinstance(tools, list) else ()
+    taken = {n for n in names if isinstance(n, str)}
+    count = 0
+    while name in taken:
+        count += 1
+        name = f"{str(base)[:60]}_{count}"
+    return name
+
+
+def _tool_name(tool: Any) -> Any:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    if isinstance(function, dict):
+        return function.get("name")
+    return tool.get("name") if isinstance(tool, dict) else None
 
 
 def _stop(body: dict[str, Any], key: str, value: Any) -> None:
