@@ -21,7 +21,7 @@ import structlog
 
 if TYPE_CHECKING:
     from rrcli.routing.router import Router
-    from rrcli.run.summary import RunSummary
+    from rrcli.running.summary import RunSummary
 
 __all__ = ["ProgressLines", "configure_logging", "log_level"]
 

@@ -9,7 +9,7 @@ import re
 import orjson
 from runkit import Terminal, read_jsonl, rrcli, write_jobs
 
-from rrcli.run.summary import RunSummary
+from rrcli.running.summary import RunSummary
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
