@@ -174,8 +174,9 @@ def scenarios(names: str, scale: float) -> None:
 def engine_one(n: int, strategy: str) -> None:
     import asyncio
 
-    from rrcli.config.profile import Backend, Profile, SimSettings
     from rrcli.run.runner import RunOptions, run
+
+    from rrcli.config.profile import Backend, Profile, SimSettings
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
