@@ -23,6 +23,7 @@ __all__ = [
     "PrefixBlocks",
     "estimate_call_tokens",
     "estimate_input_tokens",
+    "estimate_prompt_tokens",
     "estimate_value_tokens",
     "input_token_bound",
     "output_cap",
@@ -75,13 +76,21 @@ def _count(value: object) -> tuple[int, int]:
     return 0, len(orjson.dumps(value, default=str))
 
 
+def estimate_prompt_tokens(messages: Sequence[Mapping[str, Any]], value: object = None) -> int:
+    """Input tokens of a call: its ``messages``, or a non-chat job's input ``value`` when given."""
+    return estimate_input_tokens(messages) if value is None else estimate_value_tokens(value)
+
+
 def estimate_call_tokens(
-    messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any], value: object = None
+    messages: Sequence[Mapping[str, Any]],
+    params: Mapping[str, Any],
+    value: object = None,
+    prompt: int | None = None,
 ) -> int:
-    """Tokens a call may cost: its input (``messages``, or a non-chat job's input ``value``
-    when given) and its output cap (``max_tokens``, ``max_completion_tokens`` or the Responses
-    API's ``max_output_tokens``; 0 when none is set)."""
-    given = estimate_input_tokens(messages) if value is None else estimate_value_tokens(value)
+    """Tokens a call may cost: its input (``prompt`` when already estimated, else
+    ``estimate_prompt_tokens``) and its output cap (``max_tokens``, ``max_completion_tokens`` or
+    the Responses API's ``max_output_tokens``; 0 when none is set)."""
+    given = estimate_prompt_tokens(messages, value) if prompt is None else prompt
     return given + (output_cap(params) or 0)
 
 
