@@ -16,8 +16,8 @@ from rrcli.routing.budget import Budget, Ledger, LocalLedger
 from rrcli.routing.control import Halt, RunControl
 
 if TYPE_CHECKING:
-    from rrcli.run.options import RunOptions
-    from rrcli.run.summary import RunSummary
+    from rrcli.running.options import RunOptions
+    from rrcli.running.summary import RunSummary
 
 __all__ = ["budget_prices", "final_halt", "make_budget"]
 
