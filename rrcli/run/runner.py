@@ -128,6 +128,8 @@ async def _run_open(
     seed = options.seed if options.seed is not None else profile.seed
     rng = random.Random(seed)
     summary = RunSummary(new_run_id(), total=total)
+    if not isinstance(jobs_in, Iterator):
+        summary.queue, summary.queue_finished = jobs_in.label["name"], jobs_in.finished
     cache = _open_cache(profile, options, summary, stack)  # CacheError: exit 2, nothing sent
     resume = prepare_results(options, stack)
     router, gates = make_router(profile, rng)
