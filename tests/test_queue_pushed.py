@@ -6,8 +6,10 @@ through the CLI, against real redis-server processes and servers on 127.0.0.1.""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import threading
+import time
 
 import orjson
 import pytest
@@ -203,18 +205,22 @@ def test_redis_out_of_memory_during_the_work_is_exit_1_and_the_out_is_whole(tmp_
 
 
 def test_a_job_acknowledged_is_in_its_workers_out_after_kill_9(tmp_path, sim_server, broker):
-    """One of two workers SIGKILLed mid-run: every job whose result the queue stored is in some
-    worker's --out (written before it was acknowledged), so the --out files are a whole
-    fallback; the queue ends with one ok line a job."""
+    """Workers SIGKILLed mid-run one after another (at a moment unrelated to their periodic
+    flush), the last one finishing: every job whose result the queue stored is in some worker's
+    --out (written to it before it was acknowledged), so the --out files are a whole fallback;
+    the queue ends with one ok line a job."""
     server = sim_server(latency_ms=3)
     profile = queue_profile(tmp_path, [(server.openai_url, 8)], broker.url, gate=False, lease=1.0)
     jobs = write_jobs(tmp_path / "jobs.jsonl", 2000)
-    a, b = (worker(tmp_path, profile, "kill", tag, jobs) for tag in "ab")
-    wait_for(lambda: lines_in(tmp_path / "r-a.jsonl") >= 300)
-    a.send_signal(signal.SIGKILL)
-    a.wait()
-    finish(b)
-    written = {r["id"] for tag in "ab" for r in read_jsonl(tmp_path / f"r-{tag}.jsonl")}
+    rng = random.Random(23)
+    for tag in "ab":
+        proc = worker(tmp_path, profile, "kill", tag, jobs)
+        wait_for(lambda t=tag: lines_in(tmp_path / f"r-{t}.jsonl") >= 300)
+        time.sleep(rng.uniform(0.05, 0.15))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finish(worker(tmp_path, profile, "kill", "c"))
+    written = {r["id"] for tag in "abc" for r in read_jsonl(tmp_path / f"r-{tag}.jsonl")}
     kept = {orjson.loads(line)["id"] for line in stored(broker.url, "kill", "results").values()}
     assert 2000 == len(kept)
     assert set() == kept - written
