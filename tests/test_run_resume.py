@@ -69,3 +69,18 @@ def test_sigint_exits_130_with_consistent_files_and_resume_finishes(tmp_path, si
     assert n == len(counts) and {1} == set(counts.values())
     ends = [r for r in read_jsonl(tmp_path / "jobs.traces.jsonl") if r["event"] == "run_end"]
     assert len(first) == ends[-1]["jobs"]["skipped"]
+
+
+def test_limit_with_resume_selects_the_same_first_jobs(tmp_path, sim_server):
+    """--limit N counts the first N jobs of the file whether --resume skips them or not: a run
+    of 3, resumed with --limit 5, sends only the 2 jobs after them and ends with the first 5
+    jobs ok once each."""
+    server = sim_server()
+    profile = write_profile(tmp_path / "p.toml", [{"id": "b0", "base_url": server.openai_url}])
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 10)
+    first = rrcli("run", jobs, "-p", profile, "-q", "--limit", "3", cwd=tmp_path)
+    assert 0 == first.returncode, first.stderr
+    again = rrcli("run", jobs, "-p", profile, "-q", "--limit", "5", "--resume", cwd=tmp_path)
+    assert 0 == again.returncode, again.stderr
+    assert Counter(f"j{i}" for i in range(5)) == ok_counts(tmp_path / "jobs.results.jsonl")
+    assert 5 == server.stats()["requests"]
