@@ -82,7 +82,6 @@ class RedisQueue:
         self.held: dict[str, tuple[str, int]] = {}  # job key -> (stream id, line): not yet done
         self.acks: list[tuple[str, int, bytes, str, str, str]] = []
         self.unacked = 0  # jobs done here whose acknowledgement is not yet stored
-        self.done = 0
         self.loaded = False
         self.finished = False  # every job had its result before this worker came
         self.engine: Any = None
@@ -251,7 +250,6 @@ class RedisQueue:
         self.acks.append((mid, number, line, "1" if ok else "", session if bind else "",
                           deployment if bind and deployment else ""))  # fmt: skip
         self.unacked += 1
-        self.done += 1
         self._due.set()
         self._room.set()
 
