@@ -145,8 +145,8 @@ def test_a_job_acknowledged_is_pending_nowhere_and_an_exited_worker_keeps_its_co
 
 def test_redis_out_of_memory_during_the_load_is_exit_2_and_the_load_goes_on(tmp_path, sim_server):
     """A Redis at its maxmemory (noeviction) while 1,500 jobs of 2 KB load: exit 2 naming Redis's
-    memory and what to do, no traceback, nothing sent; with the memory raised, the same command
-    goes on with the load and runs every job once."""
+    memory and what to do, no traceback, nothing sent (again when run again as it is); with the
+    memory raised, the same command goes on with the load and runs every job once."""
     server = sim_server()
     limited = RedisServer(persist=("--appendonly", "no", "--maxmemory", "2mb")).start()
     try:
@@ -156,11 +156,12 @@ def test_redis_out_of_memory_during_the_load_is_exit_2_and_the_load_goes_on(tmp_
             orjson.dumps({"id": f"j{i}", "prompt": f"{i} " + "x" * 2000}) + b"\n"
             for i in range(1500)
         ))  # fmt: skip
-        result = rrcli("run", jobs, "-p", profile, "-q", "--queue", "big", cwd=tmp_path)
-        assert 2 == result.returncode, result.stderr
-        assert "is out of memory" in result.stderr and "maxmemory" in result.stderr
-        assert "run the same command again" in result.stderr
-        assert "Traceback" not in result.stderr
+        for _ in range(2):  # the second one meets the full Redis at its first step
+            result = rrcli("run", jobs, "-p", profile, "-q", "--queue", "big", cwd=tmp_path)
+            assert 2 == result.returncode, result.stderr
+            assert "is out of memory" in result.stderr and "maxmemory" in result.stderr
+            assert "run the same command again" in result.stderr
+            assert "Traceback" not in result.stderr
         assert 0 == server.stats()["requests"]
         redis.Redis.from_url(limited.url).config_set("maxmemory", 0)
         result = rrcli("run", jobs, "-p", profile, "-q", "--queue", "big", cwd=tmp_path)

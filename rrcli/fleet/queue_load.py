@@ -43,8 +43,22 @@ async def load_jobs(store: QueueStore, path: Path, settings: QueueSettings) -> i
     """Load ``path`` into the queue of ``store`` unless it is loaded (or being loaded: then
     wait); the jobs it holds. UsageError when the queue holds another file, or Redis has no
     memory left for the jobs."""
-    digest = file_digest(path)
     token = secrets.token_hex(8)
+    try:
+        return await _load(store, path, settings, token)
+    except QueueFullError as exc:
+        await store.unlock(token)  # the next run goes on at once
+        loaded = (await store.meta()).get("loaded_to") or "0"
+        raise UsageError(
+            f"{exc.what} — queue {store.name!r} holds {int(loaded):,} lines of {path} so far; "
+            "give Redis more memory (maxmemory in its config, or CONFIG SET maxmemory) or free "
+            "some (collect finished queues: rrcli results --queue NAME), then run the same "
+            "command again: the load goes on where it stopped"
+        ) from exc
+
+
+async def _load(store: QueueStore, path: Path, settings: QueueSettings, token: str) -> int:
+    digest = file_digest(path)
     while True:
         meta = await store.meta()
         _same_file(store, meta.get("digest"), digest, path)
@@ -54,21 +68,11 @@ async def load_jobs(store: QueueStore, path: Path, settings: QueueSettings) -> i
             break
         await asyncio.sleep(0.2)  # another process is loading this file
     fixed = {"lease": settings.lease, "max_deliveries": settings.max_deliveries}
-    try:
-        held = await store.begin_load(digest, str(path), rfc3339(time.time()), fixed)
-        _same_file(store, held, digest, path)
-        start = int((await store.meta()).get("loaded_to") or 0)
-        total = await _add_lines(store, path, start, token, digest)
-        await store.end_load(total, token)
-    except QueueFullError as exc:
-        await store.unlock(token)  # the next run goes on at once
-        loaded = (await store.meta()).get("loaded_to") or "0"
-        raise UsageError(
-            f"{exc} — queue {store.name!r} holds {int(loaded):,} lines of {path} so far; give "
-            "Redis more memory (maxmemory in its config, or CONFIG SET maxmemory) or free some "
-            "(collect finished queues: rrcli results --queue NAME), then run the same command "
-            "again: the load goes on where it stopped"
-        ) from exc
+    held = await store.begin_load(digest, str(path), rfc3339(time.time()), fixed)
+    _same_file(store, held, digest, path)
+    start = int((await store.meta()).get("loaded_to") or 0)
+    total = await _add_lines(store, path, start, token, digest)
+    await store.end_load(total, token)
     log.info("rrcli.queue_loaded", queue=store.name, jobs=total, source=str(path))
     return total
 
