@@ -2,6 +2,7 @@
 
     python benchmarks/bench_engine.py [N ...]             (default: 100000 1000000)
     python benchmarks/bench_engine.py --bindings [N ...]  binding = "request" then "session"
+    python benchmarks/bench_engine.py --against REV [--jobs N] [--rounds R]
 
 Each N runs in a fresh process, end to end: reading the jobs file, routing over three sim
 backends, writing results and traces. It prints jobs/s and the peak RSS of that process, so a
@@ -11,6 +12,12 @@ reading the jobs file and writing one JSON line per job (orjson), the floor of a
 ``--bindings`` runs each N twice, with ``binding = "request"`` and ``binding = "session"``, and
 prints the session run's peak memory as a ratio of the request run's: a session binding must be
 forgotten when its job ends, so the two stay within a few percent however large N is.
+
+``--against REV`` installs the git revision REV into a temporary venv and times whole `rrcli run`
+processes of this tree and of REV on the same jobs (default 100,000; three zero-latency sim
+backends, 64 in flight), interleaved for R rounds (default 5, the order swapped each round), and
+prints each round, the median ratio this tree / REV (below 1: this tree is faster) and each
+side's peak RSS. Any revision works, whatever its package layout: only its command line is used.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import time
 from pathlib import Path
 
 import orjson
+from _against import against
 from _common import peak_rss_mb, write_jobs
 
 from rrcli.config.profile import Backend, Profile, SimSettings
@@ -77,6 +85,9 @@ def in_child(n: int, binding: str) -> float:
 def main() -> None:
     if len(sys.argv) > 3 and sys.argv[1] == "--one":
         one(int(sys.argv[2]), sys.argv[3])
+        return
+    if sys.argv[1:2] == ["--against"]:
+        against(sys.argv[2:])
         return
     bindings = sys.argv[1:2] == ["--bindings"]
     sizes = [int(a) for a in sys.argv[1 + bindings :]] or [100_000, 1_000_000]

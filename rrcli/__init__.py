@@ -9,6 +9,9 @@ The library API is small: load a profile, read jobs, run them, summarize traces.
     summary = asyncio.run(rrcli.run(profile, options))
     table = rrcli.summarize([Path("jobs.traces.jsonl")])
 
+    async with rrcli.Pool.from_profile("pool.toml") as pool:  # calls from a program
+        record = await pool.chat([{"role": "user", "content": "Hi"}])
+
 The engine and stats are imported on first use, so ``import rrcli`` (and ``rrcli --help``)
 stays light.
 """
@@ -21,6 +24,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 __all__ = [
+    "CallError",
+    "Pool",
     "ProfileError",
     "ProviderError",
     "RRCLIError",
@@ -36,6 +41,8 @@ __all__ = [
 ]
 
 _LAZY = {
+    "CallError": "rrcli.errors",
+    "Pool": "rrcli.run.pool",
     "ProfileError": "rrcli.errors",
     "ProviderError": "rrcli.errors",
     "RRCLIError": "rrcli.errors",

@@ -32,14 +32,21 @@ profile_option = click.option(
     show_default=True,
     help="Group calls by deployment, model, HTTP status, error type, run or endpoint.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the numbers as JSON (SPEC §10).")
+@click.option("--json", "as_json", is_flag=True, help="Print every number as JSON.")
 @click.option("--plot", is_flag=True, help="Also draw calls in flight per deployment over time.")
+@click.option("--wide", is_flag=True, help="Show every column of the table.")
+@click.option(
+    "--columns",
+    metavar="NAMES",
+    help="The table's columns, comma-separated (calls, ok, retried, errors, cached, share, p50, "
+    "p95, p99, ttft, ttft_p95, tpot, tokens_in, tokens_out, cost, tok_s, peak).",
+)
 @click.option(
     "--run",
     "runs",
     multiple=True,
     metavar="RUN_ID",
-    help="Only this run (an id or a unique prefix of one); repeatable.",
+    help="Only this run: an id, a unique prefix of one, or `latest`; repeatable.",
 )
 @click.option(
     "--since",
@@ -51,6 +58,8 @@ def stats(
     by: str,
     as_json: bool,
     plot: bool,
+    wide: bool,
+    columns: str | None,
     runs: tuple[str, ...],
     since: str | None,
 ) -> None:
@@ -59,15 +68,17 @@ def stats(
     import orjson
 
     from rrcli import _render
+    from rrcli.stats.cells import pick
     from rrcli.stats.summary import summarize
 
+    shown = pick(columns, wide=wide)  # UsageError for an unknown name, before reading
     sources = [sys.stdin.buffer if t == "-" else t for t in traces]
     bins = _render.stats_plot_bins() if plot else None
     summary = summarize(sources, by=by, run=runs or None, since=since, timeline_bins=bins)
     if as_json:
         click.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
     else:
-        _render.render_stats(summary)
+        _render.render_stats(summary, shown)
         if plot:
             _render.render_stats_plot(summary)
     if summary["malformed_lines"]:
@@ -179,6 +190,20 @@ def queue_command(name: str, profile_path: str | None, as_json: bool) -> None:
 @click.option("--ttft-ms", type=float, default=None, help="Time to first token (streams).")
 @click.option("--tokens-per-s", type=float, default=None, help="Streaming speed after the first.")
 @click.option(
+    "--prefix-cache-tokens",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Capacity of the prefix cache in tokens (0: no cache).",
+)
+@click.option(
+    "--prefill-ms-per-token",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Time to read each input token the prefix cache does not hold.",
+)
+@click.option(
     "--cut-stream-rate", default=0.0, show_default=True, help="Share of streams cut halfway."
 )
 @click.option(
@@ -212,4 +237,63 @@ def sim_command(ctx: click.Context, host: str, port: int, **options: object) -> 
         raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
-COMMANDS = (stats, export_command, results_command, queue_command, sim_command)
+@click.command("serve")
+@click.option(
+    "-p",
+    "--profile",
+    "profiles",
+    multiple=True,
+    help="Profile file, or `demo` (repeatable: each is a pool, picked by its name as model).",
+)
+@click.option(
+    "--host", default=None, help="Address to listen on [default: [serve] host, 127.0.0.1]."
+)
+@click.option(
+    "--port", type=int, default=None, help="Port to listen on [default: [serve] port, 8787]."
+)
+@click.option(
+    "--traces", type=click.Path(dir_okay=False, path_type=Path), help="Trace file (appended)."
+)
+@click.option(
+    "--key-env",
+    help="Variable holding the client keys, comma-separated [default: [serve] keys_env].",
+)
+@click.option("--no-auth", is_flag=True, help="Take requests without a key (loopback only).")
+def serve_command(
+    profiles: tuple[str, ...],
+    host: str | None,
+    port: int | None,
+    traces: Path | None,
+    key_env: str | None,
+    no_auth: bool,
+) -> None:
+    """Serve the OpenAI and Anthropic APIs in front of the profiles' pools."""
+    import asyncio
+    import os
+
+    from rrcli.config.load import load_profile, resolve_profile_path
+    from rrcli.serve.server import ServeOptions, client_keys, serve
+
+    paths = profiles or (None,)
+    loaded = [load_profile(resolve_profile_path(p, os.environ), environ=os.environ) for p in paths]
+    table = loaded[0].serve  # the first profile's [serve], under the options given here
+    options = ServeOptions(
+        host=host or table.host,
+        port=table.port if port is None else port,
+        traces=traces,
+        key_env=key_env or table.keys_env or None,
+        no_auth=no_auth,
+        drain_timeout=table.drain_timeout,
+        max_body_bytes=table.max_body_bytes,
+        session_idle=table.session_idle,
+    )
+    keys = client_keys(options, os.environ, lambda s: click.echo(s))
+    try:
+        asyncio.run(serve(loaded, options, keys=keys, echo=lambda s: click.echo(s)))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {options.host}:{options.port}: {exc}") from None
+
+
+COMMANDS = (stats, export_command, results_command, queue_command, sim_command, serve_command)

@@ -14,10 +14,16 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
+from typing import TYPE_CHECKING
 
 import structlog
 
-__all__ = ["configure_logging", "log_level"]
+if TYPE_CHECKING:
+    from rrcli.routing.router import Router
+    from rrcli.run.summary import RunSummary
+
+__all__ = ["ProgressLines", "configure_logging", "log_level"]
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -72,3 +78,48 @@ class _StderrLogger:
 
     log = debug = info = warn = warning = msg
     fatal = failure = err = error = critical = exception = msg
+
+
+class ProgressLines:
+    """``rrcli run`` off a terminal: an ``rrcli.progress`` line every ``every`` seconds on
+    stderr (jobs done and total, rate, ETA, outcomes, retries, calls in flight), something to
+    poll in a log as a batch API's status is polled. A thread reads the run's counters; the
+    engine never calls into it. ``every`` 0 shows none."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> ProgressLines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+
+    def start(self, summary: RunSummary, router: Router) -> None:
+        if self.every > 0:
+            self._thread = threading.Thread(
+                target=self._run, args=(summary, router), name="rrcli.progress", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self, summary: RunSummary, router: Router) -> None:
+        log = structlog.get_logger("rrcli")
+        while not self._stop.wait(self.every):
+            progress = summary.progress()
+            log.info(
+                "rrcli.progress",
+                done=progress.done,
+                total=progress.total,
+                **({"estimated": True} if progress.estimated else {}),
+                rate_per_s=round(progress.rate, 1),
+                eta_s=None if progress.eta_s is None else round(progress.eta_s),
+                ok=summary.ok,
+                error=summary.error,
+                invalid=summary.invalid,
+                retries=sum(state.retries for state in router.states),
+                in_flight=sum(state.in_flight for state in router.states),
+            )

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import os
 import sys
-import time
+from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich import box
 from rich.console import Console, Group
 from rich.live import Live
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from rrcli.stats.text import cost_cell, cost_line
+from rrcli.stats.cells import DEFAULT, Column, key_cell
+from rrcli.stats.text import cost_line
 
 if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
@@ -26,7 +30,7 @@ if TYPE_CHECKING:
     from rrcli.routing.router import Router
     from rrcli.run.checks import CheckReport
     from rrcli.run.plan import Plan
-    from rrcli.run.summary import RunSummary
+    from rrcli.run.summary import Progress, RunSummary
 
 _PIPE_WIDTH = 160  # columns for tables written to a pipe (no terminal to measure)
 
@@ -109,17 +113,8 @@ class RunDisplay:
     def _render(self) -> Group:
         summary, router = self.summary, self.router
         assert summary is not None and router is not None
-        elapsed = max(time.monotonic() - summary.started, 1e-9)
-        done = summary.done + summary.skipped
-        rate = summary.done / elapsed
-        head = f"jobs {done:,}"
-        if summary.total:
-            head += f"/{summary.total:,}"
-            if rate > 0:
-                remaining = max(summary.total - done, 0) / rate
-                head += f"  ETA {_duration(remaining)}"
-        head += f"  {rate:,.1f}/s  ok {summary.ok:,}  error {summary.error:,}"
-        head += f"  invalid {summary.invalid:,}"
+        head = f"jobs {progress_text(summary.progress())}  ok {summary.ok:,}"
+        head += f"  error {summary.error:,}  invalid {summary.invalid:,}"
         if summary.skipped:
             head += f"  skipped {summary.skipped:,}"
         if router.budget is not None:
@@ -128,7 +123,7 @@ class RunDisplay:
         for name, justify in [
             ("deployment", "left"),
             ("in flight / cap", "right"),
-            ("done", "right"),
+            ("ok calls", "right"),
             ("retries", "right"),
             ("errors", "right"),
             ("", "left"),
@@ -147,17 +142,39 @@ class RunDisplay:
                 mark,
             )
         lines = [Text(head, style="bold"), table]
+        if summary.failures:
+            lines.append(Text(failures_text(summary.failures), style="red"))
         if self.control is not None and self.control.stopping:
             lines.append(Text(_stopping(self.control, router), style="yellow"))
         return Group(*lines)
 
 
+def progress_text(progress: Progress) -> str:
+    """``812/2,000  55.1/s  ETA 0m21s``: the total marked ``~`` while it is an estimate."""
+    text = f"{progress.done:,}"
+    if progress.total is not None:
+        text += f"/{'~' if progress.estimated else ''}{progress.total:,}"
+    text += f"  {progress.rate:,.1f}/s"
+    if progress.eta_s is not None:
+        text += f"  ETA {_duration(progress.eta_s)}"
+    return text
+
+
+def failures_text(failures: Mapping[str, int]) -> str:
+    """``failed jobs: 170 http_500, 7 timeout (each kind logged once)``."""
+    kinds = ", ".join(f"{count:,} {kind}" for kind, count in Counter(failures).most_common())
+    return f"failed jobs: {kinds} (each kind logged once; the results file has every one)"
+
+
 def _stopping(control: RunControl, router: Router) -> str:
-    """What the display says once Ctrl-C was pressed."""
+    """What the display says once the run stops dispatching: Ctrl-C was pressed, or the run
+    halted by itself (its reason said, and no Ctrl-C offered for it)."""
     in_flight = sum(state.in_flight for state in router.states)
     calls = f"{in_flight:,} call" + ("" if in_flight == 1 else "s")
     if control.cancelled:
         return f"stopping: cancelling {calls}"
+    if control.halted is not None:
+        return f"stopping ({control.halted.reason}): letting {calls} finish"
     return f"stopping: letting {calls} finish (Ctrl-C again to cancel them)"
 
 
@@ -245,41 +262,94 @@ def stats_plot_bins() -> int:
     return max(10, _console().width - _STATS_LABEL - _STATS_TAIL - 2)
 
 
-_STATS_COLUMNS = (
-    *("calls", "ok", "retried", "errors", "cached", "share"),
-    *("latency ms\np50/p95/p99", "TTFT ms\np50/p95", "TPOT ms\np50", "tokens\nin/out"),
-    *("cost\nUSD", "out tok/s", "peak in\nflight"),
-)
 # rich lays a table out at about 1 ms a row: past this many groups the table is plain text
 # (50,000 groups: 75 s as a rich table, under a second as text)
 _RICH_ROWS = 1000
+_KEY_MIN = 16  # a key column wider than this may wrap to fit the terminal; a number never does
 
 
-def render_stats(summary: dict[str, Any]) -> None:
-    """The SPEC §10 table: one row per group, then the total, the jobs and malformed lines."""
+def render_stats(summary: dict[str, Any], columns: tuple[Column, ...] = DEFAULT) -> None:
+    """The stats table: one row per group, then the total, the jobs, the runs read and the
+    malformed lines. On a terminal the default columns that do not fit are left out (and named);
+    columns asked for by name, and every table written to a pipe, are drawn whole however wide."""
     console = _console()
     title = f"rrcli stats by {summary['by']}"
     if len(summary["groups"]) > _RICH_ROWS:
-        _plain_stats(console, title, summary)
-        console.print(_stats_footer(summary))
+        _plain_stats(console, title, summary, columns)
+        _print_footer(console, summary, ())
         return
-    table = Table(title=title, title_justify="left")
-    table.add_column(summary["by"], no_wrap=True)
-    for name in _STATS_COLUMNS:
-        table.add_column(name, justify="right")
-    for group in summary["groups"]:
-        table.add_row(*_stats_row(group))
-    table.add_section()
-    table.add_row(*_stats_row(summary["total"]), style="bold")
+    hidden: tuple[Column, ...] = ()
+    if console.is_terminal and columns == DEFAULT:
+        columns, hidden = _fitting(console, summary, columns)
+    table = _stats_table(title, summary, columns)
+    if not console.is_terminal or _needed(console, table, summary) > console.width:
+        console = _stats_console(_natural_width(console, table))  # a terminal wraps its lines
     console.print(table)
-    console.print(_stats_footer(summary))
+    _print_footer(console, summary, hidden)
 
 
-def _plain_stats(console: Console, title: str, summary: dict[str, Any]) -> None:
+def _stats_table(title: str, summary: dict[str, Any], columns: tuple[Column, ...]) -> Table:
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column(summary["by"], overflow="fold")
+    for column in columns:
+        table.add_column(column.head, justify="right", no_wrap=True)
+    for group in summary["groups"]:
+        table.add_row(key_cell(group), *(column.cell(group) for column in columns))
+    table.add_section()
+    total = summary["total"]
+    table.add_row(key_cell(total), *(column.cell(total) for column in columns), style="bold")
+    return table
+
+
+def _natural_width(console: Console, table: Table) -> int:
+    """The table's width with no cell wrapped or cut."""
+    return Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+
+
+def _fitting(
+    console: Console, summary: dict[str, Any], columns: tuple[Column, ...]
+) -> tuple[tuple[Column, ...], tuple[Column, ...]]:
+    """The default columns that fit the terminal, dropping the lowest ranked first; and those
+    left out."""
+    keep = sorted(columns, key=lambda column: column.rank)
+    while (
+        len(keep) > 1
+        and _needed(console, _stats_table("", summary, tuple(keep)), summary) > console.width
+    ):
+        keep.pop()
+    shown = tuple(column for column in columns if column in keep)
+    return shown, tuple(column for column in columns if column not in keep)
+
+
+def _needed(console: Console, table: Table, summary: dict[str, Any]) -> int:
+    """The width the table needs: its natural width, less what its key column may wrap away
+    above _KEY_MIN."""
+    key = max(len(key_cell(group)) for group in [*summary["groups"], summary["total"]])
+    return _natural_width(console, table) - max(0, key - _KEY_MIN)
+
+
+def _stats_console(width: int) -> Console:
+    return Console(soft_wrap=True, width=width)
+
+
+def _plain_stats(
+    console: Console, title: str, summary: dict[str, Any], columns: tuple[Column, ...]
+) -> None:
     """The stats table as aligned plain text: the key left, the numbers right."""
-    head = [summary["by"], *(name.replace("\n", " ") for name in _STATS_COLUMNS)]
-    rows = [_stats_row(group) for group in summary["groups"]]
-    total = _stats_row(summary["total"])
+    head = [summary["by"], *(column.head.replace("\n", " ") for column in columns)]
+
+    def cells(group: dict[str, Any]) -> list[str]:
+        return [key_cell(group), *(column.cell(group) for column in columns)]
+
+    rows = [cells(group) for group in summary["groups"]]
+    total = cells(summary["total"])
     widths = [max(map(len, column)) for column in zip(head, total, *rows, strict=True)]
 
     def line(cells: list[str]) -> str:
@@ -291,48 +361,39 @@ def _plain_stats(console: Console, title: str, summary: dict[str, Any]) -> None:
     console.file.write(text + "\n")
 
 
-def _stats_row(group: dict[str, Any]) -> list[str]:
-    key = group["key"]
-    share = group["share"]
-    return [
-        "(none)" if key is None else str(key),
-        f"{group['calls']:,}",
-        f"{group['ok']:,}",
-        f"{group['retried']:,}",
-        f"{group['errors']:,}",
-        f"{group['cached']:,}",
-        "-" if share is None else f"{share:.1%}",
-        _ms(group["latency_ms"]),
-        _ms(group["ttft_ms"]),
-        _ms(group["tpot_ms"]),
-        f"{group['input_tokens']:,}/{group['output_tokens']:,}",
-        cost_cell(group),
-        _number(group["output_tokens_per_s"]),
-        str(group["peak_in_flight"]),
-    ]
-
-
-def _ms(percentiles: dict[str, float | None]) -> str:
-    return "/".join(_number(v) for v in percentiles.values())
-
-
-def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.1f}"
-
-
-def _stats_footer(summary: dict[str, Any]) -> Text:
+def _print_footer(console: Console, summary: dict[str, Any], hidden: tuple[Column, ...]) -> None:
+    """Under the table, as many to a line as fit: the jobs, the cost, the runs read, the
+    malformed lines, the columns a narrow terminal left out."""
     jobs = " · ".join(f"{count:,} {name}" for name, count in summary["jobs"].items())
+    parts = [Text(f"jobs: {jobs}")]
+    cost = cost_line(summary["total"])
+    if cost is not None:
+        parts.append(Text(cost, "" if summary["total"]["cost_usd"] is not None else "yellow"))
+    parts.append(_runs_part(summary))
+    malformed = summary["malformed_lines"]
+    parts.append(Text(f"malformed lines: {malformed:,}", "red" if malformed else ""))
+    if hidden:
+        names = ", ".join(column.name for column in hidden)
+        parts.append(Text(f"not shown: {names} (--wide: all; --columns: pick)", "dim"))
+    line = Text()
+    for part in parts:
+        if line and len(line) + 3 + len(part) > console.width:
+            console.print(line)
+            line = Text()
+        line.append_text(Text("   ") + part if line else part)
+    console.print(line)
+
+
+def _runs_part(summary: dict[str, Any]) -> Text:
+    """How many runs the numbers cover, and which were cut short."""
     runs = summary["runs"]
     open_runs = sum(not r["ended"] for r in runs)
     interrupted = sum(bool(r["interrupted"]) for r in runs)
-    text = Text(f"jobs: {jobs}   runs: {len(runs)}")
-    cost = cost_line(summary["total"])
-    if cost is not None:
-        text.append(f"   {cost}", "" if summary["total"]["cost_usd"] is not None else "yellow")
+    text = Text(f"runs: {len(runs)}")
+    if len(runs) > 1:
+        text.append(", counted together (--run latest or --run ID for one)")
     if open_runs or interrupted:
         text.append(f" ({open_runs} without run_end, {interrupted} interrupted)", "yellow")
-    malformed = summary["malformed_lines"]
-    text.append(f"   malformed lines: {malformed:,}", "red" if malformed else "")
     return text
 
 
@@ -344,10 +405,8 @@ def render_stats_plot(summary: dict[str, Any]) -> None:
     if not timeline["series"]:
         console.print("no calls to plot")
         return
-    console.print(
-        f"calls in flight over time, {timeline['start']} → {timeline['end']} "
-        f"({timeline['bin_ms'] / 1000:.3g} s a cell)"
-    )
+    console.print(f"calls in flight over time, {timeline['bin_ms'] / 1000:.3g} s a cell")
+    console.print(f"from {timeline['start']} to {timeline['end']}")
     for series in timeline["series"]:
         means = series["mean_in_flight"]
         top = series["cap"] or series["peak_in_flight"] or 1

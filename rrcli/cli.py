@@ -70,7 +70,7 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 @click.option(
     "--resume", is_flag=True, help="Skip jobs that already have an ok result; append the rest."
 )
-@click.option("--overwrite", is_flag=True, help="Replace an existing results file.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing results file, and its traces.")
 @click.option(
     "--format",
     "fmt",
@@ -119,6 +119,15 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     help="Send a span per call to this OTLP/HTTP collector as the run goes (without URL: "
     "$OTEL_EXPORTER_OTLP_ENDPOINT).",
 )
+@click.option(
+    "--progress",
+    "progress_s",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Off a terminal, log a progress line this often (0: never).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every call.")
 @click.option(
@@ -133,6 +142,7 @@ def run(
     prompts: tuple[str, ...],
     profile_path: str | None,
     dry_run: bool,
+    progress_s: float,
     quiet: bool,
     verbose: bool,
     log_format: str,
@@ -142,7 +152,7 @@ def run(
     import os
 
     from rrcli import _render
-    from rrcli._logging import configure_logging, log_level
+    from rrcli._logging import ProgressLines, configure_logging, log_level
     from rrcli.config.load import load_profile, resolve_profile_path
     from rrcli.run.runner import RunControl, RunOptions, run_sync
 
@@ -169,7 +179,10 @@ def run(
         return
     control = RunControl()
     live = tty and not quiet and answers is None
-    with _render.RunDisplay(enabled=live, control=control) as display:
+    display: Any = _render.RunDisplay(enabled=live, control=control)
+    if not (live or quiet):
+        display = ProgressLines(progress_s)
+    with display:
         summary = run_sync(
             profile, options, environ=os.environ, on_start=display.start, control=control
         )
@@ -183,9 +196,7 @@ def run(
 @main.command()
 @click.argument("profile", metavar="[PROFILE]", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
-@click.option(
-    "--strict", is_flag=True, help="Treat warnings as errors (e.g. an unset api_key_env)."
-)
+@click.option("--strict", is_flag=True, help="Treat warnings as errors (e.g. a literal api_key).")
 @click.option(
     "--probe", is_flag=True, help="Send one tiny request to each backend; report latency."
 )
@@ -247,6 +258,19 @@ def init(path: str, provider: str, backends: int, force: bool) -> None:
     written = write_starter(Path(path), provider, backends, force)
     pool = f"{backends} {provider} backend" + ("s" if backends > 1 else "")
     click.echo(f"wrote {written} ({pool}); next: rrcli validate {written}")
+
+
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the script that completes rrcli's commands, options and files in SHELL. Load it
+    from your shell's start-up file: eval "$(rrcli completion bash)" in ~/.bashrc,
+    eval "$(rrcli completion zsh)" in ~/.zshrc, rrcli completion fish | source in
+    ~/.config/fish/config.fish."""
+    from click.shell_completion import get_completion_class
+
+    script = get_completion_class(shell)(main, {}, "rrcli", "_RRCLI_COMPLETE")  # type: ignore[misc]
+    click.echo(script.source())
 
 
 for _command in COMMANDS:

@@ -1,15 +1,29 @@
 """One problem found in a profile, with its key path, its line and its fix.
 
 The record every check of the profile makes (schema, cross-field rules, the address policy) and
-``ProfileError`` carries. It imports nothing of rrcli's, so anything may import it.
+``ProfileError`` carries, and ``closest``: the one "did you mean" of every message, a profile's
+keys and values and a jobs line's keys alike. It imports nothing of rrcli's, so anything may
+import it.
 """
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Diagnostic"]
+__all__ = ["Diagnostic", "closest"]
+
+CLOSE = 0.6  # difflib's ratio from which a word reads as a misspelling
+
+
+def closest(word: str, known: Iterable[str], *, cutoff: float = CLOSE) -> str | None:
+    """The one of ``known`` that ``word`` most likely misspells, case aside (``sytem``,
+    ``prmpt``, ``Model``), or None when none is at least ``cutoff`` alike (difflib's ratio)."""
+    by_folded = {k.casefold(): k for k in sorted(known, reverse=True)}
+    found = difflib.get_close_matches(word.casefold(), list(by_folded), n=1, cutoff=cutoff)
+    return by_folded[found[0]] if found else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ interrupted)::
     │   ├── GateUnavailableError    the shared gate (Redis) cannot be reached at start
     │   ├── CacheError              the response cache file cannot be used (corrupt, foreign...)
     │   └── NoBackendError          routing found no backend the call may use (failover tried all)
+    ├── CallError                   a program's call through the pool (rrcli.Pool) got no answer
     └── ProviderError               one HTTP attempt failed; translated ONCE in providers/base.py
         ├── TransportError          connection refused/reset, DNS, TLS: no response at all
         │   └── TimeoutError_       the attempt's timeout passed
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CacheError",
+    "CallError",
     "GateUnavailableError",
     "InvalidResponseError",
     "NoBackendError",
@@ -97,6 +99,33 @@ class NoBackendError(UsageError):
     """A routing decision found no backend the call may use: every one was excluded (failover
     already tried them all) or none can be chosen (weighted with weight 0). The runner makes it
     the job's final error."""
+
+
+class CallError(RRCLIError):
+    """A call a program made through the pool (``rrcli.Pool``) that ended without an answer.
+
+    ``result`` is the record its result line holds (``status`` ``error`` or ``invalid``, its
+    ``error``, ``deployment`` and ``attempts``); ``type`` the error's type: the backend's
+    (``http_429``, ``timeout``...), ``invalid_job`` for a request no backend can take as
+    written, ``budget`` once the pool's budget is spent, ``no_healthy_backend`` when no backend
+    is left. ``status_code``: the status the backend answered, when it answered one;
+    ``retry_after``: the seconds the backend asked to wait, or None."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        type: str,
+        result: dict[str, object],
+        status_code: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.type = type
+        self.result = result
+        self.status_code = status_code
+        self.retry_after = retry_after
 
 
 class ProviderError(RRCLIError):

@@ -10,20 +10,26 @@ estimate.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
 __all__ = [
+    "BLOCK_TOKENS",
     "MAX_USAGE_TOKENS",
     "UNCAPPED_OUTPUT",
+    "PrefixBlocks",
     "estimate_call_tokens",
     "estimate_input_tokens",
+    "estimate_prompt_tokens",
     "estimate_value_tokens",
     "input_token_bound",
     "output_cap",
     "plausible_call_tokens",
+    "prefix_blocks",
+    "rendered_prompt",
 ]
 
 CHARS_PER_TOKEN = 4
@@ -70,13 +76,21 @@ def _count(value: object) -> tuple[int, int]:
     return 0, len(orjson.dumps(value, default=str))
 
 
+def estimate_prompt_tokens(messages: Sequence[Mapping[str, Any]], value: object = None) -> int:
+    """Input tokens of a call: its ``messages``, or a non-chat job's input ``value`` when given."""
+    return estimate_input_tokens(messages) if value is None else estimate_value_tokens(value)
+
+
 def estimate_call_tokens(
-    messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any], value: object = None
+    messages: Sequence[Mapping[str, Any]],
+    params: Mapping[str, Any],
+    value: object = None,
+    prompt: int | None = None,
 ) -> int:
-    """Tokens a call may cost: its input (``messages``, or a non-chat job's input ``value``
-    when given) and its output cap (``max_tokens``, ``max_completion_tokens`` or the Responses
-    API's ``max_output_tokens``; 0 when none is set)."""
-    given = estimate_input_tokens(messages) if value is None else estimate_value_tokens(value)
+    """Tokens a call may cost: its input (``prompt`` when already estimated, else
+    ``estimate_prompt_tokens``) and its output cap (``max_tokens``, ``max_completion_tokens`` or
+    the Responses API's ``max_output_tokens``; 0 when none is set)."""
+    given = estimate_prompt_tokens(messages, value) if prompt is None else prompt
     return given + (output_cap(params) or 0)
 
 
@@ -106,3 +120,86 @@ def plausible_call_tokens(estimate: int, tpm: int | None = None) -> int:
     if tpm is not None:
         most = min(most, tpm)
     return max(estimate, most)
+
+
+# -- prefix blocks: what a server's prefix cache can reuse -------------------------------------
+
+BLOCK_TOKENS = 16  # a KV-cache block (vLLM's default block size)
+_BLOCK_CHARS = BLOCK_TOKENS * CHARS_PER_TOKEN
+
+
+def rendered_prompt(
+    messages: Sequence[Mapping[str, Any]], tools: object = None, system: object = None
+) -> str:
+    """The whole prompt as a server renders it, in order: the system text (an Anthropic
+    ``system``, else the leading system messages), the tools, then every other message, each
+    with its role. Two prompts share a prefix here exactly where a server's would."""
+    parts: list[str] = []
+    if system:
+        parts.append("system\x1f" + _text(system))
+    start = 0
+    while start < len(messages) and messages[start].get("role") in ("system", "developer"):
+        parts.append("system\x1f" + _text(messages[start].get("content")))
+        start += 1
+    if tools:
+        parts.append("tools\x1f" + orjson.dumps(tools, default=str).decode())
+    for message in messages[start:]:
+        parts.append(f"{message.get('role')}\x1f{_text(message.get('content'))}")
+        if "tool_calls" in message:
+            parts.append(orjson.dumps(message["tool_calls"], default=str).decode())
+    return "\x1e".join(parts)
+
+
+def _text(content: object) -> str:
+    return content if type(content) is str else orjson.dumps(content, default=str).decode()
+
+
+def prefix_blocks(prompt: str) -> list[int]:
+    """The chained hashes of the prompt's whole blocks of BLOCK_TOKENS tokens: block k's hash
+    names the first k + 1 blocks, as a server's prefix cache keys them (a partial last block is
+    never cached). Hashes are this process's own."""
+    chain: list[int] = []
+    h = 0
+    for i in range(0, len(prompt) - _BLOCK_CHARS + 1, _BLOCK_CHARS):
+        h = hash((h, prompt[i : i + _BLOCK_CHARS]))
+        chain.append(h)
+    return chain
+
+
+class PrefixBlocks:
+    """The prefix blocks one server holds: an LRU of block hashes bounded by ``capacity``
+    tokens. Used both for the simulated server's cache and for rrcli's picture of a real one.
+
+    A prompt's blocks are touched deepest first, so the blocks nearer the root are the more
+    recent and a prompt loses its tail before its head (as vLLM frees a request's blocks)."""
+
+    __slots__ = ("_blocks", "_most")
+
+    def __init__(self, capacity_tokens: int) -> None:
+        self._blocks: OrderedDict[int, None] = OrderedDict()  # oldest first
+        self._most = max(0, capacity_tokens // BLOCK_TOKENS)
+
+    def __len__(self) -> int:
+        """Blocks held."""
+        return len(self._blocks)
+
+    def match(self, chain: Sequence[int]) -> int:
+        """How many leading blocks of ``chain`` are held."""
+        blocks = self._blocks
+        n = 0
+        for h in chain:
+            if h not in blocks:
+                break
+            n += 1
+        return n
+
+    def add(self, chain: Sequence[int]) -> None:
+        """The blocks of a prompt just sent: held now, the least recent evicted past capacity."""
+        blocks, most = self._blocks, self._most
+        if not most:
+            return
+        for h in reversed(chain[:most]):
+            blocks[h] = None
+            blocks.move_to_end(h)
+        while len(blocks) > most:
+            blocks.popitem(last=False)

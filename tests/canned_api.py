@@ -3,8 +3,9 @@
 The standard library's threaded HTTP server on a free loopback port, answering ``/v1/chat/
 completions``, ``/v1/embeddings`` (vectors of whole numbers, exact in float32, in reverse
 order of their index), ``/v1/responses`` and ``/v1/completions`` (plain and streamed, in words)
-and ``/v1/moderations``. It counts the requests of each path, so a test asserts from the
-server's side. The mode ``fail-first`` answers 503 to the first request for each input.
+and ``/v1/moderations``. It counts the requests of each path (as requested, its query too), so
+a test asserts from the server's side. The mode ``fail-first`` answers 503 to the first request
+for each input.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class CannedAPI(ThreadingHTTPServer):
             "/v1/responses": self._responses,
             "/v1/completions": self._completions,
             "/v1/moderations": self._moderations,
-        }.get(path)
+        }.get(path.partition("?")[0])
         if handler is None:
             return _json(404, {"error": {"message": f"no {path}", "type": "not_found"}})
         if "fail-first" in self.modes:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from billing import billing_server  # noqa: F401  (fixture: a server that bills every token)
 from canned import canned, canned_server  # noqa: F401  (fixtures: a canned HTTP server)
 from hostile import hostile_server  # noqa: F401  (fixture: a server that misbehaves on purpose)
 

@@ -112,6 +112,7 @@ def run_records(
             "jobs": counts,
             "interrupted": False,
             "budget": None,
+            "halted": None,
         }
 
 
@@ -146,6 +147,10 @@ def _call(run_id, j, turn, attempt, backend, stream, begin, end, rng, good) -> d
         "ttft_ms": ttft,
         "input_tokens": rng.randint(5, 900) if good else None,
         "output_tokens": out_tokens,
+        "cached_input_tokens": None,
+        "usage_estimated": False,
+        "cost_usd": None,
+        "cost_estimated": False,
         "stream": stream,
         "endpoint": "embeddings" if j % 5 == 4 else "chat",
     }

@@ -120,7 +120,8 @@ MAY_IMPORT = {
         "rrcli.providers.vocabulary",
     },
     "rrcli.routing": {
-        "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers", "rrcli.records",
+        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
+        "rrcli.records",
     },
     "rrcli.fleet": {
         "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens",
@@ -130,8 +131,12 @@ MAY_IMPORT = {
         "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
         "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.otel",
     },
+    "rrcli.serve": {
+        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
+        "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.otel", "rrcli.run",
+    },
     "rrcli.stats": {"rrcli.errors", "rrcli.records", "rrcli.tokens"},
-    "rrcli.otel": {"rrcli.errors", "rrcli.records"},
+    "rrcli.otel": {"rrcli.errors", "rrcli.config", "rrcli.records"},
 }  # fmt: skip
 TOP = {"rrcli", "rrcli.cli", "rrcli._commands", "rrcli._render", "rrcli._logging", "rrcli.__main__"}
 
@@ -252,6 +257,8 @@ MAY_DO = {
     # the span process of --otlp (otel.live), started by the run
     "rrcli.run.telemetry": {"network", "dns", "event loop", "processes"},
     "rrcli.run.runner": {"network", "dns", "event loop", "processes"},
+    "rrcli.run.pool": {"network", "dns", "event loop", "processes"},  # the runner's set-up
+    "rrcli.serve": {"network", "dns", "event loop", "processes"},  # the pool's
     "rrcli.run.outputs": {"network", "dns", "event loop", "processes"},
     "rrcli.run.plan": {"network", "dns", "event loop", "processes"},
     "rrcli.otel": {"network", "processes"},
@@ -291,9 +298,10 @@ def test_each_part_does_only_its_io(module):
         ("rich", {"rrcli._render"}),
         ("click", {"rrcli.cli", "rrcli._commands"}),
         ("redis", {"rrcli.fleet"}),
-        ("starlette", {"rrcli.sim"}),
-        ("uvicorn", {"rrcli.sim"}),
+        ("starlette", {"rrcli.sim", "rrcli.serve"}),
+        ("uvicorn", {"rrcli.sim", "rrcli.serve"}),
         ("opentelemetry", {"rrcli.otel"}),
+        ("prometheus_client", {"rrcli.serve.metrics"}),
         ("rrcli.cli", {"rrcli.__main__"}),
         ("rrcli._render", {"rrcli.cli", "rrcli._commands"}),
         ("rrcli._logging", {"rrcli.cli"}),

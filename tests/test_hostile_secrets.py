@@ -20,7 +20,17 @@ KEY = "sk-hostile-0123456789abcdefXYZ"
 ENV = {"HOSTILE_KEY": KEY + "\r\n"}  # as a .env file leaves it
 ESCAPED = "".join(f"\\u{ord(c):04x}" for c in KEY)
 VARIABLE_KEY = "AbC9xYz012qWeRtY7uIoP3mN"  # a key written where a variable's name belongs
-SPELLINGS = [KEY, KEY[:10], ESCAPED[:30], quote(KEY, safe=""), KEY.replace("-", "%2d")]
+
+
+def _percent(key: str) -> list[str]:
+    """``key`` URL-escaped where no encoder would: its first letter (``%73k-…``), its dashes
+    (``%2d``), every character."""
+    every = "".join(f"%{ord(c):02X}" for c in key)
+    return [f"%{ord(key[0]):02x}" + key[1:], key.replace("-", "%2d"), every]
+
+
+PERCENT = _percent(KEY)
+SPELLINGS = [KEY, KEY[:10], ESCAPED[:30], quote(KEY, safe=""), *PERCENT]
 
 
 def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> Canned:
@@ -38,6 +48,10 @@ def attack(kind: str, key: str) -> Canned:
         return _json(400, body.encode())
     if kind == "url":
         return _json(400, orjson.dumps({"error": {"message": f"see ?key={quote(key, safe='')}"}}))
+    if kind == "percent":
+        spelt = _percent(key)
+        message = {"message": f"bad key {spelt[0]} ({spelt[1]})", "type": spelt[2]}
+        return _json(400, orjson.dumps({"error": message}))
     if kind == "sse":
         event = orjson.dumps({"error": {"type": key, "message": f"bad key {key}"}})
         return Canned(200, {"content-type": "text/event-stream"}, b"data: " + event + b"\n\n")
@@ -50,7 +64,7 @@ def attack(kind: str, key: str) -> Canned:
     return _json(200, orjson.dumps(body), {"x-request-id": key})
 
 
-KINDS = ["type", "cut", "escaped", "url", "sse", "reply"]
+KINDS = ["type", "cut", "escaped", "url", "percent", "sse", "reply"]
 
 
 def echoing(request) -> Canned:
@@ -87,9 +101,11 @@ def strings(value) -> list[str]:
 def test_a_server_echoing_the_key_everywhere_gets_it_into_no_output(tmp_path, hostile_server):
     """A key with a trailing CR LF in its variable is sent stripped (the run warns, naming the
     variable, never the value); the server sends it back as the error type, message and code, in
-    a text body cut at 300 characters, JSON-escaped, URL-encoded, in an SSE error event, as the
-    model, the request id and the answer: results (with the response kept), traces, stdout and
-    stderr hold none of those spellings, nor the key's first ten characters."""
+    a text body cut at 300 characters, JSON-escaped, URL-encoded (as an encoder writes it, and
+    escaped where no encoder would: ``%73k-…``, ``%2d`` for each dash, every character), in an
+    SSE error event, as the model, the request id and the answer: results (with the response
+    kept), traces, stdout and stderr hold none of those spellings, nor the key's first ten
+    characters."""
     server = hostile_server(echoing)
     profile = profile_for(tmp_path, server)
     jobs = tmp_path / "jobs.jsonl"
@@ -140,11 +156,14 @@ def test_validate_json_masks_every_secret_of_a_profile(tmp_path, hostile_server)
     }
     gate = {"kind": "redis", "url": f"redis://:{secret}@127.0.0.1:6379/0"}
     profile = write_profile(tmp_path / "p.toml", [entry], gate=gate)
-    result = rrcli("validate", profile, "--json", cwd=tmp_path)
-    text = rrcli("validate", profile, cwd=tmp_path)
-    for output in (result.stdout + result.stderr, text.stdout + text.stderr):
-        assert_no_key(output)
-        assert secret not in output and VARIABLE_KEY not in output
+    exported = {VARIABLE_KEY: "set"}  # an unset variable is an error: the profile unshown
+    result = rrcli("validate", profile, "--json", cwd=tmp_path, env=exported)
+    text = rrcli("validate", profile, cwd=tmp_path, env=exported)
+    unset = rrcli("validate", profile, cwd=tmp_path)
+    for output in (result, text, unset):
+        assert_no_key(output.stdout + output.stderr)
+        assert secret not in output.stdout + output.stderr
+        assert VARIABLE_KEY not in output.stdout + output.stderr
     report = orjson.loads(result.stdout)
     (backend,) = report["profile"]["backends"]
     assert {"api-key": "***", "x-goog-api-key": "***", "Cookie": "***", "x-trace": "t1"} == (
@@ -168,3 +187,98 @@ def test_a_variable_name_is_not_mistaken_for_a_key(tmp_path, hostile_server, nam
     profile = write_profile(tmp_path / "p.toml", [entry])
     report = orjson.loads(rrcli("validate", profile, "--json", cwd=tmp_path).stdout)
     assert [] == [w for w in report["warnings"] if w["code"] == "env_looks_like_key"]
+
+
+URL_KEY = "AIzaUrlKey-0123456789abcdef"  # a key written in base_url's query, as Gemini's are
+
+
+def test_a_key_in_the_base_url_reaches_no_output_when_the_backend_is_down(tmp_path, hostile_server):
+    """A backend whose base_url holds ``?key=`` answers 404 naming the address it was asked
+    (the key too): the request goes to the endpoint's path with the query after it, and the
+    ``backend_down`` log line, the trace's ``backend`` record, the results and the halt's
+    message show ``?key=***``, never the key."""
+
+    def not_found(request) -> Canned:
+        body = {"error": {"message": f"no such path {request.path}", "type": "not_found"}}
+        return _json(404, orjson.dumps(body))
+
+    server = hostile_server(not_found)
+    base = f"{server.openai_url}?key={URL_KEY}"
+    profile = write_profile(tmp_path / "p.toml", [{"id": "h", "base_url": base}])
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_bytes(b'{"id": "a", "prompt": "hi"}\n')
+    result = rrcli("run", jobs, "-p", profile, cwd=tmp_path)
+    assert 1 == result.returncode, result.stderr
+    assert [f"/v1/chat/completions?key={URL_KEY}"] == [r.path for r in server.requests]
+    records = read_jsonl(tmp_path / "jobs.traces.jsonl")
+    (down,) = [r for r in records if r["event"] == "backend"]
+    texts = [
+        result.stdout,
+        result.stderr,
+        *strings(records),
+        (tmp_path / "jobs.results.jsonl").read_text(),
+    ]
+    assert [] == [text for text in texts if URL_KEY in text or URL_KEY[:10] in text]
+    assert "backend_down" in result.stderr and "?key=***" in result.stderr
+    assert "?key=***" in orjson.dumps(down).decode()
+
+
+def test_a_key_split_across_stream_chunks_is_never_echoed(tmp_path, hostile_server):
+    """``--prompt --stream`` prints the answer as it arrives; a server that streams the key
+    split across three chunks (a tenth of a second apart) gets it printed as ``***``: the
+    text before and after it as sent, no piece of the key."""
+    pieces = ["your key: sk-hostile-01", "23456789ab", "cdefXYZ and more"]
+
+    def streamed(request) -> Canned:
+        key = request.headers["authorization"].removeprefix("Bearer ")
+        assert KEY == key
+        events = [
+            {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"content": p}}]}
+            for p in pieces
+        ]
+        done = {
+            "id": "c",
+            "model": "m",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        }
+        chunks = [b"data: " + orjson.dumps(e) + b"\n\n" for e in [*events, done]]
+        return Canned(
+            200,
+            {"content-type": "text/event-stream"},
+            chunks=[*chunks, b"data: [DONE]\n\n"],
+            gap=0.1,
+        )
+
+    server = hostile_server(streamed)
+    profile = profile_for(tmp_path, server)
+    result = rrcli("run", "--prompt", "hi", "--stream", "-p", profile, cwd=tmp_path, env=ENV)
+    assert 0 == result.returncode, result.stderr
+    assert "your key: *** and more" == result.stdout.strip()
+    assert_no_key(result.stdout, result.stderr)
+
+
+def test_otlp_url_credentials_are_never_printed(tmp_path, sim_server):
+    """A collector URL with a password and a ``?token=``, where no collector listens:
+    ``export``'s "spans not delivered" line and ``run --otlp``'s ``otlp_dropped`` line show
+    them as ``***``; neither output holds either."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    password, token = "hunter2-otlp-pass", "tok-otlp-0123456789"
+    url = f"http://user:{password}@127.0.0.1:{port}/v1/traces?token={token}"
+    masked = f"http://user:***@127.0.0.1:{port}/v1/traces?token=***"
+    server = sim_server()
+    profile = write_profile(tmp_path / "p.toml", [{"id": "a", "base_url": server.openai_url}])
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_bytes(b'{"id": "a", "prompt": "hi"}\n')
+    env = {"OTEL_EXPORTER_OTLP_TIMEOUT": "1"}
+    run = rrcli("run", jobs, "-p", profile, "--otlp", url, cwd=tmp_path, env=env)
+    assert 0 == run.returncode, run.stderr
+    export = rrcli("export", "jobs.traces.jsonl", "--otlp", url, cwd=tmp_path, env=env)
+    assert 1 == export.returncode, export.stderr
+    assert "rrcli.otlp_dropped" in run.stderr and masked in run.stderr
+    assert f"spans not delivered to {masked}" in export.stderr
+    outputs = run.stdout + run.stderr + export.stdout + export.stderr
+    assert [] == [secret for secret in (password, token) if secret in outputs]

@@ -8,26 +8,31 @@ from click.testing import CliRunner
 from rrcli.cli import main
 from rrcli.config.load import validate_profile
 
+# the variables the starter profiles name, exported as a user would
+KEYS = {f"{vendor}_API_KEY_{n}": "sk-test" for vendor in ("OPENAI", "ANTHROPIC") for n in (1, 2, 3)}
+
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic", "sim"])
 def test_starter_profile_validates_as_written(tmp_path, provider):
-    """The starter profile has no errors; its only warnings are the unset key variables
-    (and, on a machine without DNS, the unresolvable public host)."""
+    """The starter profile's only errors are its unset key variables, one per backend; with
+    them exported it has no errors, and no warning but an unresolvable public host (on a
+    machine without DNS)."""
     path = tmp_path / "rrcli.toml"
     result = CliRunner().invoke(
         main, ["init", str(path), "--provider", provider, "--backends", "2"]
     )
     assert 0 == result.exit_code
-    report = validate_profile(path, environ={})
-    assert [] == list(report.errors)
-    assert {"env_unset", "host_unresolved"} >= {w.code for w in report.warnings}
-    env_warnings = [w.path for w in report.warnings if w.code == "env_unset"]
+    bare = validate_profile(path, environ={})
+    assert {"env_unset"} >= {e.code for e in bare.errors}
     expected = (
         []
         if provider == "sim"
         else ["backends[0].credentials.api_key_env", "backends[1].credentials.api_key_env"]
     )
-    assert expected == env_warnings
+    assert expected == [e.path for e in bare.errors]
+    report = validate_profile(path, environ=KEYS)
+    assert [] == list(report.errors)
+    assert {"host_unresolved"} >= {w.code for w in report.warnings}
     assert 2 == len(report.profile.backends)
 
 
@@ -35,7 +40,9 @@ def test_starter_keys_are_one_variable_per_backend(tmp_path):
     """openai: OPENAI_API_KEY_1..N, one per backend, never shared."""
     path = tmp_path / "rrcli.toml"
     CliRunner().invoke(main, ["init", str(path), "--backends", "3"])
-    names = [b.credentials.api_key_env for b in validate_profile(path, environ={}).profile.backends]
+    names = [
+        b.credentials.api_key_env for b in validate_profile(path, environ=KEYS).profile.backends
+    ]
     assert ["OPENAI_API_KEY_1", "OPENAI_API_KEY_2", "OPENAI_API_KEY_3"] == names
 
 

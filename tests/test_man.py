@@ -79,10 +79,11 @@ def test_profile_page_documents_every_key():
         GATE,
         QUEUE,
         RETRY,
+        SERVE,
         SIM,
         TOP,
     )
 
     text = page_text(MAN / "rrcli-profile.5")
-    keys = {*TOP, *BACKEND, *CREDENTIALS, *RETRY, *GATE, *COOLDOWN, *CACHE, *SIM, *QUEUE}
+    keys = {*TOP, *BACKEND, *CREDENTIALS, *RETRY, *GATE, *COOLDOWN, *CACHE, *SIM, *QUEUE, *SERVE}
     assert [] == sorted(k for k in keys if k not in text)

@@ -183,12 +183,11 @@ def test_missing_credentials_say_what_an_openai_backend_needs(tmp_path):
     )
 
 
-def test_unset_env_is_a_warning_at_validate_an_error_at_run_and_with_strict(tmp_path):
-    """api_key_env naming an unset variable: warning, error with --strict, error for a run."""
+def test_unset_env_is_an_error_at_validate_as_at_run(tmp_path):
+    """api_key_env naming an unset variable stops a run, so validate calls it an error too."""
     plain = check(tmp_path, OPENAI, environ={"KEY_A": "x"})
-    strict = check(tmp_path, OPENAI, environ={"KEY_A": "x"}, strict=True)
-    assert [("warning", "backends[1].credentials.api_key_env", "env_unset")] == codes(plain)
-    assert ["error"] == [d.severity for d in strict.diagnostics]
+    assert [("error", "backends[1].credentials.api_key_env", "env_unset")] == codes(plain)
+    assert plain.profile is None
     with pytest.raises(ProfileError) as info:
         load_profile(tmp_path / "profile.toml", environ={"KEY_A": "x"}, resolve=public)
     assert ["env_unset"] == [d.code for d in info.value.diagnostics]

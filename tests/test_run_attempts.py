@@ -45,8 +45,9 @@ def test_verbose_logs_one_call_event_per_attempt(tmp_path, sim_server):
 
 
 def test_a_failed_job_is_logged_without_verbose(tmp_path, sim_server):
-    """Without -v each failed job is one rrcli.job_failed warning naming the job, deployment,
-    attempts, error type and message, and no rrcli.call event is logged."""
+    """Without -v the first failed job of an error type is one rrcli.job_failed warning naming
+    the job, deployment, attempts, error type and message; the next of that type is counted,
+    and the run's end gives the count (rrcli.jobs_failed); no rrcli.call event is logged."""
     server = sim_server()
     refusing = {"x-sim-status": "400", "x-sim-error-message": "no such model"}
     profile = write_profile(
@@ -58,10 +59,12 @@ def test_a_failed_job_is_logged_without_verbose(tmp_path, sim_server):
     assert 1 == result.returncode, result.stderr
     logged = events(result.stderr)
     failed = [e for e in logged if e["event"] == "rrcli.job_failed"]
-    assert [("j0", "a", 1, "http_400", "warning"), ("j1", "a", 1, "http_400", "warning")] == [
+    assert [("j0", "a", 1, "http_400", "warning")] == [
         (e["job_id"], e["deployment"], e["attempts"], e["error_type"], e["level"]) for e in failed
     ]
     assert all("no such model" in e["message"] for e in failed)
+    counted = [e for e in logged if e["event"] == "rrcli.jobs_failed"]
+    assert [("http_400", 2)] == [(e["error_type"], e["jobs"]) for e in counted]
     assert [] == [e for e in logged if e["event"] == "rrcli.call"]
 
 

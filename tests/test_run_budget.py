@@ -15,7 +15,8 @@ from runkit import Terminal, calls, read_jsonl, rrcli, write_profile
 PRICE = {"input": 200.0, "output": 1000.0}  # USD per million tokens: a job costs cents
 MESSAGE = re.compile(
     r"rrcli: budget reached: \$(\d+\.\d\d) of \$(\d+\.\d\d) spent; (\d+) jobs not run — "
-    r"raise --max-cost and --resume"
+    r"each call reserves its worst case \(the smallest \$\d+\.\d{4}\) before it is sent, and a "
+    r"smaller max_tokens lowers it; raise --max-cost and --resume"
 )
 
 
@@ -145,14 +146,16 @@ def test_a_bad_max_cost_is_a_usage_error(tmp_path, value):
 
 
 def test_the_live_display_shows_spend_and_budget(tmp_path, sim_server):
-    """On a terminal the progress line shows the spend against the budget."""
+    """On a terminal the progress line shows what was spent, what calls in flight reserved and
+    what is left of the budget."""
     server = sim_server(latency_ms=300, output_tokens=30)
     profile = priced_profile(tmp_path, [server])
     jobs = write_capped_jobs(tmp_path / "jobs.jsonl", 12)
     terminal = Terminal("run", jobs, "-p", profile, "--max-cost", "7.5", cwd=tmp_path)
     assert terminal.wait_for("of $7.50"), terminal.text
     assert 0 == terminal.finish()
-    assert re.search(r"spent \$\d+\.\d\d of \$7\.50", terminal.text)
+    pattern = r"spent \$\d+\.\d\d  reserved \$\d+\.\d\d  left \$\d+\.\d\d of \$7\.50"
+    assert re.search(pattern, terminal.text)
 
 
 def test_dry_run_estimates_input_and_output_cost_with_a_total(tmp_path, sim_server):

@@ -356,3 +356,63 @@ def test_cached_calls_are_not_spend(tmp_path, sim_server):
     )
     assert traces_cost(tmp_path / "jobs.traces.jsonl", {}) > 0
     assert 0.0 == traces_cost(tmp_path / "2.t", {})
+
+
+def _lines(path, lines):
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    return path
+
+
+def test_two_embeddings_of_different_texts_are_two_keys(tmp_path, sim_server):
+    """The key holds a non-chat job's ``input``: an embedding of one text stored by one run
+    answers nothing for another text, which is sent and gets a vector of its own; the first
+    text again is answered from the cache."""
+    server = sim_server()
+    backend = {"id": "e", "base_url": server.openai_url, "endpoints": ["embeddings"]}
+    profile = write_profile(tmp_path / "p.toml", [backend])
+
+    def embed(name, text):
+        jobs = _lines(
+            tmp_path / f"{name}.jsonl", [{"id": "e1", "endpoint": "embeddings", "input": text}]
+        )
+        run = rrcli("run", jobs, "-p", profile, "--cache", "c.db", cwd=tmp_path)
+        assert 0 == run.returncode, run.stderr
+        (line,) = read_jsonl(tmp_path / f"{name}.results.jsonl")
+        return line
+
+    first = embed("one", "the first text")
+    other = embed("two", "a second, different text")
+    again = embed("three", "the first text")
+    assert 2 == server.stats()["paths"]["/v1/embeddings"]
+    assert (False, False, True) == tuple(
+        line.get("cached", False) for line in (first, other, again)
+    )
+    assert first["embeddings"] != other["embeddings"]
+    assert first["embeddings"] == again["embeddings"]
+
+
+def test_backends_of_one_model_with_other_params_are_other_keys(tmp_path, sim_server):
+    """Backends serving one model with different ``params`` send different requests, so each
+    stores its answers under its own key: after a run over both, a run on the first alone is
+    answered from the cache for exactly the jobs that backend served, and sends the others."""
+    cold, warm = sim_server(seed=1), sim_server(seed=2)
+    backends = [
+        {"id": "cold", "base_url": cold.openai_url, "params": {"temperature": 0}},
+        {"id": "warm", "base_url": warm.openai_url, "params": {"temperature": 1}},
+    ]
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 8)
+    both = write_profile(tmp_path / "both.toml", backends)
+    run = rrcli("run", jobs, "-p", both, "--cache", "c.db", cwd=tmp_path)
+    assert 0 == run.returncode, run.stderr
+    served = {
+        line["id"]: line["deployment"] for line in read_jsonl(tmp_path / "jobs.results.jsonl")
+    }
+    assert {"cold", "warm"} == set(served.values())
+    cold.reset()
+
+    alone = write_profile(tmp_path / "cold.toml", backends[:1])
+    again = rrcli("run", jobs, "-p", alone, "--cache", "c.db", "--out", "2.jsonl", cwd=tmp_path)
+    assert 0 == again.returncode, again.stderr
+    cached = {line["id"] for line in read_jsonl(tmp_path / "2.jsonl") if line.get("cached")}
+    assert {job for job, by in served.items() if by == "cold"} == cached
+    assert list(served.values()).count("warm") == cold.stats()["requests"]

@@ -186,3 +186,33 @@ def test_a_probe_and_the_batch_format_speak_the_backends_endpoint(tmp_path):
         body["object"],
         [item["embedding"] for item in body["data"]],
     )
+
+
+def test_a_base_url_with_a_query_keeps_it_after_the_endpoint_path(tmp_path, sim_server):
+    """A base_url with a query string (``?api-version=…``, as Azure's are written): each
+    endpoint's path goes after the base's path and the query after both, for every endpoint of
+    an OpenAI-compatible backend and for an Anthropic one; every job is ok."""
+    query = "?api-version=2024-10-21"
+    endpoints = ["chat", "embeddings", "responses"]
+    jobs = [
+        {"id": "c", "prompt": "hi"},
+        {"id": "e", "endpoint": "embeddings", "input": "x"},
+        {"id": "r", "endpoint": "responses", "input": "y"},
+    ]
+    write_lines(tmp_path / "jobs.jsonl", jobs)
+    with canned_apis(("a", ())) as (a,):
+        backend = {"id": "o", "base_url": a.url + query, "endpoints": endpoints}
+        profile = write_profile(tmp_path / "p.toml", [backend])
+        result = rrcli("run", "jobs.jsonl", "-p", profile, cwd=tmp_path)
+        assert 0 == result.returncode, result.stderr
+        assert {f"/v1/{path}{query}": 1 for path in ("chat/completions", *endpoints[1:])} == dict(
+            a.paths
+        )
+    server = sim_server()
+    backend = {"id": "m", "provider": "anthropic", "base_url": server.url + "/" + query}
+    profile = write_profile(tmp_path / "m.toml", [backend])
+    write_lines(tmp_path / "chat.jsonl", jobs[:1])
+    result = rrcli("run", "chat.jsonl", "-p", profile, cwd=tmp_path)
+    assert 0 == result.returncode, result.stderr
+    assert ["ok"] == [r["status"] for r in read_jsonl(tmp_path / "chat.results.jsonl")]
+    assert 1 == server.stats()["paths"]["/v1/messages"]

@@ -70,10 +70,10 @@ def test_embeddings_go_only_to_the_backends_that_serve_them(tmp_path, sim_server
 
 
 def test_a_responses_continuation_goes_to_the_backend_that_created_it(tmp_path, sim_server):
-    """Responses created on two servers; follow-ups appended to the jobs file and run with
-    --resume each go to their response's creator (round robin alone would send some to the other
-    server, which refuses an id it did not create); once the creator has left the pool, a
-    follow-up is an error naming it."""
+    """Responses created on two servers; follow-ups appended to the jobs file, those of the
+    second server's responses first, and run with --resume each go to their response's creator
+    (round robin alone would send the first to the first server, which refuses an id it did not
+    create); once the creator has left the pool, a follow-up is an error naming it."""
     a, b = sim_server(), sim_server()
     backends = [
         {"id": "resp-a", "base_url": a.openai_url, "endpoints": ["responses"]},
@@ -92,7 +92,7 @@ def test_a_responses_continuation_goes_to_the_backend_that_created_it(tmp_path, 
             "input": "and then?",
             "params": {"previous_response_id": created[f"r{i}"]["response_id"]},
         }
-        for i in range(6)
+        for i in sorted(range(6), key=lambda i: created[f"r{i}"]["deployment"] != "resp-b")
     ]
     write_lines(jobs, first + follow)
     result = rrcli("run", jobs, "-p", profile, "--resume", cwd=tmp_path)
@@ -106,7 +106,7 @@ def test_a_responses_continuation_goes_to_the_backend_that_created_it(tmp_path, 
     assert expected == {body.get("previous_response_id") for body in seen} - {None}
 
     write_profile(tmp_path / "p.toml", backends[:1])
-    again = [{**job, "id": f"g{i}"} for i, job in enumerate(follow)]
+    again = [{**job, "id": "g" + job["id"][1:]} for job in follow]
     write_lines(jobs, first + follow + again)
     assert 1 == rrcli("run", jobs, "-p", profile, "--resume", cwd=tmp_path).returncode
     results = by_id(tmp_path / "jobs.results.jsonl")

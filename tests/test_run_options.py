@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from runkit import read_jsonl, write_jobs
+from runkit import read_jsonl, write_jobs, write_profile
 
 import rrcli
 from rrcli.config.load import demo_profile_path
@@ -74,12 +74,18 @@ def test_validate_report_is_built_by_the_library(tmp_path):
     assert 1 == report.exit_code
 
 
-def test_rrcli_run_is_the_run_function_after_the_runtime_is_imported():
-    """`rrcli.run` is the library's run function, also once `rrcli.run.*` modules are
-    loaded."""
-    from rrcli.run.runner import run
+def test_rrcli_run_is_the_run_function_after_the_runtime_is_imported(tmp_path):
+    """`rrcli.run(profile, options)` runs the jobs, also once `rrcli.run.*` modules are loaded
+    (Python then binds the package of that name to `rrcli.run`: the package calls the run)."""
+    from rrcli.run.runner import run  # noqa: F401  (binds the package to rrcli.run)
 
-    assert run is rrcli.run
+    profile = rrcli.load_profile(
+        write_profile(tmp_path / "p.toml", [{"id": "a", "provider": "sim"}])
+    )
+    got: list[dict] = []
+    options = rrcli.RunOptions(jobs=[{"prompt": "hi"}], on_result=got.append)
+    summary = asyncio.run(rrcli.run(profile, options))
+    assert (1, ["ok"]) == (summary.ok, [r["status"] for r in got])
 
 
 def test_a_halted_run_sends_nothing_more_and_exits_with_the_halt_code(tmp_path, monkeypatch):

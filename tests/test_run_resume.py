@@ -71,16 +71,19 @@ def test_sigint_exits_130_with_consistent_files_and_resume_finishes(tmp_path, si
     assert len(first) == ends[-1]["jobs"]["skipped"]
 
 
-def test_limit_with_resume_selects_the_same_first_jobs(tmp_path, sim_server):
-    """--limit N counts the first N jobs of the file whether --resume skips them or not: a run
-    of 3, resumed with --limit 5, sends only the 2 jobs after them and ends with the first 5
-    jobs ok once each."""
+def test_limit_counts_the_jobs_resume_skips(tmp_path, sim_server):
+    """``--limit N`` selects the first N jobs of the file whether or not ``--resume`` skips
+    them: after a run of the first 4, a resumed run with ``--limit 6`` sends jobs 5 and 6 only,
+    and a resumed run with ``--limit 4`` sends nothing."""
     server = sim_server()
-    profile = write_profile(tmp_path / "p.toml", [{"id": "b0", "base_url": server.openai_url}])
+    profile = write_profile(tmp_path / "p.toml", [{"id": "a", "base_url": server.openai_url}])
     jobs = write_jobs(tmp_path / "jobs.jsonl", 10)
-    first = rrcli("run", jobs, "-p", profile, "-q", "--limit", "3", cwd=tmp_path)
-    assert 0 == first.returncode, first.stderr
-    again = rrcli("run", jobs, "-p", profile, "-q", "--limit", "5", "--resume", cwd=tmp_path)
+    assert 0 == rrcli("run", jobs, "-p", profile, "--limit", "4", "-q", cwd=tmp_path).returncode
+    server.reset()
+    again = rrcli("run", jobs, "-p", profile, "--resume", "--limit", "4", "-q", cwd=tmp_path)
     assert 0 == again.returncode, again.stderr
-    assert Counter(f"j{i}" for i in range(5)) == ok_counts(tmp_path / "jobs.results.jsonl")
-    assert 5 == server.stats()["requests"]
+    assert 0 == server.stats()["requests"]
+    more = rrcli("run", jobs, "-p", profile, "--resume", "--limit", "6", "-q", cwd=tmp_path)
+    assert 0 == more.returncode, more.stderr
+    assert 2 == server.stats()["requests"]
+    assert {f"j{i}": 1 for i in range(6)} == dict(ok_counts(tmp_path / "jobs.results.jsonl"))

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rrcli.stats.grouped import group_percentiles, group_sweep
+from rrcli.stats.grouped import FEW_GROUPS, group_percentiles, group_sweep
 
 WHICH = (0, 50, 95, 99, 100)
 
@@ -63,4 +63,24 @@ def test_group_sweep_equals_a_brute_force_sweep_of_each_group(case):
         spans = [(s, s + d) for c, s, d in calls if c == g]
         expected_peak = max((sum(a <= t < b for a, b in spans) for t, _ in spans), default=0)
         covered = {x for a, b in spans for x in range(a, b)}  # integer times: unit cells
+        assert (expected_peak, float(len(covered))) == (int(peak[g]), float(busy[g]))
+
+
+def test_more_groups_than_few_give_the_same_numbers_as_each_group_alone():
+    """Past FEW_GROUPS groups (one whole-array sort instead of a sort per group) every group's
+    percentiles are still numpy.percentile of its values, and its sweep a brute-force one."""
+    rng = np.random.default_rng(7)
+    n = FEW_GROUPS + 50
+    codes = rng.integers(0, n, 20 * n).astype(np.int32)
+    values = rng.integers(0, 40, len(codes)).astype(float)
+    t0 = rng.integers(0, 30, len(codes)).astype(float)
+    t1 = t0 + rng.integers(0, 10, len(codes))
+    percentiles = group_percentiles(codes, values, n, WHICH)
+    peak, busy = group_sweep(codes, t0, t1, n)
+    for g in range(n):
+        mine = codes == g
+        spans = list(zip(t0[mine].astype(int).tolist(), t1[mine].astype(int).tolist(), strict=True))
+        expected_peak = max((sum(a <= t < b for a, b in spans) for t, _ in spans), default=0)
+        covered = {x for a, b in spans for x in range(a, b)}
+        np.testing.assert_array_equal(np.percentile(values[mine], WHICH), percentiles[g])
         assert (expected_peak, float(len(covered))) == (int(peak[g]), float(busy[g]))

@@ -135,7 +135,8 @@ def test_call_record_has_exactly_the_spec_fields_in_order(tmp_path):
         "event", "run_id", "job_id", "session", "turn", "attempt", "deployment", "provider",
         "model", "response_model", "server_address", "binding", "outcome", "http_status",
         "error_type", "retry_after_ms", "backoff_ms", "queue_ms", "ts_start", "ts_end",
-        "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "stream", "endpoint",
+        "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens",
+        "usage_estimated", "cost_usd", "cost_estimated", "stream", "endpoint",
     ]  # fmt: skip
     assert expected_fields == list(record)
     assert list(CALL_FIELDS) == list(record)
@@ -196,8 +197,8 @@ def test_call_defaults(tmp_path):
 
 
 def test_run_end_record(tmp_path):
-    """run_end carries the four job counts (0 when absent), whether the run was interrupted, and
-    its budget (null for a run without one)."""
+    """run_end carries the four job counts (0 when absent), whether the run was interrupted, its
+    budget (null for a run without one) and why it halted itself (null when it did not)."""
     path = tmp_path / "t.jsonl"
     with TraceWriter(path, "r", clock=lambda: T0) as writer:
         writer.run_end({"ok": 9, "error": 1}, interrupted=True)
@@ -209,6 +210,7 @@ def test_run_end_record(tmp_path):
         "jobs": {"ok": 9, "error": 1, "invalid": 0, "skipped": 0},
         "interrupted": True,
         "budget": None,
+        "halted": None,
     }
     assert expected == record
     assert list(expected) == list(record)

@@ -19,6 +19,12 @@ GOOD = (
 )
 
 
+def cli(*args: str | Path, env: dict, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The real command in its own process."""
+    command = [sys.executable, "-m", "rrcli", *map(str, args)]
+    return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True)
+
+
 def run(*args: str, env: dict | None = None):
     return CliRunner().invoke(main, ["validate", *args], env=env)
 
@@ -72,16 +78,65 @@ def test_json_document_has_the_spec_shape_and_redacts_keys(tmp_path):
     assert "sk-TOPSECRET" not in result.output
 
 
-def test_strict_turns_an_unset_variable_into_an_error(tmp_path):
-    """--strict: the unset-variable warning becomes an error and the exit status 1."""
+def test_validate_and_run_agree_on_an_unset_key_variable(tmp_path):
+    """An unset api_key_env stops a run (exit 2), so validate calls it an error (exit 1): a CI
+    check with validate fails where the run would. Exported, both pass that point."""
     path = tmp_path / "p.toml"
     path.write_text(
         GOOD + '[[backends]]\nid = "c"\ncredentials = { api_key_env = "RRCLI_T_UNSET" }\n'
         'base_url = "https://127.0.0.1/v1"\nallow_private = true\n'
     )
-    env = {"RRCLI_T_UNSET": ""}
-    assert 0 == run(str(path), env=env).exit_code
-    assert 1 == run("--strict", str(path), env=env).exit_code
+    unset = {**os.environ, "PYTHONPATH": str(ROOT), "RRCLI_T_UNSET": ""}
+    checked = cli("validate", path, env=unset, cwd=tmp_path)
+    assert 1 == checked.returncode
+    expected = (
+        f'{path}:10: error: backends[2] (id "c"): credentials.api_key_env: environment variable '
+        "RRCLI_T_UNSET is not set — export RRCLI_T_UNSET=... before rrcli run"
+    )
+    assert expected in checked.stdout.splitlines()
+    ran = cli("run", "--prompt", "hi", "-p", path, "--dry-run", env=unset, cwd=tmp_path)
+    assert 2 == ran.returncode and "RRCLI_T_UNSET is not set" in ran.stderr
+    exported = {**unset, "RRCLI_T_UNSET": "sk-test"}
+    assert 0 == cli("validate", path, env=exported, cwd=tmp_path).returncode
+
+
+def test_strict_turns_a_warning_into_an_error(tmp_path):
+    """--strict: a warning (a literal key) becomes an error and the exit status 1."""
+    path = tmp_path / "p.toml"
+    path.write_text(
+        GOOD + '[[backends]]\nid = "c"\ncredentials = { api_key = "sk-literal" }\n'
+        'base_url = "https://127.0.0.1/v1"\nallow_private = true\n'
+    )
+    assert 0 == run(str(path)).exit_code
+    assert 1 == run("--strict", str(path)).exit_code
+
+
+def test_two_backends_on_one_key_and_model_are_warned_toward_gate_scope(tmp_path):
+    """Two backends reading one key variable for one model: a warning saying their caps and
+    limits are one account's, with the gate_scope that makes them count together; once they
+    share it, no warning."""
+    two = (
+        '[[backends]]\nid = "a"\nmodel = "m"\ncredentials = { api_key_env = "RRCLI_T_KEY" }\n'
+        '[[backends]]\nid = "b"\nmodel = "m"\ncredentials = { api_key_env = "RRCLI_T_KEY" }\n'
+    )
+    path = tmp_path / "p.toml"
+    path.write_text(two)
+    env = {"RRCLI_T_KEY": "sk-test"}
+    result = run("--json", str(path), env=env)
+    assert 0 == result.exit_code
+    warnings = json.loads(result.output)["warnings"]
+    [warning] = [w for w in warnings if w["code"] == "shared_key"]
+    expected = (
+        "shared_key",
+        'backends "a", "b" share the key in RRCLI_T_KEY for model m: their caps and rate '
+        "limits are one account's, counted here as if each had its own",
+        'give them one gate_scope (gate_scope = "a" in each) so max_concurrency, rpm and tpm '
+        "are enforced together, or give each its own key",
+    )
+    assert expected == (warning["code"], warning["message"], warning["fix"])
+    path.write_text(two.replace('\nmodel = "m"', '\nmodel = "m"\ngate_scope = "acct"'))
+    shared = json.loads(run("--json", str(path), env=env).output)["warnings"]
+    assert [] == [w for w in shared if w["code"] == "shared_key"]
 
 
 def test_demo_is_accepted_by_name():

@@ -206,3 +206,24 @@ def test_invalid_lines_in_a_shard_or_a_resume_do_not_crash(tmp_path):
         assert (1, False) == (done.returncode, "Traceback" in done.stderr), done.stderr
         invalid = [r["id"] for r in read_jsonl(tmp_path / "r.jsonl") if r["status"] == "invalid"]
         assert {"line-2", "b"} <= set(invalid)
+
+
+def test_typos_get_one_kind_of_hint_wherever_they_are(tmp_path):
+    """A misspelt key gets "did you mean" whether it misses a shape (`prmpt`, `mesages`), sits
+    beside one (`sytem`), names an endpoint (`embedding`) or is a profile's (`modle`); a key
+    like no key of ours (`question`) is not guessed at."""
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(
+        '{"id": "a", "prmpt": "x"}\n{"id": "b", "prompt": "x", "sytem": "s"}\n'
+        '{"id": "c", "mesages": []}\n{"id": "d", "endpoint": "embedding", "input": "x"}\n'
+        '{"id": "e", "question": "x"}\n'
+    )
+    checked = rrcli("validate", "demo", "--jobs", jobs, cwd=tmp_path)
+    assert 1 == checked.returncode
+    hints = [re.search(r"did you mean \"(\w+)\"|none of the job shapes", line).group(1)
+             for line in checked.stdout.splitlines()[-5:]]  # fmt: skip
+    assert ["prompt", "system", "messages", "embeddings", None] == hints
+    profile = write_profile(tmp_path / "p.toml", [{"id": "a", "modle": "m"}])
+    typo = rrcli("validate", profile, "--json", cwd=tmp_path)
+    [error] = json.loads(typo.stdout)["errors"]
+    assert ('unknown key "modle"', 'did you mean "model"?') == (error["message"], error["fix"])

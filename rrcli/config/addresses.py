@@ -30,6 +30,7 @@ __all__ = [
     "resolve_hosts",
 ]
 
+
 #: ``resolve(host) -> addresses``; raises OSError when the host does not resolve.
 Resolver = Callable[[str], Sequence[str]]
 

@@ -32,7 +32,6 @@ def build_backend(
     raw: Mapping[str, Any],
     defaults: Mapping[str, Any],
     environ: Mapping[str, str],
-    for_run: bool,
 ) -> Backend:
     """``backends[i]`` with ``[defaults]`` under it; every problem reported to ``check``."""
     path = f"backends[{i}]"
@@ -60,7 +59,7 @@ def build_backend(
     else:
         own_creds = "credentials" in raw or "auth" in raw
         values, written_at = (own, path) if own_creds else (defaults, "defaults")
-        credentials = _credentials(check, provider.name, values, path, written_at, environ, for_run)
+        credentials = _credentials(check, provider.name, values, path, written_at, environ)
     endpoints = tuple(merged.get("endpoints", provider.default_endpoints))
     _check_endpoints(check, provider, endpoints, f"{path}.endpoints")
     return _backend(own.get("id", path), provider, merged, credentials, endpoints)
@@ -128,6 +127,7 @@ def _backend(
         price=Price(**as_floats(price, PRICE)) if price is not None else None,
         sim=SimSettings(**as_floats(sim, SIM)) if provider.name == "sim" else None,
         endpoints=endpoints,
+        prefix_cache_tokens=merged.get("prefix_cache_tokens"),
     )
 
 
@@ -138,7 +138,6 @@ def _credentials(
     path: str,
     written_at: str,
     environ: Mapping[str, str],
-    for_run: bool,
 ) -> Credentials:
     """The credentials of backend ``path``, from ``values``: its own table, or ``[defaults]``
     when it has none (``written_at`` says which). Never a merge of the two."""
@@ -159,7 +158,7 @@ def _credentials(
     reported = check.reported(f"{written_at}.credentials")
     _key_source(check, provider, env, key, where, missing_reported=reported)
     if env is not None and key is None:
-        _key_variable(check, f"{where}.api_key_env", env, environ.get(env), for_run)
+        _key_variable(check, f"{where}.api_key_env", env, environ.get(env))
     if isinstance(key, str) and key != key.strip():
         check.add(
             "warning",
@@ -183,9 +182,10 @@ def _unsendable_key(check: Checker, where: str, what: str, bad: str) -> None:
     )
 
 
-def _key_variable(check: Checker, where: str, env: str, value: str | None, for_run: bool) -> None:
+def _key_variable(check: Checker, where: str, env: str, value: str | None) -> None:
     """The findings for a key read from variable ``env`` (its ``value``; never printed). A
-    name that looks like a key itself is never printed either."""
+    name that looks like a key itself is never printed either. An unset variable is an error:
+    it stops a run, so ``validate`` (a CI check) says so too."""
     shown = env
     if looks_like_key(env):
         shown = "named here"
@@ -198,7 +198,7 @@ def _key_variable(check: Checker, where: str, env: str, value: str | None, for_r
         )
     if not (value or "").strip():
         check.add(
-            "error" if for_run else "warning",
+            "error",
             where,
             f"environment variable {shown} is not set",
             f"export {env if shown == env else 'it'}=... before rrcli run",

@@ -25,9 +25,21 @@ from rrcli.config.profile import (
     Profile,
     QueueSettings,
     RetrySettings,
+    ServeSettings,
 )
-from rrcli.config.redaction import redacted_url
-from rrcli.config.schema import BUDGET, CACHE, COOLDOWN, GATE, QUEUE, RETRY, TOP, as_floats
+from rrcli.config.redaction import looks_like_key, redacted_url
+from rrcli.config.schema import (
+    BUDGET,
+    CACHE,
+    COOLDOWN,
+    GATE,
+    QUEUE,
+    RETRY,
+    SERVE,
+    TOP,
+    as_floats,
+)
+from rrcli.config.urls import endpoint_url
 from rrcli.config.walk import Checker
 from rrcli.diagnostic import Diagnostic
 from rrcli.providers.registry import info
@@ -41,7 +53,6 @@ def check_document(
     source: str,
     *,
     environ: Mapping[str, str],
-    for_run: bool = False,
     resolve: Resolver | None = None,
 ) -> tuple[Profile, list[Diagnostic]]:
     """Every rule of SPEC §2 over a parsed TOML document. The Profile is built from the good
@@ -54,7 +65,7 @@ def check_document(
                 check.ids[i] = raw["id"]
     top = check.table(data, TOP, "")
     settings = _settings(check, top)
-    backends = _backends(check, top, environ, for_run)
+    backends = _backends(check, top, environ)
     if "backends" not in data or raw_backends == []:
         check.add(
             "error",
@@ -67,6 +78,10 @@ def check_document(
         name=top.get("name", ""),
         strategy=top.get("strategy", "round_robin"),
         rotate_every=top.get("rotate_every", 1),
+        cache_threshold=float(top.get("cache_threshold", 0.3)),
+        balance_abs=top.get("balance_abs"),
+        balance_rel=float(top.get("balance_rel", 1.5)),
+        lookahead=top.get("lookahead", 1000),
         binding=top.get("binding", "request"),
         same_model=top.get("same_model", False),
         concurrency=top.get("concurrency"),
@@ -93,11 +108,14 @@ def _settings(check: Checker, top: Mapping[str, Any]) -> dict[str, Any]:
         "cooldown": CooldownSettings(**cooldown),
         "cache": _cache(check, check.table(top.get("cache", {}), CACHE, "cache")),
         "queue": _queue(check, check.table(top.get("queue", {}), QUEUE, "queue")),
+        "serve": ServeSettings(
+            **as_floats(check.table(top.get("serve", {}), SERVE, "serve"), SERVE)
+        ),
     }
 
 
 def _backends(
-    check: Checker, top: Mapping[str, Any], environ: Mapping[str, str], for_run: bool
+    check: Checker, top: Mapping[str, Any], environ: Mapping[str, str]
 ) -> tuple[Backend, ...]:
     defaults = check.backend_fields(top.get("defaults", {}), "defaults")
     if "id" in defaults:
@@ -109,7 +127,7 @@ def _backends(
             "bad_value",
         )
     return tuple(
-        build_backend(check, i, raw, defaults, environ, for_run)
+        build_backend(check, i, raw, defaults, environ)
         for i, raw in enumerate(top.get("backends", []))
     )
 
@@ -210,7 +228,7 @@ def _endpoint_paths(check: Checker, backends: tuple[Backend, ...]) -> None:
         if owner == provider:
             problem = (
                 f"ends with {ending}, which rrcli adds itself: calls would go to "
-                f"{redacted_url(backend.base_url).rstrip('/')}{_APPENDS[provider]}"
+                f"{endpoint_url(redacted_url(backend.base_url), _APPENDS[provider])}"
             )
             fix = f'write base_url = "{base}"'
         else:
@@ -266,6 +284,36 @@ def _pool(check: Checker, profile: Profile) -> None:
             "bad_value",
         )
     _scope_caps(check, backends)
+    _shared_keys(check, backends)
+
+
+def _shared_keys(check: Checker, backends: tuple[Backend, ...]) -> None:
+    """Backends sending one key (one variable, or one literal key) for one model in different
+    gate scopes: one account's caps and rate limits (which providers set per key and model)
+    counted as if they were several. No key is shown."""
+    by_key: dict[tuple[str, str, str], list[Backend]] = {}
+    for backend in backends:
+        creds = backend.credentials
+        if creds.auth == "none":
+            continue
+        if creds.api_key_env is not None:
+            by_key.setdefault(("env", creds.api_key_env, backend.model), []).append(backend)
+        elif creds.api_key is not None:
+            by_key.setdefault(("key", creds.api_key.strip(), backend.model), []).append(backend)
+    for (kind, name, model), sharing in by_key.items():
+        if len({b.scope for b in sharing}) < 2:
+            continue
+        ids = ", ".join(f'"{b.id}"' for b in sharing)
+        shown = f"the key in {name}" if kind == "env" and not looks_like_key(name) else "one key"
+        check.add(
+            "warning",
+            "backends",
+            f"backends {ids} share {shown} for model {model}: their caps and rate limits "
+            "are one account's, counted here as if each had its own",
+            f'give them one gate_scope (gate_scope = "{sharing[0].scope}" in each) so '
+            "max_concurrency, rpm and tpm are enforced together, or give each its own key",
+            "shared_key",
+        )
 
 
 def _same_model(check: Checker, profile: Profile) -> None:

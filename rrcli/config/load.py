@@ -131,14 +131,13 @@ def validate_profile(
     *,
     environ: Mapping[str, str] | None = None,
     strict: bool = False,
-    for_run: bool = False,
     resolve: Resolver | None = None,
 ) -> ValidationReport:
     """Read and check a profile, collecting every diagnostic. Never raises for bad content.
 
-    ``strict`` turns warnings into errors. ``for_run``: an ``api_key_env`` naming an unset
-    variable is an error (``rrcli run``), not a warning (``rrcli validate``). ``resolve(host)``
-    returns the host's addresses (default: the system resolver, within a 2 s budget).
+    ``strict`` turns warnings into errors. Whatever stops a run is an error here too (an
+    ``api_key_env`` naming an unset variable among them). ``resolve(host)`` returns the
+    host's addresses (default: the system resolver, within a 2 s budget).
     """
     source = str(path)
     environ = os.environ if environ is None else environ
@@ -162,9 +161,7 @@ def validate_profile(
             code="empty",
         )
         return ValidationReport(source, (diag,), None, readable=False)
-    profile, diagnostics = check_document(
-        data, text, source, environ=environ, for_run=for_run, resolve=resolve
-    )
+    profile, diagnostics = check_document(data, text, source, environ=environ, resolve=resolve)
     diagnostics.sort(key=lambda d: (d.line is None, d.line or 0))
     if strict:
         diagnostics = [replace(d, severity="error") for d in diagnostics]
@@ -177,11 +174,10 @@ def load_profile(
     path: Path | str,
     *,
     environ: Mapping[str, str] | None = None,
-    for_run: bool = True,
     resolve: Resolver | None = None,
 ) -> Profile:
     """The profile at ``path``, or ProfileError naming every error in it."""
-    report = validate_profile(path, environ=environ, for_run=for_run, resolve=resolve)
+    report = validate_profile(path, environ=environ, resolve=resolve)
     if not report.ok or report.profile is None:
         lines = "\n".join(f"  {d}" for d in report.errors)
         raise ProfileError(f"{path}: the profile has errors:\n{lines}", report.diagnostics)

@@ -21,10 +21,12 @@ from rrcli.providers.registry import REGISTRY
 __all__ = [
     "BINDINGS",
     "CACHE_MODES",
+    "DEFAULT_PREFIX_CACHE_TOKENS",
     "DEFAULT_PROVIDER",
     "GATE_KINDS",
     "MAX_CONTINUATIONS",
     "MAX_IN_FLIGHT",
+    "MAX_LOOKAHEAD",
     "MAX_RESPONSE_BYTES",
     "MAX_SERVER_PAUSE",
     "STRATEGIES",
@@ -38,6 +40,7 @@ __all__ = [
     "Profile",
     "QueueSettings",
     "RetrySettings",
+    "ServeSettings",
     "SimSettings",
     "profile_to_dict",
 ]
@@ -45,8 +48,12 @@ __all__ = [
 MAX_IN_FLIGHT = 10_000  # the most a max_concurrency or concurrency may be: more is a typo
 MAX_RESPONSE_BYTES = 64 * 2**20  # a response body's default size limit, decompressed
 MAX_SERVER_PAUSE = 3600.0  # seconds: the longest delay ever taken from a server's headers
+MAX_LOOKAHEAD = 100_000  # the most jobs a lookahead window may hold: more is a typo
 MAX_CONTINUATIONS = 1000  # the most continuations a profile may allow one call: more is a typo
 
+#: tokens a backend's prefix cache is taken to hold when its profile does not say: the KV cache
+#: of one vLLM or SGLang replica of a small model on one GPU
+DEFAULT_PREFIX_CACHE_TOKENS = 262_144
 STRATEGIES = (
     "round_robin",
     "random",
@@ -54,6 +61,7 @@ STRATEGIES = (
     "least_loaded",
     "first_available",
     "fastest",
+    "cache_aware",
 )
 BINDINGS = ("request", "session")
 GATE_KINDS = ("local", "redis")
@@ -113,10 +121,13 @@ class Credentials:
 
 @dataclass(frozen=True, slots=True)
 class Price:
-    """USD per million tokens."""
+    """USD per million tokens: ``cached_input`` for input read from the provider's prompt
+    cache, ``cache_write`` for input written to it (None: the input price)."""
 
     input: float = 0.0
     output: float = 0.0
+    cached_input: float | None = None
+    cache_write: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +142,8 @@ class SimSettings:
     output_tokens: int = 32
     ttft_ms: float | None = None
     tokens_per_s: float | None = None
+    prefix_cache_tokens: int = 0  # the prefix cache's capacity (0: none)
+    prefill_ms_per_token: float = 0.0  # time to read each input token the cache does not hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +170,17 @@ class Backend:
     price: Price | None = None
     sim: SimSettings | None = None
     endpoints: tuple[str, ...] = ("chat",)  # the API endpoints this deployment serves
+    prefix_cache_tokens: int | None = None  # what its prefix cache holds; None: prefix_capacity
+
+    @property
+    def prefix_capacity(self) -> int:
+        """Tokens its prefix (KV or prompt) cache is taken to hold: ``prefix_cache_tokens``, else
+        a simulated backend's own cache, else DEFAULT_PREFIX_CACHE_TOKENS."""
+        if self.prefix_cache_tokens is not None:
+            return self.prefix_cache_tokens
+        if self.sim is not None and self.sim.prefix_cache_tokens:
+            return self.sim.prefix_cache_tokens
+        return DEFAULT_PREFIX_CACHE_TOKENS
 
     @property
     def scope(self) -> str:
@@ -200,6 +224,20 @@ class QueueSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ServeSettings:
+    """``rrcli serve``: where it listens, the variable of its client keys ("": a key made at
+    start), the seconds a session may stay idle before it is forgotten, the largest request
+    body in bytes, the seconds SIGTERM lets requests in flight finish."""
+
+    host: str = "127.0.0.1"
+    port: int = 8787
+    keys_env: str = ""
+    session_idle: float = 3600.0
+    max_body_bytes: int = 32 << 20
+    drain_timeout: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
 class CooldownSettings:
     """When a backend is taken out of the load-aware strategies for a while.
 
@@ -234,6 +272,10 @@ class Profile:
     name: str = ""
     strategy: str = "round_robin"
     rotate_every: int = 1
+    cache_threshold: float = 0.3  # cache_aware: the share of a prompt a match must cover
+    balance_abs: int | None = None  # cache_aware: None is a quarter of the smallest cap
+    balance_rel: float = 1.5
+    lookahead: int = 1000  # cache_aware: jobs to come a free backend may choose from
     binding: str = "request"
     same_model: bool = False
     concurrency: int | None = None  # None: the sum of the caps
@@ -244,6 +286,7 @@ class Profile:
     cache: CacheSettings = field(default_factory=CacheSettings)
     budget: BudgetSettings = field(default_factory=BudgetSettings)
     queue: QueueSettings = field(default_factory=QueueSettings)
+    serve: ServeSettings = field(default_factory=ServeSettings)
     backends: tuple[Backend, ...] = ()
     source: str = ""
 
@@ -277,6 +320,9 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
         "name": profile.name,
         "strategy": profile.strategy,
         "rotate_every": profile.rotate_every,
+        "cache_threshold": profile.cache_threshold,
+        "balance_rel": profile.balance_rel,
+        "lookahead": profile.lookahead,
         "binding": profile.binding,
         "same_model": profile.same_model,
     }
@@ -284,6 +330,8 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
         out["concurrency"] = profile.concurrency
     if profile.seed is not None:
         out["seed"] = profile.seed
+    if profile.balance_abs is not None:
+        out["balance_abs"] = profile.balance_abs
     retry = _plain(profile.retry)
     retry["retry_on_status"] = sorted(profile.retry.retry_on_status)
     out["retry"] = retry
@@ -294,6 +342,8 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
     if profile.cache != CacheSettings():
         out["cache"] = {k: v for k, v in _plain(profile.cache).items() if v}
     out["queue"] = _plain(profile.queue)
+    if profile.serve != ServeSettings():
+        out["serve"] = {k: v for k, v in _plain(profile.serve).items() if v != ""}
     if profile.budget.max_cost_usd is not None:
         out["budget"] = _plain(profile.budget)
     out["backends"] = [_backend_to_dict(b, redact) for b in profile.backends]

@@ -14,17 +14,20 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Iterable
 from functools import lru_cache
-from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlsplit, urlunsplit
 
 __all__ = [
     "MASK",
     "is_secret_header",
     "looks_like_key",
     "redact",
+    "redact_each",
     "redacted_headers",
     "redacted_url",
     "secret_forms",
+    "url_secrets",
 ]
 
 MASK = "***"
@@ -78,6 +81,13 @@ def redact(text: str, secret: str | None) -> str:
     return text
 
 
+def redact_each(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every form of each of ``secrets`` masked."""
+    for secret in secrets:
+        text = redact(text, secret)
+    return text
+
+
 def _unescape(match: re.Match[str]) -> str:
     """One JSON ``\\uXXXX`` or ASCII ``%XX`` escape as its character (a surrogate stays)."""
     code = int(match.group(1) or match.group(2), 16)
@@ -102,6 +112,20 @@ def redacted_url(url: str) -> str:
             masked = [(n, MASK if _secret_param(n) else v) for n, v in pairs]
             parts = parts._replace(query=urlencode(masked, safe="*"))
     return urlunsplit(parts)
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """What ``redacted_url`` masks in ``url``, as values: its password and the values of its
+    credential-bearing query parameters, unescaped (those long enough to mask)."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return ()
+    found = [unquote(password)] if password else []
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    found += [value for name, value in pairs if _secret_param(name)]
+    return tuple(dict.fromkeys(s for s in found if len(s) >= MIN_SECRET))
 
 
 def _secret_param(name: str) -> bool:

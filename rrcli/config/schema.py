@@ -20,6 +20,7 @@ from rrcli.config.profile import (
     GATE_KINDS,
     MAX_CONTINUATIONS,
     MAX_IN_FLIGHT,
+    MAX_LOOKAHEAD,
     MAX_SERVER_PAUSE,
     STRATEGIES,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "PRICE",
     "QUEUE",
     "RETRY",
+    "SERVE",
     "SIM",
     "TOP",
     "Field",
@@ -123,6 +125,10 @@ TOP = {
     "name": Field("str"),
     "strategy": Field("str", choices=STRATEGIES),
     "rotate_every": POSITIVE_INT,
+    "cache_threshold": Field("number", within(0, 1)),
+    "balance_abs": Field("int", at_least(0)),
+    "balance_rel": Field("number", at_least(1)),
+    "lookahead": Field("int", within(0, MAX_LOOKAHEAD)),
     "binding": Field("str", choices=BINDINGS),
     "same_model": Field("bool"),
     "concurrency": IN_FLIGHT,
@@ -134,6 +140,7 @@ TOP = {
     "cache": Field("table"),
     "budget": Field("table"),
     "queue": Field("table"),
+    "serve": Field("table"),
     "backends": Field("tables"),
 }
 BACKEND = {
@@ -158,6 +165,7 @@ BACKEND = {
     "price": Field("table"),
     "sim": Field("table"),
     "endpoints": Field("strs", choices=ENDPOINTS),
+    "prefix_cache_tokens": Field("int", at_least(0)),
 }
 CREDENTIALS = {
     "api_key_env": Field("str", ENV_RULE, secret=True),
@@ -186,6 +194,14 @@ QUEUE = {
     "lease": Field("number", above(0)),
     "max_deliveries": POSITIVE_INT,
 }
+SERVE = {
+    "host": Field("str", NOT_EMPTY),
+    "port": Field("int", within(0, 65535)),
+    "keys_env": Field("str", ENV_RULE),
+    "session_idle": Field("number", above(0)),
+    "max_body_bytes": POSITIVE_INT,
+    "drain_timeout": Field("number", at_least(0)),
+}
 COOLDOWN = {
     "consecutive_failures": Field("int", at_least(0)),
     "duration": Field("number", above(0)),
@@ -193,7 +209,9 @@ COOLDOWN = {
 }
 CACHE = {"path": Field("str", NOT_EMPTY), "mode": Field("str", choices=CACHE_MODES)}
 BUDGET = {"max_cost_usd": Field("number", at_least(0))}
-PRICE = {"input": Field("number", at_least(0)), "output": Field("number", at_least(0))}
+MAX_PRICE = 10_000.0  # USD per million tokens: ten times the dearest model's; more is a typo
+_PRICE = Field("number", within(0, MAX_PRICE))
+PRICE = {"input": _PRICE, "output": _PRICE, "cached_input": _PRICE, "cache_write": _PRICE}
 SIM = {
     "latency_ms": Field("number", at_least(0)),
     "jitter_ms": Field("number", at_least(0)),
@@ -203,6 +221,8 @@ SIM = {
     "output_tokens": Field("int", at_least(0)),
     "ttft_ms": Field("number", at_least(0)),
     "tokens_per_s": Field("number", above(0)),
+    "prefix_cache_tokens": Field("int", at_least(0)),
+    "prefill_ms_per_token": Field("number", at_least(0)),
 }
 EXPECTED = {
     "str": ("a string", 'put the value in double quotes, e.g. "text"'),

@@ -9,7 +9,6 @@ line of its key and the id of the backend its path points at.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -31,7 +30,7 @@ from rrcli.config.schema import (
     type_ok,
     unquote,
 )
-from rrcli.diagnostic import Diagnostic
+from rrcli.diagnostic import Diagnostic, closest
 
 __all__ = ["Checker"]
 
@@ -73,11 +72,11 @@ class Checker:
         return good
 
     def unknown(self, path: str, key: str, spec: Mapping[str, Field], parent: str) -> None:
-        close = difflib.get_close_matches(key, list(spec), n=1, cutoff=0.6)
+        close = closest(key, spec)
         if not parent and key in BACKEND:
             fix = "backend fields go in [defaults] or in a [[backends]] table"
         elif close:
-            fix = f'did you mean "{close[0]}"?'
+            fix = f'did you mean "{close}"?'
         else:
             fix = "remove it; the keys here are " + ", ".join(spec)
         self.add("error", path, f'unknown key "{key}"', fix, "unknown_key")
@@ -107,8 +106,8 @@ class Checker:
         return ok
 
     def not_a_choice(self, path: str, value: str, choices: tuple[str, ...]) -> None:
-        close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
-        fix = f'did you mean "{close[0]}"?' if close else "use one of: " + ", ".join(choices)
+        close = closest(value, choices)
+        fix = f'did you mean "{close}"?' if close else "use one of: " + ", ".join(choices)
         accepted = ", ".join(choices)
         message = f'"{value}" is not accepted here (accepted: {accepted})'
         self.add("error", path, message, fix, "bad_value")

@@ -48,7 +48,8 @@ return redis.call('INCRBYFLOAT', KEYS[1], ARGV[3])
 )
 
 # ARGV process ttl token cost limit. Sets ``cost`` aside unless the spend, the reservations in
-# flight and it would pass ``limit``. Returns {1 if reserved else 0, spent}.
+# flight and it would pass ``limit``. Returns {1 if reserved else 0, spent, held}: held the
+# reservations in flight, this one's included when it was made.
 RESERVE = Script(
     KEY_NAMES,
     _EXPIRE
@@ -58,10 +59,10 @@ for _, amount in ipairs(redis.call('HVALS', KEYS[3])) do held = held + tonumber(
 local spent = tonumber(redis.call('GET', KEYS[1]) or 0)
 local cost = tonumber(ARGV[4])
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), ARGV[1])
-if spent + held + cost > tonumber(ARGV[5]) + 1e-12 then return {0, fmt(spent)} end
+if spent + held + cost > tonumber(ARGV[5]) + 1e-12 then return {0, fmt(spent), fmt(held)} end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[3])
 redis.call('HSET', KEYS[3], ARGV[3], ARGV[4])
-return {1, fmt(spent)}
+return {1, fmt(spent), fmt(held + cost)}
 """,
 )
 
@@ -98,7 +99,7 @@ class RedisLedger:
     """A ``budget.Ledger`` shared through Redis; ``spent`` is everyone's, as last seen."""
 
     def __init__(self, hub: Hub, keys: Mapping[str, str], limit: float, ttl: float) -> None:
-        self.spent = 0.0
+        self.spent = self.reserved = 0.0
         self._hub, self._keys, self._limit, self._ttl = hub, dict(keys), limit, ttl
 
     @classmethod
@@ -112,10 +113,10 @@ class RedisLedger:
 
     async def reserve(self, cost: float) -> str | None:
         hub, token = self._hub, self._hub.token()
-        ok, spent = await hub.run_until_up(
+        ok, spent, held = await hub.run_until_up(
             RESERVE, self._keys, hub.process, self._ttl, token, repr(cost), repr(self._limit)
         )
-        self.spent = float(spent)
+        self.spent, self.reserved = float(spent), float(held)
         return token if int(ok) else None
 
     async def settle(self, token: str, reserved: float, actual: float) -> None:

@@ -269,14 +269,17 @@ class RedisQueue:
             self._room.set()
 
     async def _beat(self) -> None:
-        """The heartbeat (what ``rrcli queue`` counts as alive) and the renewal of the jobs held
-        here, every ``lease / 3`` s (at most 5 s)."""
+        """The heartbeat (what ``rrcli queue`` counts as alive), the renewal of the jobs held
+        here and a look at the jobs done in the whole queue, every ``lease / 3`` s (at most
+        5 s)."""
         every = min(5.0, self.lease / 3)
         started = rfc3339(time.time())
         while not self._closing:
             info = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
             await self.store.beat(orjson.dumps(info), int(every * 3000), KEEP_S)
             await self.store.renew([mid for mid, _ in self.held.values()])
+            if self.engine is not None:  # the queue's progress, for the display and its ETA
+                self.engine.summary.queue_done(await self.store.results())
             await asyncio.sleep(every)
 
 

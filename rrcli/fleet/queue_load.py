@@ -28,7 +28,7 @@ import structlog
 from rrcli.config.profile import QueueSettings
 from rrcli.errors import UsageError
 from rrcli.fleet.queue_store import QueueFullError, QueueStore
-from rrcli.records.jobs import InvalidJob, Job, iter_jobs, parse_job
+from rrcli.records.jobs import InvalidJob, Job, iter_jobs, open_jobs_file, parse_job
 from rrcli.records.traceschema import rfc3339
 
 __all__ = ["file_digest", "load_jobs", "stored_job"]
@@ -126,11 +126,7 @@ def stored_job(line: int, fields: dict[bytes, bytes]) -> Job | InvalidJob:
 def _stored_lines(path: Path) -> Iterator[tuple[int, dict[str, bytes]]]:
     """Each job of ``path`` as (line, its stream entry's fields): the raw line of a valid job,
     ``iter_jobs``'s verdict on an invalid one (duplicates need the whole file to be seen)."""
-    try:
-        stream = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the jobs file: {exc.strerror}") from exc
-    with stream:
+    with open_jobs_file(path) as stream:
         tee = _Tee(stream)
         for job in iter_jobs(tee, str(path)):  # type: ignore[arg-type]
             if isinstance(job, Job):

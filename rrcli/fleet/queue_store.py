@@ -283,5 +283,9 @@ class QueueStore:
 
         await self.step(beat)
 
+    async def results(self) -> int:
+        """Jobs done in the queue, by every worker: the results it holds."""
+        return int(await self.step(lambda c: c.hlen(self.keys["results"])))
+
     async def leave(self) -> None:
         await self.step(lambda c: c.delete(lua.worker_key(self.name, self.worker)))

@@ -9,6 +9,8 @@ import importlib.util
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
+from rrcli.config.redaction import redacted_url
+from rrcli.config.urls import endpoint_url
 from rrcli.errors import UsageError
 
 __all__ = ["TRACES_PATH", "require_sdk", "traces_url"]
@@ -39,15 +41,15 @@ def _checked(source: str, url: str, *, base: bool, always_add: bool = False) -> 
         parts = urlsplit(url.strip())
         parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
     except ValueError as exc:
-        raise UsageError(f"{source} {url!r}: not a URL ({exc})") from None
+        raise UsageError(f"{source} {redacted_url(url)!r}: not a URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(
-            f"{source} {url!r}: expected an http:// or https:// URL of an OTLP/HTTP collector, "
-            "e.g. http://localhost:4318"
+            f"{source} {redacted_url(url)!r}: expected an http:// or https:// URL of an OTLP/HTTP "
+            "collector, e.g. http://localhost:4318"
         )
     url = url.strip()
     if base and (always_add or parts.path in ("", "/")):
-        return url.rstrip("/") + TRACES_PATH
+        return endpoint_url(url, TRACES_PATH)
     return url
 
 

@@ -40,7 +40,8 @@ _Checked = msgspec.defstruct(
 
 @dataclass(frozen=True, slots=True)
 class ExportReport:
-    """What an export did: ``spans`` made (calls and jobs), ``sent`` to ``endpoint``,
+    """What an export did: ``spans`` made (calls and jobs), ``sent`` to ``endpoint`` (its
+    credentials masked),
     ``malformed`` lines skipped, and the exporter's ``error`` when some were not delivered."""
 
     endpoint: str
@@ -97,7 +98,7 @@ def export_traces(
         _ship(shipper, batch + finished)
     finally:
         shipper.close()
-    return ExportReport(endpoint, spans, shipper.sent, malformed, shipper.error)
+    return ExportReport(shipper.endpoint, spans, shipper.sent, malformed, shipper.error)
 
 
 def _ship(shipper: Shipper, batch: list[Any]) -> None:

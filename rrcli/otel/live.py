@@ -26,6 +26,7 @@ import time
 
 import orjson
 
+from rrcli.config.redaction import redact_each, redacted_url, url_secrets
 from rrcli.otel.report import URL_VARIABLE, SendReport
 
 __all__ = ["SpanProcess"]
@@ -45,7 +46,8 @@ class SpanProcess:
     def __init__(
         self, url: str, run_id: str, *, buffer_max: int = 16 << 20, wait_s: float = 20.0
     ) -> None:
-        self.endpoint = url
+        self.endpoint = redacted_url(url)  # as the report shows it
+        self._secrets = url_secrets(url)
         self._max, self._wait_s = buffer_max, wait_s
         self._buf = bytearray()
         self._overflow = 0  # call records the full buffer turned away
@@ -155,10 +157,12 @@ class SpanProcess:
         except (orjson.JSONDecodeError, TypeError):
             return SendReport(
                 self.endpoint, 0, self._handed + self._overflow,
-                f"the span process ended without a report (exit {self._proc.returncode}): {err}",
+                f"the span process ended without a report (exit {self._proc.returncode}): "
+                + redact_each(err, self._secrets),
             )  # fmt: skip
         dropped = report.dropped + self._overflow + unsent
-        return SendReport(self.endpoint, report.sent, dropped, report.error)
+        error = None if report.error is None else redact_each(report.error, self._secrets)
+        return SendReport(self.endpoint, report.sent, dropped, error)
 
 
 def _child_environ(url: str) -> dict[str, str]:

@@ -23,6 +23,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from rrcli.config.redaction import redact_each, redacted_url, url_secrets
 from rrcli.otel.report import SendReport
 from rrcli.otel.spans import SpanMaker, job_key
 
@@ -49,7 +50,8 @@ class Shipper:
     (OTEL_EXPORTER_OTLP_TIMEOUT, else 10)."""
 
     def __init__(self, endpoint: str, timeout: float | None = None) -> None:
-        self.endpoint = endpoint
+        self.endpoint = redacted_url(endpoint)  # as reports show it
+        self._secrets = url_secrets(endpoint)
         self.sent = self.failed = 0
         self.last_failed = False
         self._errors = _LastError()
@@ -60,7 +62,8 @@ class Shipper:
 
     @property
     def error(self) -> str | None:
-        return self._errors.message
+        message = self._errors.message
+        return None if message is None else redact_each(message, self._secrets)
 
     def ship(self, spans: list[ReadableSpan]) -> bool:
         """Send ``spans`` in one request; True when the collector took them."""

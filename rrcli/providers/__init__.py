@@ -10,13 +10,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from rrcli.config.redaction import MIN_SECRET, is_secret_header, url_secrets
 from rrcli.providers.registry import info
 
 if TYPE_CHECKING:
     from rrcli.config.profile import Backend, RetrySettings
     from rrcli.providers.base import Provider
 
-__all__ = ["make_provider"]
+__all__ = ["backend_secrets", "make_provider"]
 
 
 def make_provider(
@@ -31,7 +32,16 @@ def make_provider(
         raise ValueError(f"backend {backend.id!r}: unknown provider {backend.provider!r}") from None
     adapter = getattr(importlib.import_module(module), name)
     provider = adapter(backend, api_key, retry=retry, seed=seed)
-    if not api_key:
+    secrets = backend_secrets(backend, api_key)
+    if not secrets:
         return provider
     redacting = importlib.import_module("rrcli.providers.scrub").Redacting
-    return redacting(provider, api_key)  # whatever the server says, its key reaches no record
+    return redacting(provider, secrets)  # whatever the server says, no secret reaches a record
+
+
+def backend_secrets(backend: Backend, api_key: str | None) -> tuple[str, ...]:
+    """What ``backend`` sends that no record may show: its key, the credentials of its
+    base_url (a password, ``?key=``) and the values of its credential headers."""
+    headers = [v for name, v in backend.headers.items() if is_secret_header(name)]
+    found = [api_key, *url_secrets(backend.base_url), *headers]
+    return tuple(dict.fromkeys(s for s in found if s and len(s) >= MIN_SECRET))

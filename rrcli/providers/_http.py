@@ -22,6 +22,7 @@ import httpx2
 import orjson
 
 from rrcli.config.profile import Backend, RetrySettings
+from rrcli.config.urls import endpoint_url
 from rrcli.errors import ProviderError, StreamBrokenError
 from rrcli.providers._body import (
     dropped_while_idle,
@@ -100,8 +101,8 @@ class HTTPProvider:
         self._key = api_key
         self._retry = retry
         self._clock = clock
-        self._base_url = backend.base_url.rstrip("/")
-        self._url = self._base_url + self.path
+        self._base_url = backend.base_url
+        self._url = endpoint_url(backend.base_url, self.path)
         self.server_address = server_address(backend.provider, backend.base_url)
         entry = info(backend.provider)
         self._request_id_header = entry.request_id_header
@@ -197,6 +198,10 @@ class HTTPProvider:
     def url(self) -> str:
         """The address a chat call is posted to: base_url and the API's path."""
         return self._url
+
+    def url_for(self, call: Call) -> str:
+        """The address ``call`` is posted to: ``url`` for chat, its endpoint's path else."""
+        return self._url if call.endpoint == "chat" else self.endpoint_request(call)[0]
 
     async def _open(self, request: httpx2.Request) -> httpx2.Response:
         """Send ``request`` and wait for the answer's head. A pooled connection the server

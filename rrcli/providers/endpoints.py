@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rrcli.config.urls import endpoint_url
 from rrcli.errors import ProviderError
 from rrcli.providers._http import (
     StreamFold,
@@ -29,8 +30,9 @@ from rrcli.providers._http import (
 )
 from rrcli.providers._sse import SSEEvent
 from rrcli.providers.base import Call, Reply, invalid_response, stream_error
+from rrcli.providers.registry import count_inputs
 
-__all__ = ["ENDPOINT_APIS", "EndpointAPI", "count_inputs", "endpoint_request"]
+__all__ = ["ENDPOINT_APIS", "EndpointAPI", "endpoint_request"]
 
 #: an answer body, the call it answers and the key (masked in an error body) → Reply
 Parse = Callable[[dict[str, Any], Call, str | None], Reply]
@@ -74,7 +76,7 @@ def endpoint_request(call: Call, base_url: str, model: str, key: str | None) -> 
         )
     fold = api.fold
     return (
-        base_url + api.path,
+        endpoint_url(base_url, api.path),
         api.build(call, model),
         lambda data: api.parse(data, call, key),
         (lambda: fold(call, key)) if fold is not None else _no_stream,
@@ -83,17 +85,6 @@ def endpoint_request(call: Call, base_url: str, model: str, key: str | None) -> 
 
 def _no_stream() -> StreamFold:
     raise AssertionError("an unstreamed endpoint's call is never streamed")
-
-
-def count_inputs(value: object) -> int:
-    """How many answers a request's input asks for: one a text, a token array or a list of
-    content parts (one multimodal input); one an item of any other list."""
-    if isinstance(value, list) and value:
-        first = value[0]
-        if isinstance(first, int | dict):
-            return 1
-        return len(value)
-    return 1
 
 
 # --- embeddings ------------------------------------------------------------------------------

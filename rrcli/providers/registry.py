@@ -18,6 +18,7 @@ __all__ = [
     "REGISTRY",
     "UNSTREAMED",
     "ProviderInfo",
+    "count_inputs",
     "info",
     "server_address",
 ]
@@ -35,6 +36,17 @@ BATCH_URLS: dict[str, str] = {
 }
 #: Endpoints whose API has no streamed form: ``--stream`` leaves their calls plain
 UNSTREAMED = frozenset({"embeddings", "moderations"})
+
+
+def count_inputs(value: object) -> int:
+    """How many answers an endpoint's request input asks for: one a text, a token array or a
+    list of content parts (one multimodal input); one an item of any other list."""
+    if isinstance(value, list) and value:
+        first = value[0]
+        if isinstance(first, int | dict):
+            return 1
+        return len(value)
+    return 1
 
 
 @dataclass(frozen=True, slots=True)

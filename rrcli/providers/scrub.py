@@ -1,17 +1,20 @@
 """The one door server strings pass to reach records: a provider's key masked in all of them.
 
-Whatever a server says, the key it was sent never reaches a result, a trace, a log line or the
-terminal: ``Redacting`` wraps every provider that sends a key (``make_provider``), and masks the
-key (``config.redaction.redact``, every form) in each string of a ``Reply`` and of a
+Whatever a server says, the secrets it was sent never reach a result, a trace, a log line or
+the terminal: ``Redacting`` wraps every provider that sends one (``make_provider``: the key, a
+credential in the base_url's query or password, a credential header's value), and masks each
+(``config.redaction.redact``, every form) in each string of a ``Reply`` and of a
 ``ProviderError`` before the runner sees it. A reply is checked at the cost of one JSON encode
-of its strings and a substring search per form; only a reply that holds the key is walked.
+of its strings and a substring search per form; only a reply that holds a secret is walked.
 A text that was cut before it got here may end in part of a key: a run of eight or more
-characters that starts the key is masked too.
+characters that starts the key is masked too. Streamed text echoed as it arrives
+(``--prompt --stream``) is held back while its end could be the start of a secret, so a key
+split across two chunks is masked whole before anything of it is printed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from operator import attrgetter
 from typing import Any
@@ -22,7 +25,7 @@ from rrcli.config.redaction import MASK, redact, secret_forms
 from rrcli.errors import ProviderError
 from rrcli.providers.base import Call, Provider, Reply
 
-__all__ = ["Redacting", "scrub_error", "scrub_reply", "scrub_text"]
+__all__ = ["HeldEcho", "Redacting", "scrub_error", "scrub_reply", "scrub_text"]
 
 #: a Reply's fields that hold strings from the server, alone or inside its JSON
 _FIELDS = (
@@ -35,20 +38,27 @@ PARTIAL = 8  # the shortest start of a key masked on its own (a cut text's tail)
 
 
 class Redacting:
-    """``provider`` with ``secret`` masked in everything it returns or raises."""
+    """``provider`` with each of ``secrets`` masked in everything it returns or raises."""
 
-    def __init__(self, provider: Provider, secret: str) -> None:
+    def __init__(self, provider: Provider, secrets: Sequence[str]) -> None:
         self.inner = provider
-        self.secret = secret
+        self.secrets = tuple(secrets)
         self.server_address = provider.server_address
 
     async def send(self, call: Call, on_text: Callable[[str], None] | None = None) -> Reply:
-        echo = None if on_text is None else _masked_echo(on_text, self.secret)
+        echo = None if on_text is None else HeldEcho(on_text, self.secrets)
         try:
             reply = await self.inner.send(call, echo)
         except ProviderError as exc:
-            raise scrub_error(exc, self.secret) from exc.__cause__
-        return scrub_reply(reply, self.secret)
+            for secret in self.secrets:
+                exc = scrub_error(exc, secret)
+            raise exc from exc.__cause__
+        finally:
+            if echo is not None:
+                echo.flush()
+        for secret in self.secrets:
+            reply = scrub_reply(reply, secret)
+        return reply
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -57,13 +67,45 @@ class Redacting:
         return getattr(self.inner, name)
 
 
-def _masked_echo(on_text: Callable[[str], None], secret: str) -> Callable[[str], None]:
-    forms = secret_forms(secret)
+class HeldEcho:
+    """Streamed text passed on with ``secrets`` masked: the end of what arrived is held back
+    while it could be the start of a secret's form, and passed on (masked) once the next piece
+    shows it is not, or at ``flush``."""
 
-    def echo(piece: str) -> None:
-        on_text(redact(piece, secret) if any(f in piece for f in forms) else piece)
+    __slots__ = ("_forms", "_held", "_out", "_secrets")
 
-    return echo
+    def __init__(self, out: Callable[[str], None], secrets: Sequence[str]) -> None:
+        self._out = out
+        self._secrets = tuple(secrets)
+        self._forms = tuple(f for secret in secrets for f in secret_forms(secret))
+        self._held = ""
+
+    def __call__(self, piece: str) -> None:
+        text = self._held + piece
+        for secret in self._secrets:
+            text = redact(text, secret)
+        keep = self._start_of_a_form(text)
+        self._held = text[len(text) - keep :] if keep else ""
+        if len(text) > keep:
+            self._out(text[: len(text) - keep])
+
+    def _start_of_a_form(self, text: str) -> int:
+        """The length of the longest end of ``text`` that starts a form of a secret."""
+        best = 0
+        for form in self._forms:
+            for k in range(min(len(form) - 1, len(text)), best, -1):
+                if text.endswith(form[:k]):
+                    best = k
+                    break
+        return best
+
+    def flush(self) -> None:
+        """Pass on what is held (the stream ended): masked as a cut text is."""
+        text, self._held = self._held, ""
+        for secret in self._secrets:
+            text = scrub_text(text, secret)
+        if text:
+            self._out(text)
 
 
 def scrub_text(text: str, secret: str) -> str:

@@ -27,7 +27,7 @@ from rrcli.providers.vocabulary import tool_call
 from rrcli.sim import replies
 from rrcli.sim.behaviour import ERROR, SimBehaviour, last_user_text, pacing
 from rrcli.sim.replies import after_tool_result, chosen_tool, fragments
-from rrcli.tokens import estimate_input_tokens
+from rrcli.tokens import estimate_input_tokens, rendered_prompt
 
 __all__ = ["SimProvider"]
 
@@ -70,26 +70,37 @@ class SimProvider:
         if "tools" in call.params and (called := _called_tool(call)) is not None:
             return await self._tool_reply(call, *called)
         variant = behaviour.variant(messages)
+        tokens = call.input_tokens or estimate_input_tokens(messages)
+        cached = None
+        if behaviour.prefix is not None:
+            prompt = rendered_prompt(messages, call.params.get("tools"), call.params.get("system"))
+            cached = behaviour.cached(prompt, tokens)
         if behaviour.instant and not (call.stream and on_text):
             return Reply(
                 behaviour.text(variant),
                 "stop",
-                estimate_input_tokens(messages),
+                tokens,
                 behaviour.settings.output_tokens,
                 self._model,
                 None,
                 200,
                 None,
                 0.0 if call.stream else None,
+                cached_input_tokens=cached,
             )
-        return await self._timed(call, variant, on_text)
+        return await self._timed(call, variant, on_text, tokens, cached)
 
     async def _timed(
-        self, call: Call, variant: int, on_text: Callable[[str], None] | None
+        self,
+        call: Call,
+        variant: int,
+        on_text: Callable[[str], None] | None,
+        tokens: int,
+        cached: int | None,
     ) -> Reply:
         behaviour = self._behaviour
         pieces = behaviour.pieces(variant)
-        ttft, total = behaviour.timeline(len(pieces))
+        ttft, total = behaviour.timeline(len(pieces), tokens - (cached or 0))
         started = self._clock()
         ttft_ms = None
         if call.stream:
@@ -106,13 +117,14 @@ class SimProvider:
         return Reply(
             behaviour.text(variant),
             "stop",
-            estimate_input_tokens(call.messages),
+            tokens,
             len(pieces),
             self._model,
             None,
             200,
             None,
             ttft_ms,
+            cached_input_tokens=cached,
         )
 
     async def _tool_reply(self, call: Call, name: str, arguments: str, seed: int) -> Reply:

@@ -11,12 +11,12 @@ into an InvalidJob. ``model`` is always dropped: the routed backend's model is s
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
+from rrcli.diagnostic import closest
 from rrcli.providers.registry import BATCH_URLS, ENDPOINTS, UNSTREAMED
 
 __all__ = [
@@ -46,6 +46,10 @@ _ALLOWED = {
     "anthropic_batch": frozenset({*_COMMON, "params"}),
     **{e: frozenset({*_COMMON, "endpoint", f, "params"}) for e, f in INPUT_FIELDS.items()},
 }
+_KNOWN = frozenset().union(*_ALLOWED.values())  # every key a line of any shape may hold
+# Eval files carry their own fields ("answer", "category"), so only a key much like one of ours
+# reads as a misspelling of it (every key of a profile is ours: there the bar is lower).
+_CLOSE = 0.8
 _SHAPE_KEYS = ("prompt", "messages", "turns", "body")
 _OTHER_SHAPES = ("prompt", "messages", "turns", "system", "input", "body", "url", "method")
 _EMPTY: tuple[Any, ...] = ()
@@ -145,6 +149,10 @@ def shape(obj: dict[str, Any]) -> str:
     elif "params" in obj and "custom_id" in obj:
         kind = "anthropic_batch"
     else:
+        for key in sorted(obj.keys() - _KNOWN):
+            hint = closest(key, _KNOWN, cutoff=_CLOSE)
+            if hint is not None:
+                raise LineError(f"unknown key {_json(key)} (did you mean {_json(hint)}?)")
         raise LineError(
             "none of the job shapes — give prompt, messages or turns, or an OpenAI Batch "
             "line (custom_id, method, url, body) or an Anthropic Message Batches line "
@@ -159,11 +167,11 @@ def shape(obj: dict[str, Any]) -> str:
         # that looks like a misspelt one of ours ("sytem") would silently change the request,
         # so it is refused with the fix.
         for extra in sorted(obj.keys() - allowed):
-            hint = difflib.get_close_matches(extra, sorted(allowed), n=1, cutoff=0.8)
-            if hint:
+            hint = closest(extra, allowed, cutoff=_CLOSE)
+            if hint is not None:
                 raise LineError(
                     f"unknown key {_json(extra)} for {_a(kind)} job (did you mean "
-                    f'"{hint[0]}"? put fields of your own under metadata)'
+                    f"{_json(hint)}? put fields of your own under metadata)"
                 )
     return kind
 
@@ -176,9 +184,11 @@ def _a(kind: str) -> str:
 def _endpoint_shape(obj: dict[str, Any], endpoint: object) -> str:
     """The non-chat endpoint a line names: its input field there, no chat shape's key."""
     if type(endpoint) is not str or endpoint not in INPUT_FIELDS:
+        hint = closest(endpoint, ENDPOINTS) if type(endpoint) is str else None
+        fix = f"did you mean {_json(hint)}" if hint else "name one of them"
         raise LineError(
-            f"endpoint {_json(endpoint)} is not one of {', '.join(ENDPOINTS)} — name one of "
-            "them, or leave endpoint out for a chat job"
+            f"endpoint {_json(endpoint)} is not one of {', '.join(ENDPOINTS)} — {fix}, or "
+            "leave endpoint out for a chat job"
         )
     field = INPUT_FIELDS[endpoint]
     job = f"{_a(endpoint)} job"

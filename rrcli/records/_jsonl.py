@@ -13,6 +13,7 @@ import json
 import os
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,16 +50,27 @@ class LineFile:
     """An append-only sink of encoded lines (each ``bytes`` ends with a newline).
 
     ``path`` None writes to standard output. The file is always opened in append mode, so lines
-    never land over another writer's; ``append`` False truncates it first.
+    never land over another writer's; ``append`` False truncates it first. When the reader of a
+    pipe goes away (``rrcli run --out - | head``), the lines are dropped from then on and
+    ``on_closed`` is called once: the run decides what that means.
     """
 
-    __slots__ = ("_buf", "_fd", "_path", "_stdout")
+    __slots__ = ("_buf", "_closed", "_fd", "_on_closed", "_path", "_stdout")
 
-    def __init__(self, path: Path | None, *, append: bool, what: str) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        *,
+        append: bool,
+        what: str,
+        on_closed: Callable[[], None] | None = None,
+    ) -> None:
         self._buf = bytearray()
         self._path = path
         self._stdout = path is None
         self._fd = -1
+        self._closed = False
+        self._on_closed = on_closed
         if path is None:
             return
         try:
@@ -80,19 +92,35 @@ class LineFile:
         buf = self._buf
         if not buf:
             return
-        if self._stdout:
-            out = sys.stdout.buffer
-            out.write(buf)
-            out.flush()
-        else:
-            try:
+        try:
+            if self._closed:
+                pass
+            elif self._stdout:
+                out = sys.stdout.buffer
+                out.write(buf)
+                out.flush()
+            else:
                 with memoryview(buf) as view:
                     done = 0
                     while done < len(view):
                         done += os.write(self._fd, view[done:])
-            except OSError as exc:
-                raise RRCLIError(f"cannot write to {self._path}: {exc.strerror}") from exc
-        buf.clear()
+        except BrokenPipeError:
+            self._reader_gone()
+        except OSError as exc:
+            raise RRCLIError(f"cannot write to {self._path}: {exc.strerror}") from exc
+        finally:
+            buf.clear()
+
+    def _reader_gone(self) -> None:
+        """The pipe's reader left: drop what is left, keep Python's own flush of standard
+        output at exit from failing again, and tell ``on_closed``."""
+        self._closed = True
+        if self._stdout:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        if self._on_closed is not None:
+            self._on_closed()
 
     def close(self) -> None:
         """Flush and close (standard output stays open)."""

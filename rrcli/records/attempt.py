@@ -9,7 +9,7 @@ epoch, the rest monotonic), ``*_ms`` milliseconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -48,10 +48,12 @@ class Attempt:
     error: ProviderError | None
     decision: Decision
     backoff_s: float | None = None  # the sleep before the next attempt (decision "retry")
+    #: ended − started in ms to three decimals: computed once, read by the trace, the result
+    #: line and the router
+    latency_ms: float = field(init=False)
 
-    @property
-    def latency_ms(self) -> float:
-        return round((self.ended - self.started) * 1000.0, 3)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "latency_ms", round((self.ended - self.started) * 1000.0, 3))
 
     @property
     def ts_end(self) -> float:

@@ -27,7 +27,7 @@ from typing import BinaryIO, Protocol
 import orjson
 
 from rrcli.errors import UsageError
-from rrcli.records.jobs import iter_jobs
+from rrcli.records.jobs import iter_jobs, open_jobs_file
 from rrcli.records.results import line_format, line_outcome
 from rrcli.records.traceschema import RESULT_STATUSES
 
@@ -258,11 +258,7 @@ def _write_in_jobs_order(
 
 def _read_jobs(path: Path) -> Iterator[str]:
     """The keys of a jobs file's lines, in order, as ``rrcli run`` reads them."""
-    try:
-        stream = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the jobs file: {exc.strerror}") from exc
-    with stream:
+    with open_jobs_file(path) as stream:
         for job in iter_jobs(stream, str(path)):
             yield job.key
 

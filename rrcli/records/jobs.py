@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from rrcli.errors import UsageError
+from rrcli.records._compressed import compressed_as, open_jobs_file
 from rrcli.records._jobshapes import (
     BUILDERS,
     LineError,
@@ -41,7 +42,9 @@ __all__ = [
     "KeySet",
     "check_json_lines",
     "iter_jobs",
+    "job_from_dict",
     "job_key",
+    "open_jobs_file",
     "parse_job",
     "shard_of",
 ]
@@ -215,6 +218,26 @@ def parse_job(raw: bytes, n: int) -> Job:
     return _parse(json.loads(raw) if wide else orjson.loads(raw), n, wide)
 
 
+def _packed_fix(packed: str, name: str) -> str:
+    """What to do with a compressed stream rrcli was not given by name."""
+    unpack = "zcat" if packed == "gzip" else "zstd -dc"
+    return (
+        f"this is {packed}-compressed data — name the file (rrcli decompresses the gzip and "
+        f"zstd files it opens), or decompress it first: {unpack} {name} | rrcli run -"
+    )
+
+
+def job_from_dict(obj: dict[str, Any], n: int) -> Job | InvalidJob:
+    """A job a program hands in as a dict (``rrcli.Pool``, ``rrcli serve``), checked as line
+    ``n`` of a file would be: the Job, or an InvalidJob whose message names the fault. The
+    dict's parts may be taken into the Job (its messages moved out of its body)."""
+    try:
+        return _parse(obj, n, False)
+    except LineError as exc:
+        raw = obj.get("id", obj.get("custom_id")) if type(obj) is dict else None
+        return InvalidJob(raw if type(raw) in (str, int) else f"line-{n}", n, str(exc))
+
+
 def _undecodable(raw: bytes, exc: orjson.JSONDecodeError) -> str:
     try:
         raw.decode("utf-8")
@@ -239,7 +262,8 @@ def iter_jobs(
     repeats an earlier line's id is an InvalidJob with ``duplicate_of``. Never raises for bad
     content in a line; a line longer than ``max_line_bytes`` is invalid and skipped without
     being read into memory whole. Raises UsageError at once, before any line is read, when the
-    stream is one JSON document rather than JSON Lines (``check_json_lines``).
+    stream is one JSON document rather than JSON Lines (``check_json_lines``), and at its first
+    line when it is gzip or zstd data (``open_jobs_file`` decompresses a file it opens).
     """
     check_json_lines(stream, source)
     return _lines(stream, source, max_line_bytes)
@@ -252,14 +276,18 @@ def check_json_lines(stream: BinaryIO, source: str) -> None:
     peek = getattr(stream, "peek", None)
     if peek is None:
         return
-    head = peek(_PEEK_BYTES)[:_PEEK_BYTES].removeprefix(_BOM).lstrip()
+    head = peek(_PEEK_BYTES)[:_PEEK_BYTES]
+    name = "FILE" if source in ("-", "<stdin>") else source
+    packed = compressed_as(head)
+    if packed is not None:
+        raise UsageError(f"{source}: {_packed_fix(packed, name)}")
+    head = head.removeprefix(_BOM).lstrip()
     if head.startswith(b"["):
         what, jq = "one JSON array", "jq -c '.[]'"
     elif head.split(b"\n", 1)[0].strip() == b"{":
         what, jq = "a JSON object written over several lines", "jq -c ."
     else:
         return
-    name = "FILE" if source in ("-", "<stdin>") else source
     raise UsageError(
         f"{source}: rrcli reads JSON Lines: one object per line, and this is {what} — "
         f"convert it with: {jq} {name} > jobs.jsonl"
@@ -282,8 +310,11 @@ def _lines(stream: BinaryIO, source: str, max_line_bytes: int) -> Iterator[Job |
             message = f"line {n}: longer than {max_line_bytes} bytes — split the job"
             yield InvalidJob(f"line-{n}", n, message, None, source)
             continue
-        if n == 1 and raw.startswith(_BOM):
-            raw = raw[3:]
+        if n == 1:
+            raw = raw.removeprefix(_BOM)
+            packed = compressed_as(raw)
+            if packed is not None:  # a pipe: check_json_lines could not look ahead
+                raise UsageError(f"{source}: {_packed_fix(packed, 'FILE')}")
         value: object = None
         try:
             value = loads(raw)

@@ -9,7 +9,7 @@ succeeded. ``ResultWriter`` then appends one line per job in one of three format
 - ``openai-batch``: OpenAI Batch API output lines (``id``, ``custom_id``, ``response``, ``error``);
 - ``anthropic-batch``: Anthropic Message Batches result lines (``custom_id``, ``result``);
 
-their response bodies whole whichever API served the job (``_batchbodies``).
+their response bodies whole whichever API served the job (``bodies``).
 
 A resumed file is read in any of the three formats; an ``ok`` is status ``ok``, a 200 response or
 a ``succeeded`` result.
@@ -28,8 +28,8 @@ import orjson
 
 from rrcli.errors import OutputExistsError, UsageError
 from rrcli.providers.vocabulary import anthropic_error_type, openai_error_type
-from rrcli.records._batchbodies import anthropic_body, openai_body
 from rrcli.records._jsonl import LineFile, dumps_line, open_error
+from rrcli.records.bodies import anthropic_body, openai_body
 from rrcli.records.jobs import KeySet, job_key
 from rrcli.records.origins import ResponseOrigins
 
@@ -195,7 +195,7 @@ class ResultWriter:
     ``write`` queues the line; ``flush`` hands queued lines to the OS in one write (the runner
     calls it periodically and at the end); ``close`` flushes and closes. ``append`` False
     truncates an existing file. ``clock`` (epoch seconds) dates the bodies built for batch
-    formats.
+    formats. ``on_closed`` is called once if the reader of the output (a pipe) goes away.
     """
 
     __slots__ = ("_clock", "_encode", "_out")
@@ -207,6 +207,7 @@ class ResultWriter:
         fmt: str = "rrcli",
         append: bool,
         clock: Callable[[], float] = time.time,
+        on_closed: Callable[[], None] | None = None,
     ) -> None:
         encoders = {
             "rrcli": self._rrcli,
@@ -217,7 +218,7 @@ class ResultWriter:
             raise UsageError(f"unknown results format {fmt!r} — use one of {', '.join(FORMATS)}")
         self._encode = encoders[fmt]
         self._clock = clock
-        self._out = LineFile(path, append=append, what="results")
+        self._out = LineFile(path, append=append, what="results", on_closed=on_closed)
 
     def write(
         self,

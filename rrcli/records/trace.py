@@ -5,7 +5,7 @@ when the run starts (the pool, never its credentials or headers), one ``call`` r
 attempt, a ``backend`` record when a backend leaves the pool, one ``run_end`` record. ``call`` is on
 the hot path: the attempt's fields straight into a dict literal in the SPEC's field order, one
 ``orjson.dumps``, timestamps formatted from a cache of the current second. All times given are epoch
-seconds; the ``*_ms`` fields are milliseconds.
+seconds; the ``*_ms`` fields are milliseconds, rounded to three decimals.
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ from rrcli.records._jsonl import LineFile
 from rrcli.records.traceschema import CALL_FIELDS, JOB_COUNTS, rfc3339
 
 if TYPE_CHECKING:
-    from rrcli.config.profile import Backend, Profile
+    from rrcli.config.profile import Backend, Price, Profile
     from rrcli.records.attempt import Attempt
 
 __all__ = ["CALL_FIELDS", "TraceWriter", "new_run_id", "rfc3339"]
 
 _NEWLINE = orjson.OPT_APPEND_NEWLINE
+_UNPRICED = (None, False)
 
 
 def new_run_id(clock: Callable[[], float] = time.time) -> str:
@@ -43,6 +44,21 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 3)
 
 
+def _price_record(price: Price) -> dict[str, float]:
+    """A price as the run record writes it: the cache prices only when set."""
+    record = {"input": price.input, "output": price.output}
+    if price.cached_input is not None:
+        record["cached_input"] = price.cached_input
+    if price.cache_write is not None:
+        record["cache_write"] = price.cache_write
+    return record
+
+
+def _rounded(ms: float | None) -> float | None:
+    """Milliseconds at the precision of every time in the trace: three decimals."""
+    return None if ms is None else round(ms, 3)
+
+
 def _backend_record(backend: Backend) -> dict[str, Any]:
     known = price_of(backend)
     price = None if known is None else known.price
@@ -52,19 +68,20 @@ def _backend_record(backend: Backend) -> dict[str, Any]:
         "model": backend.model,
         "host": server_address(backend.provider, backend.base_url),
         "max_concurrency": backend.max_concurrency,
-        "price": None if price is None else {"input": price.input, "output": price.output},
+        "price": None if price is None else _price_record(price),
     }
 
 
 class TraceWriter:
-    """Writes one run's trace records to ``path`` (appended; None writes nothing).
+    """Writes one run's trace records to ``path`` (appended, or from an empty file when not
+    ``append``; None writes nothing).
 
     ``clock`` (epoch seconds) stamps the ``run`` and ``run_end`` records; call records carry the
     times they are given. ``tap``, when given, is handed every record's line as it is written
     (``rrcli run --otlp`` sends them on from a child process); it must not block.
     """
 
-    __slots__ = ("_clock", "_out", "_tap", "run_id")
+    __slots__ = ("_clock", "_out", "_path", "_tap", "run_id")
 
     def __init__(
         self,
@@ -73,11 +90,19 @@ class TraceWriter:
         *,
         clock: Callable[[], float] = time.time,
         tap: Callable[[bytes], None] | None = None,
+        append: bool = True,
     ) -> None:
         self.run_id = run_id
         self._clock = clock
         self._tap = tap
-        self._out = None if path is None else LineFile(path, append=True, what="traces")
+        self._path = path
+        self._out = None if path is None else LineFile(path, append=append, what="traces")
+
+    def reopen(self) -> None:
+        """Close the file and open its path again, appending (after a log rotation moved it)."""
+        if self._out is not None and self._path is not None:
+            self._out.close()
+            self._out = LineFile(self._path, append=True, what="traces")
 
     def _put(self, record: dict[str, Any]) -> None:
         line = orjson.dumps(record, option=_NEWLINE)
@@ -105,10 +130,17 @@ class TraceWriter:
             }
         )
 
-    def call(self, attempt: Attempt, server_address: str | None) -> None:
+    def call(
+        self,
+        attempt: Attempt,
+        server_address: str | None,
+        charged: tuple[float | None, bool] = _UNPRICED,
+    ) -> None:
         """The ``call`` record of one HTTP attempt; ``server_address`` is the provider's
-        host[:port] (None for the in-process sim). The dict literal is in SPEC §5's field order:
-        the hot path builds it and encodes it once, nothing more (and hands it to the tap)."""
+        host[:port] (None for the in-process sim); ``charged``: (USD the attempt was charged,
+        None unpriced; whether that is an estimate). The dict literal is in SPEC §5's field
+        order: the hot path builds it and encodes it once, nothing more (and hands it to the
+        tap)."""
         if self._out is None and self._tap is None:
             return
         reply, error, backend = attempt.reply, attempt.error, attempt.backend
@@ -136,9 +168,13 @@ class TraceWriter:
                 "ts_start": rfc3339(ts_start),
                 "ts_end": rfc3339(ts_start + (attempt.ended - attempt.started)),
                 "latency_ms": attempt.latency_ms,
-                "ttft_ms": None if reply is None else reply.ttft_ms,
+                "ttft_ms": None if reply is None else _rounded(reply.ttft_ms),
                 "input_tokens": None if reply is None else reply.input_tokens,
                 "output_tokens": None if reply is None else reply.output_tokens,
+                "cached_input_tokens": None if reply is None else reply.cached_input_tokens,
+                "usage_estimated": False if reply is None else reply.usage_estimated,
+                "cost_usd": None if charged[0] is None else round(charged[0], 9),
+                "cost_estimated": charged[1],
                 "stream": attempt.stream,
                 "endpoint": attempt.endpoint,
             },
@@ -163,9 +199,12 @@ class TraceWriter:
         jobs: Mapping[str, int],
         interrupted: bool,
         budget: Mapping[str, float] | None = None,
+        halted: str | None = None,
     ) -> None:
         """The ``run_end`` record: jobs by outcome (ok, error, invalid, skipped; 0 if absent),
-        and the run's ``budget`` (``{"limit", "spent"}`` in USD; None without one)."""
+        the run's ``budget`` (``{"limit", "spent", "reserved_peak"}`` in USD; None without one),
+        and why the run stopped itself before its last job (``halted``: ``budget``,
+        ``no_backend``, ``output_closed``; None when it did not)."""
         self._put(
             {
                 "event": "run_end",
@@ -174,6 +213,7 @@ class TraceWriter:
                 "jobs": {k: int(jobs.get(k, 0)) for k in JOB_COUNTS},
                 "interrupted": interrupted,
                 "budget": None if budget is None else dict(budget),
+                "halted": halted,
             }
         )
 

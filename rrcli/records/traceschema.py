@@ -66,6 +66,10 @@ CALL: tuple[tuple[str, Any], ...] = (
     ("ttft_ms", float | None),
     ("input_tokens", int | None),
     ("output_tokens", int | None),
+    ("cached_input_tokens", int | None),  # input read from the provider's prompt cache
+    ("usage_estimated", bool),  # the server reported no usage: the counts are rrcli's estimate
+    ("cost_usd", float | None),  # what the attempt was charged (None: unpriced)
+    ("cost_estimated", bool),  # the charge stands for a usage rrcli does not know
     ("stream", bool),
     ("endpoint", str),  # chat | embeddings | responses | completions | moderations
 )
@@ -77,11 +81,12 @@ CALL_TYPES: dict[str, Any] = dict(CALL)
 RUN_FIELDS = ("event", "run_id", "ts", "rrcli_version", "profile", "queue")
 PROFILE_FIELDS = ("name", "strategy", "binding", "backends")
 BACKEND_FIELDS = ("id", "provider", "model", "host", "max_concurrency", "price")
-PRICE_FIELDS = ("input", "output")
+PRICE_FIELDS = ("input", "output", "cached_input", "cache_write")  # the last two when set
 #: the run_end record, once when a run ends; ``jobs`` counts jobs by these outcomes: a result
 #: line's status (RESULT_STATUSES), or skipped (it already had an ok line); ``budget`` is
-#: ``{"limit", "spent"}`` (USD) of a run with a budget, else null
-RUN_END_FIELDS = ("event", "run_id", "ts", "jobs", "interrupted", "budget")
+#: ``{"limit", "spent", "reserved_peak"}`` (USD) of a run with a budget, else null; ``halted``
+#: why the run stopped itself (``budget``, ``no_backend``, ``output_closed``), else null
+RUN_END_FIELDS = ("event", "run_id", "ts", "jobs", "interrupted", "budget", "halted")
 RESULT_STATUSES = ("ok", "error", "invalid")
 JOB_COUNTS = (*RESULT_STATUSES, "skipped")
 #: the backend record, when a backend changes state during a run (SPEC §15): ``down`` when an

@@ -1,66 +1,51 @@
 """The run's budget (SPEC §13): the most a run may spend, and the check before every attempt.
 
-Before an attempt is sent the router asks ``Budget.reserve``: the attempt's worst case (its
-input at one token a character, the most it can be, times the input price, plus its output cap
-— the request's ``max_tokens``, ``max_completion_tokens`` or ``max_output_tokens``, else
-``tokens.UNCAPPED_OUTPUT`` — times the output price) is set aside, unless the spend so far, the
-reservations of the attempts in flight and this one would pass the limit: then the attempt is
-not sent, the run halts (exit 3: calls in flight finish, jobs not started get no result) and
-``Halted`` ends the job without a result line. ``Budget.settle`` replaces the reservation by
-what the reply's usage cost (an error costs nothing; an answer without usage costs its
-reservation). So the spend never passes the limit while replies stay within their caps.
+Before an attempt is sent the router asks ``Budget.reserve``: the attempt's worst case
+(``costs.attempt_ceiling``) is set aside when the spend so far, the reservations of the
+attempts in flight and it stay within the limit. When they do not, the attempt WAITS for
+attempts in flight to settle (first come, first served); only an attempt whose worst case does
+not fit even once nothing is in flight (the spend alone leaves too little) is refused:
+``Halted`` ends its job without a result line, and once what is left cannot cover the smallest
+worst case seen, the run halts (exit 3: calls in flight finish, jobs not started get no
+result). ``Budget.settle`` replaces the reservation by what the attempt was charged
+(``costs.attempt_cost``: its usage, nothing for a request no provider billed, its
+reservation when its usage is unknown). So the spend never passes the limit.
 
 Where spend is kept is a ``Ledger``: this process's (``LocalLedger``), or one shared in Redis
-by every process on the gate (``fleet.ledger.RedisLedger``). The spend of earlier runs of the
-same results file (``--resume``) is read from the traces first (``records.spend``).
+by every process (``fleet.ledger.RedisLedger``), which a waiting attempt polls. The spend of
+earlier runs of the same results file (``--resume``) is read from the traces first
+(``records.spend``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
+from collections import deque
 from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from rrcli.config.profile import Price
 from rrcli.routing.control import Halt, Halted, RunControl
-from rrcli.tokens import UNCAPPED_OUTPUT, input_token_bound, output_cap
+from rrcli.routing.costs import Charge, attempt_ceiling, attempt_cost
 
 if TYPE_CHECKING:
-    from rrcli.providers.base import Call, Reply
+    from rrcli.providers.base import Call
     from rrcli.records.attempt import Attempt
     from rrcli.routing.lease import Lease
 
-__all__ = ["Budget", "Ledger", "LocalLedger", "attempt_ceiling", "reply_cost"]
+__all__ = ["Budget", "Ledger", "LocalLedger"]
 
-NO_OUTPUT = frozenset({"embeddings", "moderations"})  # endpoints whose answers have no tokens
 _EPSILON = 1e-12  # USD: float sums that equal the limit do not pass it
-
-
-def attempt_ceiling(price: Price, tokens: int, params: Mapping[str, Any], endpoint: str) -> float:
-    """USD: the most one attempt estimated at ``tokens`` (``tokens.estimate_call_tokens``: its
-    input and its output cap) may cost at ``price``."""
-    cap = output_cap(params)
-    given = input_token_bound(tokens - (cap or 0))
-    if endpoint in NO_OUTPUT:
-        out = 0
-    else:
-        choices = params.get("n")
-        out = (cap or UNCAPPED_OUTPUT) * (choices if type(choices) is int and choices > 1 else 1)
-    return (given * price.input + out * price.output) / 1e6
-
-
-def reply_cost(price: Price, reply: Reply) -> float | None:
-    """USD a reply's usage cost at ``price``; None when it reports no usage."""
-    if reply.input_tokens is None and reply.output_tokens is None:
-        return None
-    used_in, used_out = reply.input_tokens or 0, reply.output_tokens or 0
-    return (used_in * price.input + used_out * price.output) / 1e6
+POLL_S = 0.05  # seconds between a waiting attempt's looks at a shared ledger
 
 
 class Ledger(Protocol):
-    """Where spend is kept, shared by several processes. ``spent``: settled USD, as last seen
-    (by everyone)."""
+    """Where spend is kept, shared by several processes. ``spent``: settled USD, ``reserved``:
+    set aside for attempts in flight, both as last seen (by everyone)."""
 
     spent: float
+    reserved: float
 
     async def reserve(self, cost: float) -> str | None:
         """Set ``cost`` aside; its token, or None when it would pass the limit."""
@@ -94,7 +79,9 @@ class LocalLedger:
 
 class Budget:
     """The limit, the prices and the ledger; what the router asks before and after each
-    attempt. ``refused`` counts the jobs an attempt refused ended (they have no result)."""
+    attempt. ``refused`` counts the jobs a refused attempt ended (they have no result);
+    ``reserved_peak`` the most set aside at once; ``caps``: by backend id, the output cap a
+    request without one is sent with (``run.money.output_caps``)."""
 
     def __init__(
         self,
@@ -102,69 +89,180 @@ class Budget:
         prices: Mapping[str, Price],
         ledger: LocalLedger | Ledger,
         control: RunControl,
+        caps: Mapping[str, int] | None = None,
     ) -> None:
         self.limit = limit
         self.ledger = ledger
         self.refused = 0
+        self.reserved_peak = 0.0
+        self.caps = dict(caps or {})
         self._prices = prices
         self._control = control
         self._local = ledger if isinstance(ledger, LocalLedger) else None
+        self._smallest = math.inf  # USD: the smallest worst case seen
+        self._waiting: deque[tuple[float, asyncio.Future[bool]]] = deque()
+        self._sleepers: list[asyncio.Future[None]] = []
 
     @property
     def spent(self) -> float:
         return self.ledger.spent
 
+    def ceiling(self, backend: str, tokens: int, call: Call) -> float:
+        """USD: the worst case of an attempt of ``call`` on ``backend``, estimated at
+        ``tokens`` (input estimate and output cap)."""
+        price = self._prices[backend]
+        return attempt_ceiling(price, tokens, call.params, call.endpoint, self.caps.get(backend))
+
     def reserve(self, lease: Lease, tokens: int, call: Call) -> Awaitable[None] | None:
-        """Set the attempt's worst case aside on ``lease``, or halt the run and raise Halted.
-        A local ledger does it now (None); a shared one returns the step to await."""
-        price = self._prices[lease.state.backend.id]
-        cost = attempt_ceiling(price, tokens, call.params, call.endpoint)
-        if self._local is None:
+        """Set the attempt's worst case aside on ``lease``; raises Halted when it can never fit.
+        Done now when a local ledger has room (None), else the step to await (waiting for
+        attempts in flight to settle, or a shared ledger's round trip)."""
+        cost = self.ceiling(lease.state.backend.id, tokens, call)
+        if cost < self._smallest:
+            self._smallest = cost
+        local = self._local
+        if local is None:
             return self._reserve_shared(lease, cost)
-        self._took(lease, self._local.reserve(cost), cost)
-        return None
+        if not self._waiting and local.reserve(cost) is not None:
+            self._took(lease, "", cost)
+            return None
+        if local.spent + cost > self.limit + _EPSILON:
+            self._refuse()
+        return self._wait_local(lease, cost)
+
+    async def _wait_local(self, lease: Lease, cost: float) -> None:
+        """Wait in line until attempts in flight settled enough for ``cost`` (``_wake``)."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiting.append((cost, future))
+        try:
+            granted = await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled() and future.result():
+                self._give_back(cost)
+            raise
+        if not granted:
+            self._refuse()
+        self._took(lease, "", cost)
+
+    def _wake(self) -> None:
+        """Hand the room settled attempts left to the attempts waiting, in order; refuse those
+        that can never fit, and all of them once the run is told to stop."""
+        local, waiting, control = self._local, self._waiting, self._control
+        assert local is not None
+        while waiting:
+            cost, future = waiting[0]
+            if future.done():
+                waiting.popleft()
+                continue
+            if (control.stopping and control.halted is None) or (
+                local.spent + cost > self.limit + _EPSILON
+            ):
+                future.set_result(False)
+            elif local.reserve(cost) is not None:
+                future.set_result(True)
+            else:
+                return
+            waiting.popleft()
+
+    def _give_back(self, cost: float) -> None:
+        assert self._local is not None
+        self._local.settle("", cost, 0.0)
+        self._wake()
 
     async def _reserve_shared(self, lease: Lease, cost: float) -> None:
-        assert not isinstance(self.ledger, LocalLedger)
-        self._took(lease, await self.ledger.reserve(cost), cost)
+        """A shared ledger: ask it again after each local settle, or every POLL_S, until the
+        attempt fits or can never fit."""
+        ledger = self.ledger
+        assert not isinstance(ledger, LocalLedger)
+        control = self._control
+        while True:
+            token = await ledger.reserve(cost)
+            if token is not None:
+                self._took(lease, token, cost)
+                return
+            if ledger.spent + cost > self.limit + _EPSILON or (
+                control.stopping and control.halted is None
+            ):
+                self._refuse()
+            await self._pause()
 
-    def _took(self, lease: Lease, token: str | None, cost: float) -> None:
-        if token is None:
-            self.refused += 1
-            self._control.halt(self.halt(None))
-            raise Halted
+    async def _pause(self) -> None:
+        """Until this process settles an attempt, or POLL_S passed."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._sleepers.append(future)
+        timer = loop.call_later(POLL_S, _resolve, future)
+        try:
+            await future
+        finally:
+            timer.cancel()
+
+    def _took(self, lease: Lease, token: str, cost: float) -> None:
         lease.reservation = (token, cost)
+        if self.ledger.reserved > self.reserved_peak:
+            self.reserved_peak = self.ledger.reserved
 
-    def settle(self, attempt: Attempt, lease: Lease) -> Awaitable[None] | None:
-        """Replace the lease's reservation by what the attempt cost: now with a local ledger
-        (None), else the step to await."""
+    def _refuse(self) -> None:
+        """The attempt at hand can never fit: its job ends without a result; the run halts
+        once what is left cannot cover the smallest worst case seen."""
+        self.refused += 1
+        if self.spent + self._smallest > self.limit + _EPSILON:
+            self._control.halt(self.halt(None))
+        raise Halted
+
+    def charge(self, attempt: Attempt, lease: Lease | None) -> Charge:
+        """What the attempt is charged (``costs.attempt_cost``), its reservation on ``lease``
+        standing for a usage it does not know."""
+        reservation = None if lease is None else lease.reservation
+        reserved = None if reservation is None else reservation[1]
+        return attempt_cost(self._prices.get(attempt.backend.id), attempt, reserved)
+
+    def settle(self, lease: Lease, charged: float | None) -> Awaitable[None] | None:
+        """Replace the lease's reservation by ``charged`` (``charge``): now with a local
+        ledger (None), else the step to await."""
         if lease.reservation is None:
             return None
         (token, reserved), lease.reservation = lease.reservation, None
-        reply = attempt.reply
-        actual = 0.0 if reply is None else reply_cost(self._prices[attempt.backend.id], reply)
-        if actual is None:
-            actual = reserved
+        actual = reserved if charged is None else charged
         if self._local is not None:
             self._local.settle(token, reserved, actual)
+            if self._waiting:
+                self._wake()
             return None
+        sleepers, self._sleepers = self._sleepers, []
+        for future in sleepers:
+            _resolve(future)
         return self.ledger.settle(token, reserved, actual)  # type: ignore[return-value]
 
     def halt(self, not_run: int | None) -> Halt:
         """The halt of a run that reached its budget; ``not_run``: jobs left without a result
         (None while the run still drains: the jobs refused so far)."""
         count = self.refused if not_run is None else not_run
+        smallest = "" if math.isinf(self._smallest) else f" (the smallest ${self._smallest:.4f})"
         return Halt(
             3,
             "budget",
             f"budget reached: ${self.spent:.2f} of ${self.limit:.2f} spent; {count} jobs not "
-            "run — raise --max-cost and --resume",
+            f"run — each call reserves its worst case{smallest} before it is sent, and a "
+            "smaller max_tokens lowers it; raise --max-cost and --resume",
         )
 
     def progress(self) -> str:
         """What the live display says of the budget."""
-        return f"spent ${self.spent:,.2f} of ${self.limit:,.2f}"
+        spent, held = self.spent, self.ledger.reserved
+        left = max(0.0, self.limit - spent - held)
+        limit = self.limit
+        return f"spent ${spent:,.2f}  reserved ${held:,.2f}  left ${left:,.2f} of ${limit:,.2f}"
 
     def record(self) -> dict[str, float]:
         """The run_end record's ``budget``."""
-        return {"limit": self.limit, "spent": round(self.spent, 6)}
+        return {
+            "limit": self.limit,
+            "spent": round(self.spent, 6),
+            "reserved_peak": round(self.reserved_peak, 6),
+        }
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from rrcli.config.redaction import redacted_url
 from rrcli.errors import ProviderError
 from rrcli.routing.control import Halt, RunControl
 
@@ -47,7 +48,8 @@ def check_hint(backend: Backend, reason: str) -> str:
     if reason == "http_403":
         return f"check that {key} may use model {backend.model!r} (project, organisation, region)"
     if reason == "http_404":
-        return f"check the model {backend.model!r} and the base_url {backend.base_url}"
+        url = redacted_url(backend.base_url)
+        return f"check the model {backend.model!r} and the base_url {url}"
     return f"check {key}"
 
 

@@ -18,18 +18,20 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from rrcli.config.prices import pool_prices
 from rrcli.config.profile import Profile
 from rrcli.errors import ProviderError
+from rrcli.routing.costs import Charge, attempt_cost
 from rrcli.routing.down import BackendDown, no_backend
 from rrcli.routing.gate import Clock, Gate, Sleep, WaitEnded
 from rrcli.routing.lease import BackendState, Lease
-from rrcli.routing.strategies import Candidate, FirstAvailable, make_strategy
+from rrcli.routing.strategies import CacheAware, Candidate, FirstAvailable, make_strategy
 from rrcli.routing.waiting import Waiting
-from rrcli.tokens import plausible_call_tokens
+from rrcli.tokens import CHARS_PER_TOKEN, plausible_call_tokens, prefix_blocks, rendered_prompt
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Call
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
     from rrcli.routing.budget import Budget
 
 __all__ = ["EWMA_ALPHA", "Router"]
+
+_Prompt = tuple[Sequence[int], int]  # a prompt's prefix blocks and its tokens
 
 log = structlog.get_logger()
 
@@ -66,6 +70,9 @@ class Router:
         fixed = tuple(Candidate(s.position, s.backend.weight) for s in self.states)
         self._fixed = None if self._strategy.load_aware else fixed
         self._skip_cooling = self._strategy.load_aware or profile.cooldown.round_robin
+        self._cooled_until = 0.0  # the latest cooldown of any backend: none cools after it
+        #: the strategy that reads prompts, when it is the one
+        self._prefixes = self._strategy if isinstance(self._strategy, CacheAware) else None
         self._rng = rng
         self._clock = clock
         self._sleep = sleep
@@ -74,6 +81,7 @@ class Router:
         self._bindings: dict[str, tuple[BackendState, str]] = {}
         self._saved: dict[str, str] = {}
         self.budget: Budget | None = None  # the run's budget, when it has one (budget.py)
+        self.prices = pool_prices(profile.backends)  # what a call is charged without a budget
         distinct = {id(s.gate): s.gate for s in self.states}.values()
         self._waiting = Waiting(self._sweep, len(distinct), rng, sleep)
         if isinstance(self._strategy, FirstAvailable):
@@ -83,14 +91,44 @@ class Router:
     # -- public API --------------------------------------------------------------------------
 
     async def acquire(
-        self, *, session: str | None = None, exclude: frozenset[str] = frozenset()
+        self,
+        *,
+        session: str | None = None,
+        exclude: frozenset[str] = frozenset(),
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> Lease:
         """One routing decision, returning holding ONE slot on the chosen backend's gate.
 
         With ``binding = "session"`` a session routes at its first call and stays there while
-        its backend is up; ``exclude`` names backends not to use. Raises NoBackendError."""
+        its backend is up; ``exclude`` names backends not to use; ``messages`` and ``params``
+        are the call's prompt, for a strategy that reads it (cache_aware). Raises
+        NoBackendError."""
+        if self._prefixes is not None and messages is not None:
+            return await self._warm(session, exclude, messages, params or {})
+        return await self._acquire(session, exclude, None)
+
+    async def _warm(
+        self,
+        session: str | None,
+        exclude: frozenset[str],
+        messages: Sequence[Mapping[str, Any]],
+        params: Mapping[str, Any],
+    ) -> Lease:
+        """cache_aware's decision: the prompt's prefix blocks chosen by, and then recorded as
+        sent to, the backend that takes the call."""
+        assert self._prefixes is not None
+        prompt = rendered_prompt(messages, params.get("tools"), params.get("system"))
+        chain = prefix_blocks(prompt)
+        lease = await self._acquire(session, exclude, (chain, len(prompt) // CHARS_PER_TOKEN))
+        self._prefixes.sent(lease.state.position, chain)
+        return lease
+
+    async def _acquire(
+        self, session: str | None, exclude: frozenset[str], prompt: _Prompt | None
+    ) -> Lease:
         if not (self._sessions and session is not None):
-            return self._grant(await self._route(exclude), None)
+            return self._grant(await self._route(exclude, prompt), None)
         bound = self._bindings.get(session)
         tag = "new"
         if bound is None and session in self._saved:
@@ -103,7 +141,7 @@ class Router:
             if state.backend.id not in exclude and await self._slot(state):
                 return self._grant(state, tag)
             tag = "rebound"  # failover, or its backend went down: the session moves
-        state = await self._route(exclude)
+        state = await self._route(exclude, prompt)
         self._bindings[session] = (state, tag)
         return self._grant(state, tag)
 
@@ -128,37 +166,49 @@ class Router:
         await self._waiting.free(lease.state.gate)
 
     def admit(self, lease: Lease, tokens: int, call: Call) -> Awaitable[None]:
-        """Await it until the lease's next attempt may start: with a budget, its worst case set
-        aside (else ``Halted``: the run halts and the attempt is not sent), its slot again if a
-        retry gave it back (``reacquire``), then the rpm/tpm budget for ``tokens``. Every
-        attempt starts here. Without a budget, a lease holding its slot awaits the gate's
-        reservation itself: no coroutine between."""
+        """Await it until the lease's next attempt may start: its slot again if a retry gave it
+        back (``reacquire``), with a budget its worst case set aside (waiting for calls in
+        flight to settle when it does not fit yet; ``Halted`` when it never can: the attempt
+        is not sent), then the rpm/tpm budget for ``tokens``. Every attempt starts here.
+        Without a budget, or with room in a local one, a lease holding its slot awaits the
+        gate's reservation itself: no coroutine between."""
+        if not lease.held:
+            return self._readmit(lease, tokens, call)
         if self.budget is not None:
-            shared = self.budget.reserve(lease, tokens, call)
-            if shared is not None:
-                return self._admit_after(shared, lease, tokens)
-        if lease.held:
-            return lease.state.gate.reserve(tokens)
-        return self._readmit(lease, tokens)
+            step = self.budget.reserve(lease, tokens, call)
+            if step is not None:
+                return self._admit_after(step, lease, tokens)
+        return lease.state.gate.reserve(tokens)
 
     async def _admit_after(self, step: Awaitable[None], lease: Lease, tokens: int) -> None:
         await step
-        if not lease.held:
-            await self.reacquire(lease)
         await lease.state.gate.reserve(tokens)
 
-    async def _readmit(self, lease: Lease, tokens: int) -> None:
+    async def _readmit(self, lease: Lease, tokens: int, call: Call) -> None:
         await self.reacquire(lease)
+        if self.budget is not None:
+            step = self.budget.reserve(lease, tokens, call)
+            if step is not None:
+                await step
         await lease.state.gate.reserve(tokens)
 
-    async def observe(self, attempt: Attempt, lease: Lease | None = None) -> None:
+    def charge(self, attempt: Attempt, lease: Lease | None = None) -> Charge:
+        """What the attempt is charged: its usage at its backend's price, or, when its usage
+        is unknown, its budget reservation (``costs.attempt_cost``); (None, False) unpriced."""
+        if self.budget is not None:
+            return self.budget.charge(attempt, lease)
+        return attempt_cost(self.prices.get(attempt.backend.id), attempt, None)
+
+    async def observe(
+        self, attempt: Attempt, lease: Lease | None = None, charged: float | None = None
+    ) -> None:
         """One attempt, while it still holds its slot: display counters, EWMA latency, cooldowns,
         AIMD, a server-given pause (a 429's Retry-After; a success's rate-limit headers saying a
         budget is spent until its reset; never longer than ``max_server_pause``), the tpm
         booking corrected by the reply's usage (never above what the call could have cost), and
-        the budget's reservation settled at what the reply cost."""
+        the budget's reservation settled at ``charged`` (``charge``; None: the reservation)."""
         if self.budget is not None and lease is not None:
-            shared = self.budget.settle(attempt, lease)
+            shared = self.budget.settle(lease, charged)
             if shared is not None:
                 await shared
         state = self._by_id[attempt.backend.id]
@@ -194,6 +244,28 @@ class Router:
         """Drop the binding of a session no later call can use, so memory stays flat."""
         self._bindings.pop(session, None)
         self._saved.pop(session, None)
+
+    @property
+    def warm(self) -> bool:
+        """Whether the strategy keeps a picture of what each backend holds warm (cache_aware):
+        then ``free_positions``, ``recent`` and ``threshold`` serve a lookahead."""
+        return self._prefixes is not None
+
+    @property
+    def threshold(self) -> float:
+        return self.profile.cache_threshold
+
+    def free_positions(self) -> list[int]:
+        """The positions of the backends a decision may use that have a free slot now."""
+        return [
+            s.position
+            for s in self._admitted
+            if s.gate.in_flight + s.gate.waiting < s.gate.cap and not s.cooling
+        ]
+
+    def recent(self, position: int) -> Sequence[Sequence[int]]:
+        """The prefix blocks of the last prompts sent to the backend at ``position``."""
+        return self._prefixes.recent(position) if self._prefixes is not None else ()
 
     @property
     def healthy(self) -> int:
@@ -245,6 +317,7 @@ class Router:
         """Extend the cooldown to ``until``; a cooldown is never shortened."""
         if until > state.cooldown_until:
             state.cooldown_until = until
+            self._cooled_until = max(self._cooled_until, until)
             seconds = round(until - self._clock(), 3)
             log.info(
                 "rrcli.backend_cooling", backend=state.backend.id, reason=reason, seconds=seconds
@@ -268,7 +341,7 @@ class Router:
             allowed = tuple(s for s in allowed if s.backend.id not in exclude)
         if not allowed:
             raise no_backend(self.states, bool(self._admitted), exclude)
-        if not self._skip_cooling:
+        if not self._skip_cooling or self._clock() >= self._cooled_until:
             return allowed, None
         warm = [s for s in allowed if not s.cooling]
         return warm, (None if warm else min(s.cooldown_until for s in allowed))
@@ -282,8 +355,9 @@ class Router:
             for s in states
         ]  # fmt: skip
 
-    async def _route(self, exclude: frozenset[str]) -> BackendState:
-        """Choose a backend and take one slot on its gate."""
+    async def _route(self, exclude: frozenset[str], prompt: _Prompt | None = None) -> BackendState:
+        """Choose a backend (for ``prompt``'s prefix blocks and tokens, when the strategy reads
+        it) and take one slot on its gate."""
         while True:
             candidates, recovery = self._candidates(exclude)
             if not candidates:
@@ -292,7 +366,11 @@ class Router:
                 continue
             if isinstance(self._strategy, FirstAvailable):
                 return await self._waiting.take(exclude)
-            state = candidates[self._strategy.choose(self._snapshot(candidates))]
+            snapshot = self._snapshot(candidates)
+            if prompt is not None and self._prefixes is not None:
+                state = candidates[self._prefixes.choose_for(snapshot, *prompt)]
+            else:
+                state = candidates[self._strategy.choose(snapshot)]
             try:
                 await state.gate.acquire()
             except WaitEnded:  # its backend, or another of its scope, went down: choose again

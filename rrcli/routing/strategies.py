@@ -1,4 +1,4 @@
-"""The six ways to pick a backend for one routing decision (SPEC §6).
+"""The ways to pick a backend for one routing decision (SPEC §6, §17).
 
 Strategies are pure choice: they see a snapshot of the eligible backends (``Candidate``) and
 return which one to use; they take no slot, wait for nothing and hold no I/O. The router filters
@@ -7,19 +7,24 @@ only its own small decision state (a rotation counter, smooth-weighted-round-rob
 rng is passed in, so a seed makes every choice repeatable.
 
 ``first_available`` is the one strategy that ranks instead of picking: ``order`` gives the
-shuffled order in which the router tries the gates without queuing.
+shuffled order in which the router tries the gates without queuing. ``cache_aware`` is the one
+that reads the prompt: the router hands it the prompt's prefix blocks (``choose_for``) and tells
+it where each prompt went (``sent``), so it keeps its picture of what each backend holds warm.
 """
 
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from rrcli.config.profile import Backend, Profile
+from rrcli.tokens import BLOCK_TOKENS, PrefixBlocks
 
 __all__ = [
+    "CacheAware",
     "Candidate",
     "Fastest",
     "FirstAvailable",
@@ -180,6 +185,76 @@ class Fastest(_Rotating):
         return (full, 1.0, (c.in_flight + c.waiting + 1) / c.cap * c.ewma_latency_ms)
 
 
+class CacheAware(_Rotating):
+    """Each call where its prompt's prefix is most likely warm, unless that unbalances the pool.
+
+    What each backend holds is pictured as the prefix blocks of the prompts sent to it
+    (``PrefixBlocks``, LRU-bounded by its ``prefix_cache_tokens``). A decision, among the
+    backends with a free slot (all of them when none has one):
+    - the pool is unbalanced (the busiest backend's calls exceed the idlest's by more than
+      ``balance_abs`` and by a factor over ``balance_rel``): the least loaded;
+    - else the longest match, when it covers at least ``threshold`` of the prompt (ties: the
+      least loaded);
+    - else the least loaded, ties to the backend holding the fewest blocks: with no shared
+      prefix it is least_loaded, its ties spreading the cache's use.
+    ``balance_abs`` None is a quarter of the smallest cap (64 of a 256-slot replica).
+    """
+
+    name = "cache_aware"
+    RECENT = 8  # prompts remembered per backend for the lookahead (recent)
+
+    def __init__(
+        self,
+        capacities: Sequence[int],
+        threshold: float = 0.3,
+        balance_abs: int | None = None,
+        balance_rel: float = 1.5,
+    ) -> None:
+        super().__init__()
+        self.trees = [PrefixBlocks(c) for c in capacities]
+        self._recent = [deque[Sequence[int]](maxlen=self.RECENT) for _ in capacities]
+        self._threshold = threshold
+        self._abs = balance_abs
+        self._rel = balance_rel
+
+    def _key(self, c: Candidate) -> tuple[float, ...]:
+        return (c.load, len(self.trees[c.position]))
+
+    def choose_for(self, candidates: Sequence[Candidate], chain: Sequence[int], tokens: int) -> int:
+        """The index in ``candidates`` for a prompt of ``tokens`` tokens whose prefix blocks are
+        ``chain``."""
+        counts = [c.in_flight + c.waiting for c in candidates]
+        room = [c for c, n in zip(candidates, counts, strict=True) if n < c.cap]
+        pool = room or list(candidates)
+        if self._unbalanced(candidates, counts) or not chain:
+            return candidates.index(pool[self._least(pool)])
+        matches = [self.trees[c.position].match(chain) for c in pool]
+        best = max(matches)
+        if best and best * BLOCK_TOKENS >= self._threshold * tokens:
+            warm = [c for c, m in zip(pool, matches, strict=True) if m == best]
+            return candidates.index(warm[self._least(warm)])
+        return candidates.index(pool[self._least(pool)])
+
+    def _least(self, pool: Sequence[Candidate]) -> int:
+        return super().choose(pool)
+
+    def _unbalanced(self, candidates: Sequence[Candidate], counts: Sequence[int]) -> bool:
+        high, low = max(counts), min(counts)
+        margin = self._abs if self._abs is not None else max(1, min(c.cap for c in candidates) // 4)
+        return high - low > margin and high > self._rel * low
+
+    def sent(self, position: int, chain: Sequence[int]) -> None:
+        """A prompt with prefix blocks ``chain`` went to the backend at ``position``."""
+        if chain:
+            self.trees[position].add(chain)
+            self._recent[position].append(chain)
+
+    def recent(self, position: int) -> Sequence[Sequence[int]]:
+        """The prefix blocks of the last prompts sent to the backend at ``position``, newest
+        last."""
+        return self._recent[position]
+
+
 class FirstAvailable(_Base):
     """A fresh shuffle per decision; the router takes the first gate that admits without
     queuing."""
@@ -214,6 +289,13 @@ def make_strategy(profile: Profile, rng: random.Random) -> Strategy:
         return FirstAvailable(rng)
     if name == "fastest":
         return Fastest()
+    if name == "cache_aware":
+        return CacheAware(
+            [b.prefix_capacity for b in profile.backends],
+            profile.cache_threshold,
+            profile.balance_abs,
+            profile.balance_rel,
+        )
     raise ValueError(f"unknown strategy {name!r}")
 
 

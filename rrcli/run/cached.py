@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -35,9 +35,11 @@ from rrcli.config.profile import CACHE_MODES, Backend, Profile
 from rrcli.errors import UsageError
 from rrcli.providers.base import Call, Reply
 from rrcli.records.attempt import Attempt, CallOutcome
-from rrcli.records.cache import CacheFile
 from rrcli.records.jobs import Job
 from rrcli.run.options import RunOptions
+
+if TYPE_CHECKING:
+    from rrcli.records.cache import CacheFile
 
 __all__ = ["ResponseCache", "open_cache", "request_key"]
 
@@ -180,4 +182,6 @@ def open_cache(profile: Profile, options: RunOptions) -> ResponseCache | None:
             )
         return None
     reads, writes = mode != "write", mode != "read"
+    from rrcli.records.cache import CacheFile  # sqlite3 loads only for a run with a cache
+
     return ResponseCache(CacheFile(path, read=reads, write=writes), profile.backends, reads, writes)

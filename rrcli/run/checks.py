@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from rrcli.config.load import ValidationReport, resolve_profile_path, validate_profile
 from rrcli.config.prices import KnownPrice, price_of
-from rrcli.config.profile import Backend, Profile, RetrySettings
+from rrcli.config.profile import Backend, Price, Profile, RetrySettings
 from rrcli.config.redaction import redacted_url
 from rrcli.errors import ProviderError, UsageError
 from rrcli.providers import make_provider
-from rrcli.records.jobs import InvalidJob, iter_jobs
+from rrcli.records.jobs import InvalidJob, iter_jobs, open_jobs_file
 from rrcli.routing.serving import RouteRules
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ class CheckReport:
             document["probe"] = [asdict(p) for p in self.probes]
         if self.prices is not None:
             document["prices"] = {
-                bid: None if known is None else {**asdict(known.price), "source": known.source}
+                bid: None if known is None else {**_set(known.price), "source": known.source}
                 for bid, known in self.prices.items()
             }
         return document
@@ -184,13 +184,15 @@ async def _probe_one(backend: Backend, environ: Mapping[str, str], timeout: floa
     except UsageError as exc:
         return ProbeResult(backend.id, False, None, str(exc))
     provider = make_provider(backend, key, retry=RetrySettings(), seed=0)
-    url = getattr(provider, "url", None)
-    url = None if url is None else redacted_url(url)
+    call = _probe_call(backend)
+    url_for = getattr(provider, "url_for", None)  # None: the in-process sim, no network
+    url = None if url_for is None else redacted_url(url_for(call))
     t0 = time.monotonic()
     try:
-        reply = await asyncio.wait_for(provider.send(_probe_call(backend)), timeout)
+        reply = await asyncio.wait_for(provider.send(call), timeout)
     except ProviderError as exc:
-        return ProbeResult(backend.id, False, None, f"{exc.type}: {exc.message}", url)
+        detail = f"{exc.type}: {exc.message}{_not_found_hint(backend, exc)}"
+        return ProbeResult(backend.id, False, None, detail, url)
     except TimeoutError:
         detail = (
             f"timeout: no answer within the probe's {timeout:g} s limit (a run waits up to the "
@@ -199,8 +201,16 @@ async def _probe_one(backend: Backend, environ: Mapping[str, str], timeout: floa
         return ProbeResult(backend.id, False, None, detail, url)
     finally:
         await provider.aclose()
-    latency = round((time.monotonic() - t0) * 1000.0, 1)
+    latency = round((time.monotonic() - t0) * 1000.0, 3)
     return ProbeResult(backend.id, True, latency, reply.response_model or backend.model, url)
+
+
+def _not_found_hint(backend: Backend, exc: ProviderError) -> str:
+    """For a 404 from an OpenAI-compatible base_url without ``/v1``: the one to try."""
+    base = backend.base_url.rstrip("/")
+    if exc.status_code != 404 or backend.provider != "openai" or base.endswith("/v1"):
+        return ""
+    return f' — OpenAI-compatible servers serve under /v1: try base_url = "{redacted_url(base)}/v1"'
 
 
 async def probe(
@@ -216,11 +226,7 @@ def check_jobs(path: Path, backends: Sequence[Backend] = ()) -> JobsReport:
     is invalid too, as at run."""
     report = JobsReport(str(path))
     rules = RouteRules(backends) if backends else None
-    try:
-        stream = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the jobs file: {exc.strerror}") from exc
-    with stream:
+    with open_jobs_file(path) as stream:
         for job in iter_jobs(stream, str(path)):
             if isinstance(job, InvalidJob):
                 report.invalid.append(job.message)
@@ -251,3 +257,8 @@ def price_lines(prices: Mapping[str, KnownPrice | None]) -> list[str]:
             "refuses to run"
         )
     return lines
+
+
+def _set(price: Price) -> dict[str, Any]:
+    """A price's fields that are set (its cache prices only when it has them)."""
+    return {k: v for k, v in asdict(price).items() if v is not None}

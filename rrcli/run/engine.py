@@ -1,15 +1,14 @@
 """What happens to one job: route, attempt, retry on the same backend, write the result once
 (SPEC §6-§7).
 
-``Engine.worker`` is one of the run's ``concurrency`` coroutines; every worker pulls from one
-shared job iterator. Each HTTP attempt becomes one frozen ``Attempt`` that every observer reads:
-the trace, the log, the router (which alone drives the gates). On a transient failure the slot is
-released, the policy's delay slept, and a slot on the SAME backend taken again; with ``failover``
-a spent budget routes the call among the backends not yet tried. A job ends as one
-``CallOutcome``, its result line's only input: one failing job never cancels its siblings.
-With --cache, a call the cache answers (run/cached.py) is traced and never routed.
-``runner.py`` sets the run up around the workers (outputs, signals, flushing).
-"""
+``Engine.worker`` is one of the run's ``concurrency`` coroutines, all pulling from one job
+iterator (``Engine.submit``: one job a program hands in). Each HTTP attempt becomes one frozen
+``Attempt`` that every observer reads: the trace, the log, the router (which alone drives the
+gates). On a transient failure the slot is released, the policy's delay slept, and a slot on the
+SAME backend taken again; with ``failover`` a spent budget routes the call among the backends not
+yet tried. A job ends as one ``CallOutcome``, its result line's only input: one failing job never
+cancels its siblings. With --cache, a call the cache answers (run/cached.py) is traced and never
+routed. ``runner.py`` sets the run up around the workers (outputs, signals, flushing)."""
 
 from __future__ import annotations
 
@@ -41,9 +40,10 @@ from rrcli.routing.retry import RetryPolicy
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
 from rrcli.run.cached import ResponseCache
+from rrcli.run.failures import log_failure
 from rrcli.run.summary import RunSummary
-from rrcli.run.turns import Echo, assistant_message, bounded, join_paused, sent
-from rrcli.tokens import estimate_call_tokens
+from rrcli.run.turns import REQUEST_TEXT, assistant_message, bounded, echo_for, join_paused, sent
+from rrcli.tokens import estimate_call_tokens, estimate_prompt_tokens
 
 __all__ = ["Engine", "ResultSink"]
 
@@ -61,9 +61,8 @@ class ResultSink(Protocol):
 @dataclass(slots=True, eq=False)
 class Engine:
     """One run's live state: the router, the providers, the writers and the counters.
-    ``stream`` is --stream; ``on_text`` takes text as it arrives (--prompt --stream);
-    ``keep_response`` is --keep-response (result lines carry the provider's body); ``cache``
-    the response cache (--cache)."""
+    ``stream``: --stream; ``on_text`` takes text as it arrives (--prompt --stream);
+    ``keep_response``: result lines carry the provider's body; ``cache``: --cache."""
 
     profile: Profile
     stream: bool
@@ -112,9 +111,24 @@ class Engine:
                 return
             self.finish(outcome)
 
-    async def _run(self, job: Job) -> CallOutcome:
+    async def submit(
+        self, job: Job, exclude: frozenset[str], on_text: Callable[[str, str], None] | None
+    ) -> CallOutcome:
+        """A job run and finished as a line is, never on ``exclude``; a stream's text to
+        ``on_text(deployment, text)`` (then neither retried nor moved). Raises Halted,
+        NoHealthyBackend."""
+        token = REQUEST_TEXT.set(on_text)
+        try:
+            self.finish(outcome := await self._run(job, exclude))
+            return outcome
+        finally:
+            REQUEST_TEXT.reset(token)
+
+    async def _run(self, job: Job, exclude: frozenset[str] = frozenset()) -> CallOutcome:
         """One job's calls, as its kind asks."""
         excluded, refusal = self.rules.check(job)
+        if exclude:
+            excluded |= exclude
         if refusal is not None:  # no backend serves its endpoint or can express its params
             invalid = InvalidJob(job.id, job.line, f"line {job.line}: {refusal}")
             return CallOutcome(invalid, "invalid")
@@ -133,7 +147,7 @@ class Engine:
             self.summary.ok += 1
         elif outcome.status == "error":
             self.summary.error += 1
-            _log_failure(outcome)
+            log_failure(outcome, self.summary.failures, every=self._log_calls)
         else:
             self.summary.invalid += 1
             return
@@ -197,7 +211,10 @@ class Engine:
             queued = time.monotonic()  # queue_ms counts the wait for a slot from here
             try:
                 lease = await self.router.acquire(
-                    session=job.session if self.session_binding else None, exclude=tried
+                    session=job.session if self.session_binding else None,
+                    exclude=tried,
+                    messages=messages,
+                    params=job.params,
                 )
             except NoHealthyBackend:
                 raise
@@ -234,8 +251,8 @@ class Engine:
         backend = lease.state.backend
         provider = self.providers[backend.id]
         call = self._request(job, messages, backend)
-        estimate = estimate_call_tokens(messages, call.params, job.input)
-        echo = Echo(self.on_text) if (call.stream and self.on_text is not None) else None
+        estimate = estimate_call_tokens(messages, call.params, job.input, call.input_tokens)
+        echo = echo_for(call.stream, self.on_text, backend.id)
         number, first_try, paused, continued = before, time.monotonic(), None, 0
         attempt: Attempt | None = None
         while True:
@@ -244,7 +261,7 @@ class Engine:
                 assert attempt is not None  # only a retry waits for its backend's slot again
                 return self._outcome(job, attempt, None)
             started, ts_start = time.monotonic(), time.time()
-            reply, error, ended = await sent(provider, call, echo)
+            reply, error, ended = await sent(provider, call, echo, estimate)
             reply, error, continued = bounded(reply, error, continued, self._continuations)
             printed = echo is not None and echo.printed
             backoff = self._backoff(error, number - before, ended - first_try, printed)
@@ -266,7 +283,8 @@ class Engine:
                 return self._outcome(job, attempt, reply)
             # Anthropic pause_turn: the same turn goes on, on the same backend and slot
             paused = reply
-            call = replace(call, messages=[*call.messages, reply.continuation])
+            call = replace(call, messages=[*call.messages, reply.continuation], input_tokens=None)
+            estimate = estimate_call_tokens(call.messages, call.params, job.input)  # grown
             queued = time.monotonic()
 
     async def _admitted(self, lease: Lease, estimate: int, call: Call) -> bool:
@@ -280,20 +298,19 @@ class Engine:
 
     def _request(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
         """The call as sent to ``backend``: its params under the job's (the job wins), merged
-        here once; streamed with --stream, the job's own ``stream`` or ``stream = true`` in the
-        backend's params, unless its endpoint has no streamed form; in the job's dialect (the
-        adapter translates for the other API)."""
+        once; streamed with --stream, the job's ``stream`` or the backend's ``stream = true``
+        unless its endpoint has no streamed form; in the job's dialect; its input tokens counted."""
         params = {**backend.params, **job.params}
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
-        if stream and job.endpoint in UNSTREAMED:
-            stream = False
-        return Call(messages, params, stream, dialect_of(job.kind), job.endpoint, job.input)
+        stream = stream and job.endpoint not in UNSTREAMED
+        prompt, dialect = estimate_prompt_tokens(messages, job.input), dialect_of(job.kind)
+        return Call(messages, params, stream, dialect, job.endpoint, job.input, prompt)
 
     def _backoff(
         self, error: ProviderError | None, retry: int, elapsed: float, printed: bool
     ) -> float | None:
-        """The sleep before retry number ``retry`` on the same backend, None for no retry (a
-        success, a final error, or text already printed: never shown twice)."""
+        """The sleep before retry ``retry`` here; None: a success, a final error, or text
+        already printed."""
         if error is None or printed:
             return None
         return self.policy.delay(retry, error, elapsed)
@@ -303,9 +320,9 @@ class Engine:
     ) -> Awaitable[None]:
         """Hand the attempt to each observer: the trace, with -v the log, health (an answer
         saying its backend serves no call), and the router (counters, cooldowns, AIMD, pauses,
-        the tpm settlement), whose coroutine is returned for the loop to await (one coroutine an
-        attempt fewer on the hot path)."""
-        self.traces.call(attempt, server_address)
+        the tpm settlement, the budget's), whose coroutine is returned for the loop to await."""
+        charged = self.router.charge(attempt, lease)
+        self.traces.call(attempt, server_address, charged)
         error = attempt.error
         if error is not None and error.backend_down:
             self.health.down(attempt.backend.id, error)
@@ -320,7 +337,7 @@ class Engine:
                 error_type=attempt.error_type,
                 latency_ms=attempt.latency_ms,
             )
-        return self.router.observe(attempt, lease)
+        return self.router.observe(attempt, lease, charged[0])
 
     async def _back_off(self, lease: Lease, attempt: Attempt, delay: float) -> None:
         """Give the slot back and sleep before the retry (a waiting job holds no slot)."""
@@ -351,8 +368,7 @@ class Engine:
         return job.session if (self.session_binding or job.kind == "session") else None
 
 
-#: the decisions of a call's last attempt here after which the call is routed again: its
-#: backend went down (at the attempt, or while a retry waited) or failover moves it
+#: a call's last decisions here after which it is routed again (its backend down, failover)
 _MOVES = ("failover", "retry")
 
 
@@ -366,23 +382,9 @@ def _decide(error: ProviderError | None, backoff: float | None, failover: bool) 
     return "failover" if error.backend_down or (failover and error.transient) else "error"
 
 
-def _log_failure(outcome: CallOutcome) -> None:
-    attempt, error = outcome.attempt, outcome.error or {}
-    log.warning(
-        "rrcli.job_failed",
-        job_id=outcome.job.id,
-        deployment=None if attempt is None else attempt.backend.id,
-        attempts=outcome.attempts,
-        error_type=error.get("type"),
-        message=error.get("message"),
-    )
-
-
 def _debug_logged() -> bool:
-    """Whether a debug event per attempt would be shown. Checked once per run: at info level
-    the attempts pay nothing for it. Unconfigured, structlog shows every level, and a library
-    run would print a line per attempt: rrcli.call is for a configured debug level (-v)."""
-    if not structlog.is_configured():
-        return False
-    enabled = getattr(log.bind(), "is_enabled_for", None)
-    return True if enabled is None else bool(enabled(logging.DEBUG))
+    """Whether a debug event per attempt would be shown (structlog's filtering loggers, or the
+    stdlib's a library run logs to): checked once per run, so at info level attempts pay nothing."""
+    bound = log.bind()
+    enabled = getattr(bound, "is_enabled_for", None) or getattr(bound, "isEnabledFor", None)
+    return structlog.is_configured() and (enabled is None or bool(enabled(logging.DEBUG)))

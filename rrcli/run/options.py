@@ -7,7 +7,8 @@ writes ``x.results.jsonl`` and ``x.traces.jsonl`` in the working folder exactly 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,17 +27,20 @@ STDOUT = Path("-")  # ``out`` that writes the results to standard output
 class RunOptions:
     """What ``rrcli run`` was asked to do.
 
-    ``jobs``: the jobs file; None reads standard input. ``prompts``, when given, are the jobs
-    instead. ``out`` and ``traces``: None is SPEC §1's default, filled in by ``with_defaults``:
-    ``<jobs stem>.results.jsonl`` and ``<jobs stem>.traces.jsonl`` in the working folder (stem
-    ``stdin`` for standard input); with ``prompts``, results go to ``on_result`` or else
-    standard output, and there is no trace file unless one is named. ``out`` ``-`` (STDOUT)
+    ``jobs``: the jobs file (a path, or its name as a str); None reads standard input; any other
+    iterable is the jobs themselves, one dict a job as a line of the file would hold it, read
+    as the run goes. ``prompts``, when given, are the jobs instead. ``out`` and ``traces``:
+    None is SPEC §1's default, filled in by ``with_defaults``: ``<jobs stem>.results.jsonl``
+    and ``<jobs stem>.traces.jsonl`` in the working folder (stem ``stdin`` for standard input;
+    a ``.gz`` or ``.zst`` suffix is not part of the stem);
+    with ``prompts`` or job dicts, results go to ``on_result`` or else ``out`` or else standard
+    output, and there is no trace file unless one is named. ``out`` ``-`` (STDOUT)
     writes the results to standard output. ``queue``: the shared queue the run works on (and
     loads ``jobs`` into); its default outputs are named after the queue and this worker:
     ``<NAME>.<host>-<pid>.results.jsonl``, so workers sharing a folder never share a file.
     """
 
-    jobs: Path | None = None
+    jobs: Path | Iterable[Mapping[str, Any]] | None = None
     out: Path | None = None
     traces: Path | None = None
     fmt: str = "rrcli"
@@ -58,6 +62,8 @@ class RunOptions:
     queue: str | None = None  # --queue NAME
 
     def __post_init__(self) -> None:
+        if isinstance(self.jobs, str | os.PathLike):
+            object.__setattr__(self, "jobs", Path(self.jobs))
         if self.max_cost is not None and not 0 <= self.max_cost < float("inf"):
             raise UsageError(
                 f"--max-cost {self.max_cost:g}: expected an amount of USD, 0 or more (e.g. 5)"
@@ -85,6 +91,18 @@ class RunOptions:
                 raise UsageError(f"--queue and {flag} do not go together — {instead}")
         if self.jobs == Path("-"):
             raise UsageError("--queue loads a jobs file: give its path, not - (standard input)")
+        if self.job_dicts is not None:
+            raise UsageError("a queue loads a jobs file: write the job dicts to one and name it")
+
+    @property
+    def job_path(self) -> Path | None:
+        """The jobs file; None for standard input, prompts or job dicts."""
+        return self.jobs if isinstance(self.jobs, Path) else None
+
+    @property
+    def job_dicts(self) -> Iterable[Mapping[str, Any]] | None:
+        """The jobs given as dicts, when they were."""
+        return None if self.jobs is None or isinstance(self.jobs, Path) else self.jobs
 
     @property
     def out_file(self) -> Path | None:
@@ -94,9 +112,9 @@ class RunOptions:
     def with_defaults(self) -> RunOptions:
         """These options with SPEC §1's default outputs filled in; applying it twice changes
         nothing more."""
-        if self.prompts:
+        if self.prompts or self.job_dicts is not None:
             return self
-        stem = self.jobs.stem if self.jobs is not None else STDIN_STEM
+        stem = _stem(self.jobs) if isinstance(self.jobs, Path) else STDIN_STEM
         if self.queue is not None:
             stem = f"{self.queue}.{worker_name()}"
         return replace(
@@ -104,6 +122,11 @@ class RunOptions:
             out=self.out or Path(f"{stem}.results.jsonl"),
             traces=self.traces or Path(f"{stem}.traces.jsonl"),
         )
+
+
+def _stem(jobs: Path) -> str:
+    """The name outputs are named after: ``jobs`` for ``jobs.jsonl`` and ``jobs.jsonl.gz``."""
+    return (jobs.with_suffix("") if jobs.suffix in (".gz", ".zst") else jobs).stem
 
 
 def parse_shard(value: str) -> tuple[int, int]:

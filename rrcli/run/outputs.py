@@ -35,7 +35,8 @@ class CallbackWriter:
 
 def refuse_clobbering(options: RunOptions) -> None:
     """UsageError when an output is the jobs file or the other output (records/claim.py)."""
-    jobs = STDIN if options.jobs is None and not options.prompts else options.jobs
+    given = options.prompts or options.job_dicts is not None
+    jobs = STDIN if options.jobs is None and not given else options.job_path
     out = options.out_file if options.on_result is None else None
     refuse_same_files(jobs, [("--out", out), ("--traces", options.traces)])
 
@@ -61,20 +62,24 @@ def open_outputs(
     stack: ExitStack,
     sender: SpanProcess | None = None,
     queue: SharedQueue | None = None,
+    on_closed: Callable[[], None] | None = None,
 ) -> tuple[ResultSink, TraceWriter]:
     """The result sink (a file appended on --resume, or the --prompt callback) and the trace
-    writer, both closed by ``stack``; with a span ``sender`` (--otlp) both feed it too; with a
-    shared ``queue`` each result line goes to it as well."""
+    writer (appended to, but started afresh with --overwrite, as the results are), both closed
+    by ``stack``; with a span ``sender`` (--otlp) both feed it too; with a
+    shared ``queue`` each result line goes to it as well. ``on_closed``: called once if the
+    results' reader (a pipe) goes away."""
     results: ResultSink
     if options.on_result is not None:
         results = CallbackWriter(options.on_result)
     else:
         out = options.out_file
         append = options.resume and out is not None and out.exists()
-        writer = ResultWriter(out, fmt=options.fmt, append=append)
+        writer = ResultWriter(out, fmt=options.fmt, append=append, on_closed=on_closed)
         stack.callback(writer.close)
         results = writer if queue is None else queue.sink(writer)
-    traces = TraceWriter(options.traces, run_id, tap=None if sender is None else sender.put)
+    tap = None if sender is None else sender.put
+    traces = TraceWriter(options.traces, run_id, tap=tap, append=not options.overwrite)
     stack.callback(traces.close)
     if sender is not None:
         results = JobEnds(results, sender)

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from rrcli.config.prices import pool_prices
 from rrcli.config.profile import Backend, Profile
 from rrcli.errors import UsageError
+from rrcli.records.formatfit import refuse_unfit
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
-from rrcli.routing.budget import NO_OUTPUT
+from rrcli.routing.costs import NO_OUTPUT
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
 from rrcli.run.runner import RunOptions, make_router
@@ -99,6 +100,8 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
     summary = RunSummary("dry-run")
     session_binding = profile.binding == "session"
     rules = RouteRules(profile.backends)
+    if options.job_path is not None and options.job_path.is_file():
+        refuse_unfit(options.job_path, options.fmt)  # as run refuses them
     with ExitStack() as stack:
         source, stream = open_jobs(options, stack)
         jobs = select_jobs(iter_jobs(stream, source), done=None, summary=summary,

@@ -19,7 +19,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sized
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,16 +28,20 @@ import structlog
 
 from rrcli.config.profile import Profile
 from rrcli.providers import make_provider
+from rrcli.records.formatfit import refuse_unfit, unfit_invalid
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.records.results import ResumeState
 from rrcli.records.trace import new_run_id
-from rrcli.routing.control import RunControl
+from rrcli.routing.control import Halt, RunControl
 from rrcli.routing.router import Router
 from rrcli.run.cached import ResponseCache, open_cache
 from rrcli.run.engine import Engine
+from rrcli.run.failures import log_repeated
+from rrcli.run.lookahead import Lookahead
 from rrcli.run.money import budget_prices, final_halt, make_budget
 from rrcli.run.options import RunOptions
 from rrcli.run.outputs import open_outputs, prepare_results, refuse_clobbering
+from rrcli.run.quiet import quiet_unless_configured
 from rrcli.run.summary import RunSummary
 from rrcli.run.telemetry import close_sender, open_sender, otlp_url
 from rrcli.run.workers import (
@@ -46,6 +50,7 @@ from rrcli.run.workers import (
     StoppableReader,
     count_lines,
     open_jobs,
+    planned_total,
     select_jobs,
 )
 
@@ -58,6 +63,7 @@ log = structlog.get_logger("rrcli")
 
 FLUSH_INTERVAL = 0.2  # seconds between flushes of results and traces
 DRAIN_TIMEOUT = 30.0  # seconds the first Ctrl-C lets calls in flight finish
+OUTPUT_CLOSED = 141  # exit status when the results' reader went away: 128 + SIGPIPE, as a shell
 
 
 async def run(
@@ -76,6 +82,7 @@ async def run(
     Raises UsageError (nothing sent) when the outputs cannot be prepared, a key or a budget's
     price is missing, or the jobs are not JSON Lines. ``on_start`` is called once the router
     exists (the CLI starts its live display there)."""
+    quiet_unless_configured()
     options = options.with_defaults()
     environ = os.environ if environ is None else environ
     keys = _keys(profile, environ)  # UsageError if one is unset
@@ -84,9 +91,13 @@ async def run(
     if queue is None and options.queue is not None:
         from rrcli.fleet.queue import RedisQueue
 
-        queue = RedisQueue(profile, options.queue, options.jobs, run_concurrency(options, profile))
+        queue = RedisQueue(
+            profile, options.queue, options.job_path, run_concurrency(options, profile)
+        )
     with ExitStack() as stack:
         refuse_clobbering(options)
+        if options.job_path is not None and options.job_path.is_file():
+            refuse_unfit(options.job_path, options.fmt)  # jobs whose answers --format would drop
         if queue is not None:
             total = await queue.open()
             try:
@@ -94,10 +105,18 @@ async def run(
             finally:
                 await queue.close()
         source, stream = open_jobs(options, stack)
-        lines = iter_jobs(stream, source)  # UsageError when the input is not JSON Lines
-        total = len(options.prompts) or count_lines(options.jobs)
+        lines = unfit_invalid(iter_jobs(stream, source), options.fmt)  # UsageError: not JSON Lines
+        total = len(options.prompts) or _job_count(options)
         reader = stream if isinstance(stream, StoppableReader) else None
         return await _run_open(profile, options, stack, start, lines, total, reader)
+
+
+def _job_count(options: RunOptions) -> int | None:
+    """How many jobs the run has at most, for the display's ETA; None when unknown."""
+    dicts = options.job_dicts
+    if dicts is not None:
+        return len(dicts) if isinstance(dicts, Sized) else None
+    return count_lines(options.job_path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,9 +146,12 @@ async def _run_open(
     control = start.control
     seed = options.seed if options.seed is not None else profile.seed
     rng = random.Random(seed)
+    shared = None if isinstance(jobs_in, Iterator) else jobs_in
     summary = RunSummary(new_run_id(), total=total)
-    if not isinstance(jobs_in, Iterator):
-        summary.queue, summary.queue_finished = jobs_in.label["name"], jobs_in.finished
+    if shared is None:
+        summary.total, summary.total_estimated = planned_total(total, options.shard, options.limit)
+    else:
+        summary.queue, summary.queue_finished = shared.label["name"], shared.finished
     cache = _open_cache(profile, options, summary, stack)  # CacheError: exit 2, nothing sent
     resume = prepare_results(options, stack)
     router, gates = make_router(profile, rng)
@@ -138,8 +160,8 @@ async def _run_open(
         router.restore_bindings(resume.sessions)
     providers = make_providers(profile, start.keys, seed)
     sender = open_sender(start.otlp, summary.run_id, stack)
-    shared = None if isinstance(jobs_in, Iterator) else jobs_in
-    results, traces = open_outputs(options, summary.run_id, stack, sender, shared)
+    closed = _output_closed(control, summary)
+    results, traces = open_outputs(options, summary.run_id, stack, sender, shared, closed)
     traces.run(profile, None if shared is None else shared.label)
     engine = Engine(
         profile, options.stream, options.on_text, router, providers, results, traces,
@@ -149,6 +171,8 @@ async def _run_open(
     if shared is not None:
         shared.attach(engine)
     jobs = jobs_in if shared is not None else _selected(jobs_in, options, resume, summary)
+    if shared is None and reader is None and router.warm and profile.lookahead:
+        jobs = Lookahead(jobs, router, profile.lookahead, profile.binding == "session")  # type: ignore[arg-type]
     if start.on_start is not None:
         start.on_start(summary, router)
     log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.label)
@@ -159,6 +183,22 @@ async def _run_open(
         await _close(engine, gates)
         await close_sender(sender)
     return summary
+
+
+def _output_closed(control: RunControl, summary: RunSummary) -> Callable[[], None]:
+    """What the run does when the reader of its results goes away (``--out - | head``): it
+    stops at once, calls in flight cancelled (their answers have nowhere to go), and exits as a
+    program killed by SIGPIPE would (OUTPUT_CLOSED)."""
+
+    def stop() -> None:
+        message = (
+            f"the results output was closed (broken pipe) after {summary.done:,} results: "
+            "the run stopped; jobs not finished have no result line"
+        )
+        control.halt(Halt(OUTPUT_CLOSED, "output_closed", message))
+        control.cancel()
+
+    return stop
 
 
 def _keys(profile: Profile, environ: Mapping[str, str]) -> dict[str, str | None]:
@@ -183,8 +223,10 @@ def _ended(
     spend and the jobs not run once the calls in flight finished; ``rest``: the jobs never
     handed out, None when they came from a pipe)."""
     summary.halted = control.halted
-    if summary.halted and summary.halted.reason == "budget" and router.budget:
-        summary.halted = final_halt(router.budget, summary, rest)
+    budget = router.budget
+    refused = budget is not None and budget.refused and not control.stopping
+    if budget and (refused or (summary.halted and summary.halted.reason == "budget")):
+        summary.halted = final_halt(budget, summary, rest)
     summary.interrupted = control.stopping and control.halted is None
 
 
@@ -244,7 +286,8 @@ async def _close(engine: Engine, gates: Mapping[str, Any]) -> None:
     """The run's end, however it ended: the run_end record, outputs flushed, connections and
     shared leases given back, the end logged."""
     summary, budget = engine.summary, engine.router.budget
-    engine.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record())
+    halted = None if summary.halted is None else summary.halted.reason
+    engine.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record(), halted)
     if budget is not None:
         await budget.ledger.close()
     engine.results.flush()
@@ -252,6 +295,7 @@ async def _close(engine: Engine, gates: Mapping[str, Any]) -> None:
     for provider in engine.providers.values():
         await provider.aclose()
     await _close_gates(gates)
+    log_repeated(summary.failures)
     log.info(
         "rrcli.run_finished", run_id=summary.run_id, interrupted=summary.interrupted, **summary.jobs
     )

@@ -9,16 +9,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from rrcli.errors import ProviderError
 from rrcli.providers.base import Call, Provider, Reply
+from rrcli.routing.costs import NO_OUTPUT
+from rrcli.tokens import estimate_value_tokens, output_cap
 
 __all__ = [
+    "REQUEST_TEXT",
     "Echo",
     "assistant_message",
     "bounded",
+    "echo_for",
+    "estimated_usage",
     "join_paused",
     "sent",
     "too_many_continuations",
@@ -39,15 +46,46 @@ class Echo:
         self._out(text)
 
 
+#: the text callback of a job a program submitted (``Engine.submit``), set for the task that
+#: awaits it (no parameter through every call): called with the deployment and each piece
+REQUEST_TEXT: ContextVar[Callable[[str, str], None] | None] = ContextVar("rrcli_text", default=None)
+
+
+def echo_for(stream: bool, on_text: Callable[[str], None] | None, deployment: str) -> Echo | None:
+    """Where a streamed attempt's text goes: --prompt --stream's ``on_text``, else the
+    submitted job's callback, told ``deployment``; None for a plain call or no reader."""
+    if not stream:
+        return None
+    if on_text is not None:
+        return Echo(on_text)
+    request = REQUEST_TEXT.get()
+    return None if request is None else Echo(partial(request, deployment))
+
+
 async def sent(
-    provider: Provider, call: Call, echo: Echo | None
+    provider: Provider, call: Call, echo: Echo | None, estimate: int
 ) -> tuple[Reply | None, ProviderError | None, float]:
-    """(the reply, or the error the call ended with; when it ended, monotonic)."""
+    """(the reply, or the error the call ended with; when it ended, monotonic). A reply whose
+    server reported no usage carries an estimate of it (``estimated_usage``), so rates, costs
+    and budgets still count it; ``estimate``: the call's tokens (``estimate_call_tokens``)."""
     try:
         reply, error = await provider.send(call, echo), None
     except ProviderError as exc:
-        reply, error = None, exc
+        return None, exc, time.monotonic()
+    if reply.input_tokens is None and reply.output_tokens is None:
+        reply = estimated_usage(reply, call, estimate)
     return reply, error, time.monotonic()
+
+
+def estimated_usage(reply: Reply, call: Call, estimate: int) -> Reply:
+    """``reply`` with the usage its server did not report estimated, marked ``usage_estimated``:
+    the input as ``estimate`` counted it, the output from its text and tool calls."""
+    given = max(1, estimate - (output_cap(call.params) or 0))
+    if call.endpoint in NO_OUTPUT:
+        return replace(reply, input_tokens=given, usage_estimated=True)
+    made: list[Any] = [reply.output, reply.reasoning_content or "", reply.tool_calls or []]
+    output = estimate_value_tokens(made)
+    return replace(reply, input_tokens=given, output_tokens=output, usage_estimated=True)
 
 
 def assistant_message(reply: Reply) -> dict[str, Any]:
@@ -82,6 +120,7 @@ def join_paused(first: Reply, rest: Reply) -> Reply:
         input_tokens=add(first.input_tokens, rest.input_tokens),
         output_tokens=add(first.output_tokens, rest.output_tokens),
         cached_input_tokens=add(first.cached_input_tokens, rest.cached_input_tokens),
+        usage_estimated=first.usage_estimated or rest.usage_estimated,
         reasoning_content=reasoning,
         ttft_ms=first.ttft_ms if rest.ttft_ms is None else rest.ttft_ms,
         body=body,

@@ -22,13 +22,15 @@ import stat
 import sys
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn, Protocol
 
+import orjson
+
 from rrcli.errors import UsageError
-from rrcli.records.jobs import InvalidJob, Job, shard_of
+from rrcli.records.jobs import InvalidJob, Job, open_jobs_file, shard_of
 from rrcli.routing.control import RunControl
 from rrcli.run.options import RunOptions
 from rrcli.run.summary import RunSummary
@@ -36,11 +38,13 @@ from rrcli.run.summary import RunSummary
 __all__ = [
     "BUFFERED_JOBS",
     "Fetch",
+    "JobDicts",
     "JobFeed",
     "SharedQueue",
     "StoppableReader",
     "count_lines",
     "open_jobs",
+    "planned_total",
     "select_jobs",
 ]
 
@@ -68,6 +72,31 @@ class SharedQueue(Protocol):
     def attach(self, engine: Any) -> None: ...
     async def fetch(self) -> list[Job | InvalidJob] | None: ...
     async def close(self) -> None: ...
+
+
+class JobDicts:
+    """Jobs given as dicts, read as the lines of a jobs file (``readline``), one at a time as
+    the run goes: the file's rules hold for them (ids, duplicates, invalid jobs), and the
+    caller's dicts are never changed."""
+
+    __slots__ = ("_dicts", "_n")
+
+    def __init__(self, dicts: Iterable[Mapping[str, Any]]) -> None:
+        self._dicts = iter(dicts)
+        self._n = 0
+
+    def readline(self, size: int = -1) -> bytes:
+        job = next(self._dicts, None)
+        if job is None:
+            return b""
+        self._n += 1
+        try:
+            return orjson.dumps(job) + b"\n"
+        except TypeError as exc:
+            raise UsageError(
+                f"job {self._n}: {exc} — a job dict holds JSON values only (str, numbers, "
+                "lists, dicts, bool, None)"
+            ) from None
 
 
 class StoppableReader:
@@ -99,10 +128,23 @@ def count_lines(path: Path | None) -> int | None:
     if path is None or not path.is_file():
         return None
     count = 0
-    with open(path, "rb") as f:
+    with open_jobs_file(path) as f:
         while chunk := f.read(1 << 20):
             count += chunk.count(b"\n")
     return count
+
+
+def planned_total(
+    lines: int | None, shard: tuple[int, int] | None, limit: int | None
+) -> tuple[int | None, bool]:
+    """The jobs a run of a file of ``lines`` lines will end or skip, and whether that is an
+    estimate: a shard's share is 1/N of the lines until the file's end is reached."""
+    if lines is None:
+        return (limit, True) if limit is not None else (None, False)
+    total = lines if shard is None else -(-lines // shard[1])
+    if limit is not None:
+        total = min(total, limit)
+    return total, shard is not None
 
 
 def select_jobs(
@@ -114,18 +156,20 @@ def select_jobs(
     limit: int | None,
 ) -> Iterator[Job | InvalidJob]:
     """--shard, --limit and --resume applied to the stream of jobs, lazily, in that order: the
-    first N jobs of the shard (skipped or not, so a resumed run selects the same jobs)."""
+    first N jobs of the shard (skipped or not, so a resumed run selects the same jobs). At the
+    end of the selection the summary's total is the exact count."""
     taken = 0
     for job in jobs:
         if shard is not None and shard_of(job.key, shard[1]) != shard[0]:
             continue
         if limit is not None and taken >= limit:
-            return
+            break
         taken += 1
         if done is not None and job.key in done:
             summary.skipped += 1
             continue
         yield job
+    summary.total, summary.total_estimated = taken, False
 
 
 def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO | StoppableReader]:
@@ -135,26 +179,24 @@ def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO | St
     if options.prompts:
         import io
 
-        import orjson
-
         lines = b"".join(
             orjson.dumps({"id": f"prompt-{i + 1}", "prompt": p}) + b"\n"
             for i, p in enumerate(options.prompts)
         )
         return "--prompt", io.BytesIO(lines)
-    if options.jobs is None:
+    if options.job_dicts is not None:
+        return "<jobs>", JobDicts(options.job_dicts)  # type: ignore[return-value]
+    path = options.job_path
+    if path is None:
         stream = sys.stdin.buffer
     else:
-        try:
-            stream = open(options.jobs, "rb")  # noqa: SIM115 (closed by stack or the reader)
-        except OSError as exc:
-            raise UsageError(f"{options.jobs}: cannot read the jobs file: {exc.strerror}") from exc
-    source = "<stdin>" if options.jobs is None else str(options.jobs)
+        stream = open_jobs_file(path)  # closed by stack or the reader
+    source = "<stdin>" if path is None else str(path)
     if stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-        if options.jobs is not None:
+        if path is not None:
             stack.enter_context(stream)
         return source, stream
-    return source, StoppableReader(stream, close=options.jobs is not None)
+    return source, StoppableReader(stream, close=path is not None)
 
 
 class JobFeed:

@@ -36,7 +36,7 @@ class AnthropicWire(AnthropicFamily):
 
     def _usage(self, r: dict[str, Any], output: int) -> dict[str, int]:
         total = r["input"]
-        cached = total // 2 if r["cache"] else 0
+        cached = r["cached"]
         return {
             "input_tokens": total - cached,
             "cache_creation_input_tokens": 0,

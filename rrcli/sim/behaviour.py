@@ -20,6 +20,7 @@ from typing import Any
 
 from rrcli.config.profile import SimSettings
 from rrcli.errors import UsageError
+from rrcli.tokens import BLOCK_TOKENS, PrefixBlocks, prefix_blocks, rendered_prompt
 
 __all__ = [
     "VARIANTS",
@@ -29,6 +30,7 @@ __all__ = [
     "config_from_options",
     "key_fingerprint",
     "pacing",
+    "prompt_of",
 ]
 
 # the vocabulary of simulated output text
@@ -62,6 +64,15 @@ def last_user_text(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
+def prompt_of(body: dict[str, Any]) -> str:
+    """The rendered prompt of a chat request's body (either API's: Anthropic's ``system`` too)."""
+    messages = body.get("messages")
+    if type(messages) is not list:
+        return ""
+    messages = [m for m in messages if isinstance(m, dict)]
+    return rendered_prompt(messages, body.get("tools"), body.get("system"))
+
+
 def pacing(count: int, ttft: float, total: float) -> Iterator[tuple[float, int, int]]:
     """How a stream of ``count`` pieces is paced: (seconds to sleep first, start, end) per group.
 
@@ -91,9 +102,13 @@ class SimBehaviour:
 
     Output is deterministic: ``output_tokens`` words chosen by a checksum of the last user message,
     so two runs (or a plain and a streamed call) give the same text. Times are seconds here.
+    With ``prefix_cache_tokens`` it keeps a prefix cache (``cached``): the input tokens it does
+    not hold take ``prefill_ms_per_token`` each before the first token.
     """
 
-    __slots__ = ("_cut", "_limit", "_pieces", "_rng", "_texts", "instant", "may_fail", "settings")
+    __slots__ = (
+        "_cut", "_limit", "_pieces", "_rng", "_texts", "instant", "may_fail", "prefix", "settings"
+    )  # fmt: skip
 
     def __init__(self, settings: SimSettings, rng: random.Random) -> None:
         self.settings = settings
@@ -102,7 +117,15 @@ class SimBehaviour:
         self._limit = settings.error_rate + settings.rate_limit_rate
         self.may_fail = self._limit > 0
         self.instant = not (
-            settings.latency_ms or settings.jitter_ms or settings.ttft_ms or settings.tokens_per_s
+            settings.latency_ms
+            or settings.jitter_ms
+            or settings.ttft_ms
+            or settings.tokens_per_s
+            or settings.prefill_ms_per_token
+        )
+        #: the prefix cache (None: every input token is read afresh, and none is reported cached)
+        self.prefix = (
+            PrefixBlocks(settings.prefix_cache_tokens) if settings.prefix_cache_tokens else None
         )
         self._pieces: dict[int, tuple[str, ...]] = {}
         self._texts: dict[int, str] = {}
@@ -142,17 +165,31 @@ class SimBehaviour:
             text = self._texts[variant]
         return text
 
-    def timeline(self, count: int) -> tuple[float, float]:
-        """(time to first token, total time) in seconds for a reply of ``count`` tokens.
+    def cached(self, prompt: str, input_tokens: int) -> int:
+        """Input tokens of ``prompt`` the prefix cache holds (whole blocks, never the whole
+        input: the last token is always computed, as vLLM does); the prompt's blocks are held
+        from now on."""
+        if self.prefix is None:
+            return 0
+        chain = prefix_blocks(prompt)
+        held = self.prefix.match(chain)
+        self.prefix.add(chain)
+        return max(0, min(held * BLOCK_TOKENS, input_tokens - 1))
+
+    def timeline(self, count: int, uncached: int = 0) -> tuple[float, float]:
+        """(time to first token, total time) in seconds for a reply of ``count`` tokens to a
+        prompt of which ``uncached`` input tokens must be read (prefilled) first.
 
         Without ``ttft_ms`` the first token comes at the latency (± jitter); with
-        ``tokens_per_s`` the rest follow at that rate, otherwise by the latency.
+        ``tokens_per_s`` the rest follow at that rate, otherwise by the latency. The prefill
+        comes before the first token.
         """
         s = self.settings
         latency = s.latency_ms
         if s.jitter_ms:
             latency = max(0.0, latency + self._rng.uniform(-s.jitter_ms, s.jitter_ms))
-        ttft = latency if s.ttft_ms is None else s.ttft_ms
+        latency += uncached * s.prefill_ms_per_token
+        ttft = latency if s.ttft_ms is None else s.ttft_ms + uncached * s.prefill_ms_per_token
         total = max(latency, ttft)
         if s.tokens_per_s:
             total = max(total, ttft + max(0, count - 1) * 1000.0 / s.tokens_per_s)
@@ -190,6 +227,10 @@ def config_from_options(**options: Any) -> SimConfig:
         raise UsageError("--pause-turn-rate: expected a share between 0 and 1")
     if options.get("error_rate", 0.0) + options.get("rate_limit_rate", 0.0) > 1.0:
         raise UsageError("--error-rate plus --rate-limit-rate must not exceed 1")
+    for name in ("prefix_cache_tokens", "prefill_ms_per_token"):
+        if options.get(name, 0) < 0:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag}: expected 0 or more, got {options[name]}")
     if options.get("cap", 1) < 1:
         raise UsageError(f"--cap: expected a positive number of requests, got {options['cap']}")
     settings = SimSettings(**{k: v for k, v in options.items() if k in _SETTINGS_FIELDS})

@@ -138,10 +138,11 @@ class CompletionsWire(OpenAIFamily):
             "body": body,
             "choices": choices,
             "length": max(len(c["pieces"]) for c in choices),
-            "input": sum(t for _, t in prompts),
+            "input": (total := sum(t for _, t in prompts)),
             "output": sum(len(c["pieces"]) for c in choices),
             "reasoning_tokens": 0,
             "cache": "cache" in modes,
+            "cached": total // 2 if "cache" in modes else 0,
         }
 
     def plain(self, r: dict[str, Any]) -> dict[str, Any]:

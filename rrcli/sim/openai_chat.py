@@ -27,14 +27,14 @@ FINGERPRINT = "fp_rrcli_sim"
 
 def openai_usage(r: dict[str, Any]) -> dict[str, Any]:
     """Chat and completions usage: output counts every choice and the reasoning; cached input
-    is half the input in ``cache`` mode."""
+    is what the prefix cache held (half the input in ``cache`` mode)."""
     total, output = r["input"], r["output"]
     return {
         "prompt_tokens": total,
         "completion_tokens": output,
         "total_tokens": total + output,
         "prompt_tokens_details": {
-            "cached_tokens": total // 2 if r["cache"] else 0,
+            "cached_tokens": r["cached"],
             "audio_tokens": 0,
         },
         "completion_tokens_details": {

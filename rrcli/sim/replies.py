@@ -161,6 +161,7 @@ def chat_reply(sim: Any, body: dict[str, Any], modes: str, anthropic: bool) -> d
         "reasoning_tokens": reasoning_tokens,
         "text_index": 1 if reasoning else 0,
         "cache": "cache" in modes,
+        "cached": estimate_input_tokens(messages) // 2 if "cache" in modes else 0,
         "choices": choices,
         "pieces": first["pieces"],
         "finish": first["finish"],

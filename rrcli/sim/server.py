@@ -4,9 +4,10 @@ modules it names).
 
 Trying a profile should not cost money, and the tests and benchmarks need a server whose latency,
 errors, rate limits and concurrency cap are known. It serves OpenAI ``/v1/chat/completions``,
-``/v1/embeddings``, ``/v1/responses``, ``/v1/completions`` and ``/v1/moderations`` (each also
-without ``/v1``) and Anthropic ``/v1/messages``, plain and SSE streaming where the API streams;
-any other path answers 404 in the error shape of the API the request speaks. ``/v1/models``;
+``/v1/embeddings``, ``/v1/responses``, ``/v1/completions`` and ``/v1/moderations`` and Anthropic
+``/v1/messages``, plain and SSE streaming where the API streams; any other path (one without
+``/v1`` included, as OpenAI and vLLM answer it) is a 404 in the error shape of the API the
+request speaks. ``/v1/models``;
 ``/stats`` (``/stats/reset``) so tests can see what the server saw: requests, peak concurrency,
 429s sent, assistant messages received in histories (and how many carried
 ``reasoning_content``), and requests per credential (by a short sha256 fingerprint of the key,
@@ -26,7 +27,11 @@ assistant's, i.e. once per turn), ``plain-json`` (answer a streaming request wit
 ``reasoning`` (add reasoning text / a thinking block), ``cache`` (half the input counted as cached
 tokens), and replies a client must refuse: ``bad-arguments`` (a tool call's arguments are not
 JSON), ``missing-vector`` (embeddings: one vector fewer than inputs), ``empty-output``
-(Responses: no output item). ``x-sim-times: N`` limits the forced status and modes to the first
+(Responses: no output item). With a prefix cache (``--prefix-cache-tokens``), a chat request's
+prompt is matched block by block against the prompts the server read before (an LRU of 16-token
+blocks), its held tokens reported as cached (``prompt_tokens_details.cached_tokens``, Anthropic's
+``cache_read_input_tokens``) and the rest prefilled at ``--prefill-ms-per-token`` before the first
+token. ``x-sim-times: N`` limits the forced status and modes to the first
 N requests that carry the header (per server), so a retry of the same call succeeds.
 
 Counters live on one event loop, so they need no locks. Per request the work is one JSON parse, a
@@ -52,7 +57,14 @@ from starlette.routing import Route
 
 from rrcli.errors import UsageError
 from rrcli.sim.anthropic_messages import AnthropicWire
-from rrcli.sim.behaviour import ERROR, RATE_LIMITED, SimBehaviour, SimConfig, pacing
+from rrcli.sim.behaviour import (
+    ERROR,
+    RATE_LIMITED,
+    SimBehaviour,
+    SimConfig,
+    pacing,
+    prompt_of,
+)
 from rrcli.sim.endpoints import CompletionsWire, EmbeddingsWire, ModerationsWire
 from rrcli.sim.openai_chat import OpenAIChatWire
 from rrcli.sim.responses import ResponseIds, ResponsesWire
@@ -74,7 +86,7 @@ _OPENAI = {
 }
 #: every API path and the wire that answers it
 ENDPOINTS = [
-    *((f"{prefix}/{name}", wire) for name, wire in _OPENAI.items() for prefix in ("/v1", "")),
+    *((f"/v1/{name}", wire) for name, wire in _OPENAI.items()),
     ("/v1/messages", AnthropicWire()),
 ]
 
@@ -228,7 +240,7 @@ class _SimAPI:
         if "x-sim-ratelimit" in headers or "x-sim-response-headers" in headers:
             response_headers.update(wire.limit_headers(headers.get("x-sim-ratelimit", "")))
             override_headers(response_headers, headers)
-        ttft, total = self.behaviour.timeline(reply["length"])
+        ttft, total = self.behaviour.timeline(reply["length"], self._prefill(reply, body))
         state.statuses["200"] += 1
         state.concurrency += 1
         state.peak_concurrency = max(state.peak_concurrency, state.concurrency)
@@ -244,6 +256,14 @@ class _SimAPI:
         state.streams += 1
         stream = self._stream(wire, reply, modes, ttft, total)
         return StreamingResponse(stream, media_type=_SSE, headers=response_headers)
+
+    def _prefill(self, reply: dict[str, Any], body: dict[str, Any]) -> int:
+        """Input tokens of a chat reply's prompt that the prefix cache did not hold (0 without
+        a cache: no prefill time), its cached count set on the reply."""
+        if self.behaviour.prefix is None or "cached" not in reply or "messages" not in body:
+            return 0
+        reply["cached"] = self.behaviour.cached(prompt_of(body), reply["input"])
+        return reply["input"] - reply["cached"]
 
     async def _stream(
         self, wire: Wire, r: dict[str, Any], modes: str, ttft: float, total: float

@@ -1,5 +1,6 @@
-"""The response bodies of the batch output formats: a whole ``chat.completion`` (openai-batch) or
-``message`` (anthropic-batch) for each successful job, whichever API served it, streamed or not.
+"""The response bodies of the batch output formats and of ``rrcli serve``: a whole
+``chat.completion`` (openai-batch) or ``message`` (anthropic-batch) for each successful job,
+whichever API served it, streamed or not.
 
 A body of the format's own API (the provider's, as received or as its stream folded) is written
 as it is when it has every field the official SDKs require, and otherwise completed: a missing

@@ -1,0 +1,115 @@
+"""What an attempt may cost before it is sent, and what it is charged once it ended (SPEC §13).
+
+``attempt_ceiling`` is the worst case a budget reserves: input at its bound (one token a
+character, each image, audio or file part at its documented maximum, tool definitions
+included), plus the output cap times the choices asked for. ``attempt_cost`` is the charge:
+the reply's usage when the server reported it; nothing for an attempt no provider bills (the
+request never reached it, or it answered an error status); and for an attempt whose usage is
+unknown (no usage in the reply, a stream cut after tokens came, a timeout while it generated)
+its reservation, so the spend a budget counts is never below what was billed. All amounts are
+USD; prices are USD per million tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from rrcli.config.profile import Price
+from rrcli.tokens import UNCAPPED_OUTPUT, input_token_bound, output_cap
+
+if TYPE_CHECKING:
+    from rrcli.errors import ProviderError
+    from rrcli.providers.base import Reply
+    from rrcli.records.attempt import Attempt
+
+__all__ = [
+    "NO_OUTPUT", "Charge", "attempt_ceiling", "attempt_cost", "billed_nothing", "choices",
+    "reply_cost",
+]  # fmt: skip
+
+NO_OUTPUT = frozenset({"embeddings", "moderations"})  # endpoints whose answers have no tokens
+
+#: (USD charged or None when the backend is unpriced, whether the charge is an estimate)
+Charge = tuple[float | None, bool]
+
+#: error types of an attempt that never reached the provider, so nothing was generated
+_UNSENT = frozenset(
+    {
+        "connect_timeout", "pool_timeout", "connect_error", "proxy_error",
+        "unsupported_protocol", "local_protocol_error", "invalid_url", "untranslatable",
+        "redirect",
+    }
+)  # fmt: skip
+
+
+def choices(params: Mapping[str, Any]) -> int:
+    """How many answers a request asks for: ``n`` (any numeric spelling: 2, 2.0, "2") times
+    ``best_of`` (completions generate that many and bill them all); at least 1."""
+    return max(1, _count(params.get("n"))) * max(1, _count(params.get("best_of")))
+
+
+def _count(value: object) -> int:
+    if type(value) is bool or value is None:
+        return 1
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 1
+    return int(number) if number == number and 1 <= number < 1e6 else 1
+
+
+def attempt_ceiling(
+    price: Price, tokens: int, params: Mapping[str, Any], endpoint: str, cap: int | None = None
+) -> float:
+    """USD: the most one attempt estimated at ``tokens`` (``tokens.estimate_call_tokens``: its
+    input estimate and its output cap) may cost at ``price``; ``cap``: the output cap rrcli
+    sends when the request sets none (else ``tokens.UNCAPPED_OUTPUT``)."""
+    asked = output_cap(params)
+    given = input_token_bound(tokens - (asked or 0))
+    if endpoint in NO_OUTPUT:
+        out = 0
+    else:
+        out = (asked or cap or UNCAPPED_OUTPUT) * choices(params)
+    return (given * price.input + out * price.output) / 1e6
+
+
+def reply_cost(price: Price, reply: Reply) -> float | None:
+    """USD a reply's usage cost at ``price``, its cached input at the cached price; None when
+    it reports no usage."""
+    if reply.input_tokens is None and reply.output_tokens is None:
+        return None
+    used_in, used_out = reply.input_tokens or 0, reply.output_tokens or 0
+    cached = min(reply.cached_input_tokens or 0, used_in)
+    fresh = (used_in - cached) * price.input + used_out * price.output
+    cached_price = price.input if price.cached_input is None else price.cached_input
+    return (fresh + cached * cached_price) / 1e6
+
+
+def billed_nothing(error: ProviderError | None) -> bool:
+    """Whether a failed attempt cost nothing: it never reached the provider, or the provider
+    answered an error status (no provider bills a refused request)."""
+    if error is None:
+        return False
+    status = error.status_code
+    return error.type in _UNSENT or (status is not None and not 200 <= status < 300)
+
+
+def attempt_cost(price: Price | None, attempt: Attempt, reserved: float | None) -> Charge:
+    """What ``attempt`` is charged at ``price`` (see the module docstring); ``reserved``: the
+    USD its budget set aside for it (None without a budget: an unknown usage then costs its
+    estimate)."""
+    if price is None:
+        return None, False
+    reply = attempt.reply
+    if reply is not None and not reply.usage_estimated:
+        cost = reply_cost(price, reply)
+        if cost is not None:
+            return cost, False
+    elif reply is None and billed_nothing(attempt.error):
+        return 0.0, False
+    if reserved is not None:
+        return reserved, True
+    if reply is not None and (cost := reply_cost(price, reply)) is not None:
+        return cost, True
+    return attempt.estimate * max(price.input, price.output) / 1e6, True

@@ -1,0 +1,257 @@
+"""The pool a program calls: ``rrcli.Pool``, the engine of ``rrcli run`` in-process.
+
+Each call is a job handed to the one engine (``Engine.submit``): routed, gated, retried, failed
+over, health-checked, budgeted, cached and traced exactly as a line of a jobs file, and answered
+with the record its result line would hold. ``rrcli serve`` puts the HTTP APIs in front of the
+same pools (``Pool.call`` with the request as a job dict)::
+
+    async with rrcli.Pool.from_profile("pool.toml") as pool:
+        record = await pool.chat([{"role": "user", "content": "Hi"}])
+        async for piece in pool.stream([{"role": "user", "content": "Hi"}]):
+            ...  # text as it arrives, then the record (a dict)
+
+A call that ends without an answer raises ``CallError`` (its ``result`` the record).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import ExitStack, closing
+from pathlib import Path
+from typing import Any
+
+from rrcli.config.load import load_profile
+from rrcli.config.profile import Profile
+from rrcli.errors import CallError
+from rrcli.records.attempt import CallOutcome
+from rrcli.records.claim import OutputClaim
+from rrcli.records.jobs import Job, job_from_dict
+from rrcli.records.result_line import result_line
+from rrcli.records.trace import TraceWriter, new_run_id
+from rrcli.routing.control import Halted, RunControl
+from rrcli.routing.down import NoHealthyBackend
+from rrcli.run.engine import Engine
+from rrcli.run.money import budget_prices, make_budget
+from rrcli.run.options import RunOptions
+from rrcli.run.outputs import CallbackWriter
+from rrcli.run.quiet import quiet_unless_configured
+from rrcli.run.runner import (
+    _close,
+    _flush_periodically,
+    _keys,
+    _open_cache,
+    make_providers,
+    make_router,
+)
+from rrcli.run.summary import RunSummary
+
+__all__ = ["Pool", "Texts"]
+
+#: what ``Pool.stream`` yields: pieces of text, then the record (a dict)
+Texts = AsyncIterator[str | dict[str, Any]]
+
+
+class _NoResults:
+    """The result sink of a pool whose caller keeps no result lines."""
+
+    def write(self, result: dict[str, Any], *, body: dict[str, Any] | None = None) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+class Pool:
+    """A profile's pool, open for calls (``async with``, or ``open`` then ``close``).
+
+    ``traces``: the trace file (appended; None writes none); ``on_result``: each call's record
+    as its result line (``--out``'s lines) when it ends; ``max_cost``: USD the pool may spend
+    (else the profile's budget); ``keep_response``: records carry the backend's body."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        environ: Mapping[str, str] | None = None,
+        traces: Path | None = None,
+        on_result: Callable[[dict[str, Any]], None] | None = None,
+        max_cost: float | None = None,
+        keep_response: bool = False,
+    ) -> None:
+        self.profile = profile
+        self._environ = os.environ if environ is None else environ
+        self._options = RunOptions(
+            traces=traces, max_cost=max_cost, on_result=on_result, keep_response=keep_response
+        )
+        self._stack = ExitStack()
+        self._engine: Engine | None = None
+        self._gates: Mapping[str, Any] = {}
+        self._flusher: asyncio.Task[None] | None = None
+        self._calls = 0
+
+    @classmethod
+    def from_profile(
+        cls, path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None, **kw: Any
+    ) -> Pool:
+        """The pool of the profile at ``path`` (ProfileError naming every fault)."""
+        return cls(load_profile(Path(path), environ=environ), environ=environ, **kw)
+
+    async def __aenter__(self) -> Pool:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            raise RuntimeError("the pool is not open: use `async with pool:` or `pool.open()`")
+        return self._engine
+
+    async def open(self) -> None:
+        """Check the keys and the budget's prices (UsageError, nothing sent), then build the
+        router over the gates, one client per backend and the trace file."""
+        quiet_unless_configured()
+        profile, options, stack = self.profile, self._options, self._stack
+        keys = _keys(profile, self._environ)
+        prices = budget_prices(profile, options)
+        rng = random.Random(profile.seed)
+        summary = RunSummary(new_run_id())
+        stack.enter_context(closing(OutputClaim())).take(options.traces, "traces")
+        cache = _open_cache(profile, options, summary, stack)
+        control = RunControl()
+        router, self._gates = make_router(profile, rng)
+        router.budget = await make_budget(profile, options, prices, control, self._gates)
+        traces = TraceWriter(options.traces, summary.run_id)
+        stack.callback(traces.close)
+        traces.run(profile)
+        on_result = options.on_result
+        results = CallbackWriter(on_result) if on_result is not None else _NoResults()
+        providers = make_providers(profile, keys, profile.seed)
+        self._engine = Engine(
+            profile, False, None, router, providers, results, traces, summary, control, rng,
+            options.keep_response, cache,
+        )  # fmt: skip
+        self._flusher = asyncio.create_task(_flush_periodically(self._engine))
+
+    async def close(self) -> None:
+        """The run_end record, the outputs flushed, every connection closed."""
+        if self._engine is None:
+            return
+        if self._flusher is not None:
+            self._flusher.cancel()
+        engine, self._engine = self._engine, None
+        try:
+            await _close(engine, self._gates)
+        finally:
+            self._stack.close()
+
+    # -- calls ------------------------------------------------------------------------------
+
+    async def chat(
+        self, messages: Sequence[Mapping[str, Any]], session: str | None = None, **params: Any
+    ) -> dict[str, Any]:
+        """One chat call (OpenAI-shaped messages and params): its record."""
+        return answer(await self.call(_job("messages", list(messages), params, session)))
+
+    async def stream(
+        self, messages: Sequence[Mapping[str, Any]], session: str | None = None, **params: Any
+    ) -> Texts:
+        """One streamed chat call: its text as it arrives, then its record."""
+        line = _job("messages", list(messages), {**params, "stream": True}, session)
+        async for piece in self.relay(line):
+            yield piece if isinstance(piece, str) else answer(piece)
+
+    async def embed(self, input: str | Sequence[str], **params: Any) -> dict[str, Any]:
+        """Embeddings of ``input`` (a text or several): the record, ``embeddings`` in order."""
+        line = {"endpoint": "embeddings", "input": input, "params": params}
+        return answer(await self.call(line))
+
+    async def respond(
+        self, input: str | Sequence[Mapping[str, Any]], session: str | None = None, **params: Any
+    ) -> dict[str, Any]:
+        """One Responses API call; ``previous_response_id`` goes back to its backend."""
+        line = {"endpoint": "responses", "input": input, "params": params}
+        if session is not None:
+            line["session"] = session
+        return answer(await self.call(line))
+
+    async def relay(
+        self, line: dict[str, Any], exclude: frozenset[str] = frozenset()
+    ) -> AsyncIterator[str | CallOutcome]:
+        """A streamed job's text as it arrives, then how it ended; the call is cancelled (its
+        slot freed) when the reader stops early."""
+        texts: asyncio.Queue[str | None] = asyncio.Queue()
+        task = asyncio.ensure_future(self.call(line, exclude, lambda _, t: texts.put_nowait(t)))
+        task.add_done_callback(lambda _: texts.put_nowait(None))
+        try:
+            while (text := await texts.get()) is not None:
+                yield text
+            yield task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+
+    async def call(
+        self,
+        line: dict[str, Any],
+        exclude: frozenset[str] = frozenset(),
+        on_text: Callable[[str, str], None] | None = None,
+    ) -> CallOutcome:
+        """One job given as a dict, as a line of a jobs file holds it (the dict may be
+        changed), never on a backend of ``exclude``: how it ended; a stream's text goes to
+        ``on_text(deployment, text)`` as it arrives. Raises CallError when the pool no longer
+        takes calls (its budget spent, no backend healthy)."""
+        engine = self.engine
+        self._calls += 1
+        if "id" not in line and "custom_id" not in line:
+            line["id"] = self._calls
+        job = job_from_dict(line, self._calls)
+        if not isinstance(job, Job):
+            outcome = CallOutcome(job, "invalid")
+            engine.finish(outcome)
+            return outcome
+        try:
+            return await engine.submit(job, exclude, on_text)
+        except (Halted, NoHealthyBackend) as exc:
+            raise _refused(engine, job, exc) from None
+
+
+def answer(outcome: CallOutcome) -> dict[str, Any]:
+    """The record of an ok call; CallError for any other."""
+    record = result_line(outcome)
+    if outcome.status == "ok":
+        return record
+    error = record.get("error") or {}
+    attempt = outcome.attempt
+    last = None if attempt is None else attempt.error
+    raise CallError(
+        str(error.get("message", "the call failed")),
+        type=str(error.get("type", outcome.status)),
+        result=record,
+        status_code=None if last is None else last.status_code,
+        retry_after=None if last is None else last.retry_after,
+    )
+
+
+def _refused(engine: Engine, job: Job, exc: Exception) -> CallError:
+    """The error of a call the pool refused: its budget spent, or no backend left."""
+    halt = engine.control.halted
+    kind = "budget" if halt is not None and halt.reason == "budget" else "no_healthy_backend"
+    message = halt.message if halt is not None else str(exc) or kind
+    error = {"type": kind, "message": message}
+    record = {"id": job.id, "status": "error", "deployment": None, "attempts": 0, "error": error}
+    return CallError(message, type=kind, result=record)
+
+
+def _job(
+    kind: str, messages: list[Any], params: dict[str, Any], session: str | None
+) -> dict[str, Any]:
+    line: dict[str, Any] = {kind: messages, "params": params}
+    if session is not None:
+        line["session"] = session
+    return line

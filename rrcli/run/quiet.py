@@ -1,0 +1,37 @@
+"""A library that says nothing unless asked: rrcli's events go to the standard ``logging``
+logger ``rrcli`` when structlog was never configured.
+
+structlog's defaults print every event on standard output, so a program calling ``rrcli.run``
+or ``rrcli.Pool`` would find ``rrcli.run_started`` lines in its own output. Routed to ``logging``
+instead (a NullHandler on ``rrcli``, as libraries do), the events show only where the caller
+configured logging (``logging.basicConfig(level="INFO")``), at the levels it chose. A caller
+that configures structlog itself, as the CLI does, keeps its own set-up.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import structlog
+
+__all__ = ["quiet_unless_configured"]
+
+
+def quiet_unless_configured() -> None:
+    """Route rrcli's events to ``logging.getLogger("rrcli")`` unless structlog is configured."""
+    if structlog.is_configured():
+        return
+    root = logging.getLogger("rrcli")
+    if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
+        root.addHandler(logging.NullHandler())
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.KeyValueRenderer(key_order=["event"]),
+        ],
+        wrapper_class=structlog.stdlib.BoundLogger,
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        cache_logger_on_first_use=False,
+    )

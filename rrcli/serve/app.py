@@ -1,0 +1,361 @@
+"""The gateway's HTTP app (starlette): each request a job for one of the pools, answered in the
+client's API.
+
+The request's ``model`` picks the pool: a profile's name (every backend of it) or a model id its
+backends serve (those backends only). A plain call is awaited while the client is watched: a
+client that goes away cancels it, and its slot is freed. A streamed call starts its answer at
+the first piece of text (until then a retry or a failover is still possible, and an error still
+gets its status), then relays each piece as it comes; the record's end (tool calls, finish
+reason, usage) closes it. Every answer says its ``x-rrcli-deployment`` and, once the call is over,
+``x-rrcli-attempts``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from rrcli.errors import CallError
+from rrcli.records.attempt import CallOutcome
+from rrcli.run.pool import Pool, answer
+from rrcli.serve.metrics import CONTENT_TYPE, Metrics
+from rrcli.serve.sessions import Idle, session_of
+from rrcli.serve.wires import ANTHROPIC, OPENAI, Wire
+
+__all__ = ["Gateway", "Settings", "build_app"]
+
+_JSON = "application/json"
+_OPENAI_PATHS = {
+    "chat/completions": "chat",
+    "embeddings": "embeddings",
+    "responses": "responses",
+    "completions": "completions",
+    "moderations": "moderations",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """``[serve]``: the client keys (empty: no auth), the body limit in bytes, the seconds a
+    session may stay idle before it is forgotten."""
+
+    keys: frozenset[str] = frozenset()
+    max_body_bytes: int = 32 << 20
+    session_idle: float = 3600.0
+
+
+class Gateway:
+    """The pools and the state of the server: sessions seen, draining."""
+
+    def __init__(self, pools: Sequence[Pool], settings: Settings) -> None:
+        self.pools = list(pools)
+        self.settings = settings
+        self.draining = False
+        self.in_flight = 0
+        self.sessions = Idle(settings.session_idle)
+        self.metrics = Metrics(self.pools)
+        self._by_model: dict[str, tuple[Pool, frozenset[str]]] = {}
+        for pool in self.pools:
+            ids = {b.id for b in pool.profile.backends}
+            for backend in pool.profile.backends:
+                serving = {b.id for b in pool.profile.backends if b.model == backend.model}
+                self._by_model.setdefault(backend.model, (pool, frozenset(ids - serving)))
+        for pool in self.pools:  # a profile's name wins over a model of the same name
+            self._by_model[pool_name(pool)] = (pool, frozenset())
+
+    def models(self) -> list[str]:
+        return list(self._by_model)
+
+    def pick(self, model: object) -> tuple[Pool, frozenset[str]] | None:
+        if model is None and len(self.pools) == 1:
+            return self.pools[0], frozenset()
+        return self._by_model.get(model) if type(model) is str else None
+
+    def forget_idle(self) -> None:
+        for session in self.sessions.expired():
+            for pool in self.pools:
+                pool.engine.router.forget(session)
+
+    def authorized(self, request: Request) -> bool:
+        keys = self.settings.keys
+        if not keys:
+            return True
+        given = request.headers.get("x-api-key") or ""
+        bearer = request.headers.get("authorization", "")
+        if bearer[:7].lower() == "bearer ":
+            given = bearer[7:].strip()
+        return any(hmac.compare_digest(given.encode(), key.encode()) for key in keys)
+
+
+def pool_name(pool: Pool) -> str:
+    profile = pool.profile
+    return profile.name or profile.label.rsplit(".", 1)[0]
+
+
+def build_app(gateway: Gateway) -> Starlette:
+    """The app: both APIs (also under ``/s/{session}``), /health, /ready, /v1/models."""
+    routes = [
+        Route("/health", _health(gateway)),
+        Route("/ready", _ready(gateway)),
+        Route("/metrics", _metrics(gateway)),
+    ]
+    for prefix in ("", "/s/{session}"):
+        for path, endpoint in _OPENAI_PATHS.items():
+            handler = _api(gateway, OPENAI, endpoint)
+            routes.append(Route(f"{prefix}/v1/{path}", handler, methods=["POST"]))
+        routes.append(
+            Route(f"{prefix}/v1/messages", _api(gateway, ANTHROPIC, "chat"), methods=["POST"])
+        )
+        routes.append(Route(f"{prefix}/v1/models", _models(gateway)))
+    return Starlette(routes=routes)
+
+
+def _health(gateway: Gateway) -> Any:
+    async def health(request: Request) -> Response:
+        return Response(b'{"status":"ok"}', media_type=_JSON)
+
+    return health
+
+
+def _ready(gateway: Gateway) -> Any:
+    async def ready(request: Request) -> Response:
+        healthy = not gateway.draining and any(
+            not pool.engine.control.stopping for pool in gateway.pools
+        )
+        status = 200 if healthy else 503
+        body = orjson.dumps({"ready": healthy})
+        return Response(body, status_code=status, media_type=_JSON)
+
+    return ready
+
+
+def _metrics(gateway: Gateway) -> Any:
+    async def metrics(request: Request) -> Response:
+        return Response(gateway.metrics.render(), media_type=CONTENT_TYPE)
+
+    return metrics
+
+
+def _models(gateway: Gateway) -> Any:
+    async def models(request: Request) -> Response:
+        data = [{"id": m, "object": "model", "owned_by": "rrcli"} for m in gateway.models()]
+        return Response(orjson.dumps({"object": "list", "data": data}), media_type=_JSON)
+
+    return models
+
+
+def _api(gateway: Gateway, wire: Wire, endpoint: str) -> Any:
+    metrics = gateway.metrics
+
+    async def handle(request: Request) -> Response:
+        gateway.in_flight += 1
+        metrics.in_flight.inc()
+        started = time.monotonic()
+        status, streamed, deployment = 500, False, None
+        try:
+            response = await _handle(gateway, wire, endpoint, request)
+            status, deployment = response.status_code, response.headers.get("x-rrcli-deployment")
+            streamed = isinstance(response, StreamingResponse)
+            return response
+        finally:
+            gateway.in_flight -= 1
+            metrics.in_flight.dec()
+            seconds = time.monotonic() - started
+            metrics.observe(wire.name, endpoint, status, seconds, streamed, deployment)
+
+    return handle
+
+
+def _error(wire: Wire, status: int, message: str, **headers: str) -> Response:
+    return Response(wire.error(status, message), status, headers=headers, media_type=_JSON)
+
+
+async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request) -> Response:
+    """One API request: refused (draining, key, size, JSON, model), else a job for its pool."""
+    if gateway.draining:
+        return _error(wire, 503, "the server is shutting down — send the request to another")
+    if not gateway.authorized(request):
+        return _error(wire, 401, "invalid or missing API key (Authorization: Bearer, x-api-key)")
+    body = await _body(request, gateway.settings.max_body_bytes)
+    if isinstance(body, Response):
+        return body if body.status_code != 400 else _error(wire, 400, _NOT_JSON)
+    if body is None:
+        limit = gateway.settings.max_body_bytes
+        return _error(wire, 413, f"the request body is over {limit} bytes")
+    chosen = gateway.pick(body.get("model"))
+    if chosen is None:
+        served = ", ".join(gateway.models())
+        return _error(
+            wire, 404, f"model {body.get('model')!r} is not served here; served: {served}"
+        )
+    pool, exclude = chosen
+    session = session_of(request.path_params.get("session"), request.headers, body)
+    streamed = body.get("stream") is True
+    line = wire.line(endpoint, body)
+    if session is not None:
+        line["session"] = session
+        gateway.sessions.touch(session)
+    if streamed:
+        return await _streamed(wire, pool, line, exclude, request, str(body.get("model", "")))
+    return await _plain(wire, pool, line, exclude, request)
+
+
+_NOT_JSON = "the request body is not a JSON object"
+
+
+async def _body(request: Request, limit: int) -> dict[str, Any] | Response | None:
+    """The JSON object of the body; None when it is over ``limit`` bytes, a 400 when it is not
+    a JSON object."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    try:
+        body = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError:
+        body = None
+    return body if type(body) is dict else Response(status_code=400)
+
+
+async def _plain(
+    wire: Wire, pool: Pool, line: dict[str, Any], exclude: frozenset[str], request: Request
+) -> Response:
+    task = asyncio.ensure_future(pool.call(line, exclude))
+    if await _client_left(request, task):
+        return Response(status_code=499)
+    try:
+        outcome = task.result()
+        record = answer(outcome)
+    except CallError as error:
+        return _failed(wire, error)
+    headers = _headers(outcome)
+    body = orjson.dumps(wire.answer(record, outcome.body))
+    return Response(body, headers=headers, media_type=_JSON)
+
+
+async def _streamed(
+    wire: Wire,
+    pool: Pool,
+    line: dict[str, Any],
+    exclude: frozenset[str],
+    request: Request,
+    model: str,
+) -> Response:
+    """The stream starts at the first text; until then the call may still fail with a status."""
+    texts: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
+    task = asyncio.ensure_future(pool.call(line, exclude, lambda d, t: texts.put_nowait((d, t))))
+    task.add_done_callback(lambda _: texts.put_nowait(None))
+    first = asyncio.ensure_future(texts.get())
+    if await _client_left(request, first):
+        task.cancel()
+        return Response(status_code=499)
+    item = first.result()
+    head = wire.stream_head(model)
+    if item is None:
+        try:
+            outcome = task.result()
+            record = answer(outcome)
+        except CallError as error:
+            return _failed(wire, error)
+        end = wire.stream_end(head, record, True)
+        return Response(end, headers=_headers(outcome), media_type="text/event-stream")
+    deployment, text = item
+    events = _relay(wire, head, text, texts, task)
+    headers = {"x-rrcli-deployment": deployment, "cache-control": "no-cache"}
+    return StreamingResponse(events, headers=headers, media_type="text/event-stream")
+
+
+async def _relay(
+    wire: Wire,
+    head: dict[str, Any],
+    text: str,
+    texts: asyncio.Queue[tuple[str, str] | None],
+    task: asyncio.Future[CallOutcome],
+) -> AsyncIterator[bytes]:
+    """Each piece of text as its event, then the end; the call cancelled if the client left."""
+    try:
+        yield wire.stream_text(head, text, True)
+        while (item := await texts.get()) is not None:
+            yield wire.stream_text(head, item[1], False)
+        try:
+            record = answer(task.result())
+        except CallError as error:
+            yield wire.stream_error(_status(error), error.message)
+            return
+        yield wire.stream_end(head, record, False)
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+async def _client_left(request: Request, task: asyncio.Future[Any]) -> bool:
+    """Wait for ``task``; True (the task cancelled) when the client disconnected first."""
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if task.done():
+        return False
+    task.cancel()
+    return True
+
+
+async def _disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _headers(outcome: CallOutcome) -> dict[str, str]:
+    attempt = outcome.attempt
+    headers = {"x-rrcli-attempts": str(outcome.attempts)}
+    if attempt is not None:
+        headers["x-rrcli-deployment"] = attempt.backend.id
+    reply = outcome.reply
+    if reply is not None and reply.request_id:
+        headers["x-request-id"] = reply.request_id
+    return headers
+
+
+def _status(error: CallError) -> int:
+    """The status of a failed call: the request's fault 400, a spent budget 429, no backend
+    503, the backend's 4xx as it said it, a timeout 504, any other upstream failure 502."""
+    if error.type in ("invalid_job", "untranslatable"):
+        return 400
+    if error.type == "budget":
+        return 429
+    if error.type in ("no_healthy_backend", "no_backend"):
+        return 503
+    code = error.status_code
+    if code is not None and 400 <= code < 500:
+        return code
+    return 504 if "timeout" in error.type else 502
+
+
+def _failed(wire: Wire, error: CallError) -> Response:
+    status = _status(error)
+    headers = {"x-rrcli-attempts": str(error.result.get("attempts", 0))}
+    deployment = error.result.get("deployment")
+    if deployment:
+        headers["x-rrcli-deployment"] = str(deployment)
+    if error.retry_after is not None:
+        headers["retry-after"] = str(max(1, round(error.retry_after)))
+    elif status in (429, 503):
+        headers["retry-after"] = "1"
+    body = wire.error(status, error.message, error.type)
+    return Response(body, status, headers=headers, media_type=_JSON)

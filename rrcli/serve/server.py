@@ -1,0 +1,192 @@
+"""``rrcli serve`` as a library call: the pools opened, the app on uvicorn, the signals.
+
+SIGTERM (and Ctrl-C) stop taking connections and let the requests in flight finish, for up to
+the drain timeout, then the pools close (their traces flushed) and the call returns. SIGHUP
+reopens the trace files (after a log rotation moved them). With no client key configured a
+random one is made and shown once; ``no_auth`` is refused on any host but loopback, since the
+pool spends its owner's keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import secrets
+import signal
+import socket
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from rrcli.config.profile import Profile
+from rrcli.errors import UsageError
+from rrcli.run.pool import Pool
+from rrcli.serve.app import Gateway, Settings, build_app, pool_name
+
+__all__ = ["ServeOptions", "client_keys", "serve"]
+
+SWEEP_INTERVAL = 30.0  # seconds between looks for idle sessions
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """What ``rrcli serve`` was asked: where to listen, the trace file, the client keys'
+    variable (``--key-env``), ``no_auth``, the drain timeout, the body limit and the sessions'
+    idle time in seconds."""
+
+    host: str = "127.0.0.1"
+    port: int = 8787
+    traces: Path | None = None
+    key_env: str | None = None
+    no_auth: bool = False
+    drain_timeout: float = 30.0
+    max_body_bytes: int = 32 << 20
+    session_idle: float = 3600.0
+
+
+def client_keys(
+    options: ServeOptions, environ: Mapping[str, str], echo: Callable[[str], None]
+) -> frozenset[str]:
+    """The keys clients must send: those of ``key_env`` (comma-separated), else one made now
+    and shown by ``echo``; none with ``no_auth`` (loopback only)."""
+    if options.no_auth:
+        if not _loopback(options.host):
+            raise UsageError(
+                f"--no-auth on {options.host}: only a loopback host may serve without keys "
+                "(anyone reaching it would spend the pool's keys) — set --key-env instead"
+            )
+        return frozenset()
+    if options.key_env:
+        value = environ.get(options.key_env, "")
+        keys = frozenset(k.strip() for k in value.split(",") if k.strip())
+        if not keys:
+            raise UsageError(
+                f"--key-env {options.key_env}: the variable is unset or empty — export it "
+                "with the client keys (comma-separated)"
+            )
+        return keys
+    key = "sk-rrcli-" + secrets.token_urlsafe(24)
+    echo(f"client key (shown once): {key}")
+    return frozenset({key})
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _trace_paths(profiles: Sequence[Profile], traces: Path | None) -> list[Path | None]:
+    """One trace file a pool: ``traces`` itself for one pool, else named after each pool."""
+    if traces is None or len(profiles) == 1:
+        return [traces] * len(profiles)
+    return [
+        traces.with_name(f"{traces.stem}.{p.name or i}{traces.suffix}")
+        for i, p in enumerate(profiles)
+    ]
+
+
+async def serve(
+    profiles: Sequence[Profile],
+    options: ServeOptions,
+    *,
+    keys: frozenset[str],
+    environ: Mapping[str, str] | None = None,
+    echo: Callable[[str], None] = print,
+    sock: socket.socket | None = None,
+) -> None:
+    """Serve the pools of ``profiles`` until SIGTERM or Ctrl-C, then drain and return."""
+    environ = os.environ if environ is None else environ
+    paths = _trace_paths(profiles, options.traces)
+    pools = [Pool(p, environ=environ, traces=t) for p, t in zip(profiles, paths, strict=True)]
+    settings = Settings(keys, options.max_body_bytes, options.session_idle)
+    opened: list[Pool] = []
+    try:
+        for pool in pools:
+            await pool.open()
+            opened.append(pool)
+        gateway = Gateway(pools, settings)
+        await _run(gateway, options, echo, sock)
+    finally:
+        for pool in opened:
+            await pool.close()
+
+
+async def _run(
+    gateway: Gateway,
+    options: ServeOptions,
+    echo: Callable[[str], None],
+    sock: socket.socket | None,
+) -> None:
+    config = uvicorn.Config(
+        build_app(gateway),
+        host=options.host,
+        port=options.port,
+        log_level="warning",
+        lifespan="off",
+        timeout_graceful_shutdown=max(1, round(options.drain_timeout)),
+        timeout_keep_alive=30,
+        h11_max_incomplete_event_size=64 * 1024,
+    )
+    server = _Server(config)
+    loop = asyncio.get_running_loop()
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        loop.add_signal_handler(signal.SIGHUP, lambda: _reopen(gateway))
+    sweeper = asyncio.create_task(_sweep(gateway))
+    if sock is None:
+        family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
+        sock = socket.create_server((options.host, options.port), family=family)
+    names = ", ".join(pool_name(p) for p in gateway.pools)
+    echo(f"rrcli serve: http://{_name(sock)} (pools: {names})")
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        gateway.draining = True
+        sweeper.cancel()
+        if main:
+            loop.remove_signal_handler(signal.SIGHUP)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, its SIGTERM and SIGINT handled on the loop: the first drains, the
+    second stops at once, and the process then ends as its caller says (exit 0), where uvicorn
+    would raise the signal again once drained."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.handle_exit, sig, None)
+        try:
+            yield
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+
+def _name(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _reopen(gateway: Gateway) -> None:
+    for pool in gateway.pools:
+        pool.engine.traces.reopen()
+
+
+async def _sweep(gateway: Gateway) -> None:
+    while True:
+        await asyncio.sleep(SWEEP_INTERVAL)
+        gateway.forget_idle()

@@ -1,0 +1,70 @@
+"""Which session a request belongs to, and forgetting the sessions gone idle.
+
+An agent harness names its conversation in one of several places; the first found wins: the
+path's ``/s/{session}/``, the headers ``x-rrcli-session``, ``x-session-id``,
+``x-claude-code-session-id``, ``session_id``, the body's ``prompt_cache_key``, OpenAI's ``user``,
+Anthropic's ``metadata.user_id``. With ``binding = "session"`` the router binds a session at its
+first call to a backend with room and keeps it there; ``Idle`` forgets a session no request
+named for ``session_idle`` seconds, so a long-lived server's bindings stay bounded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["HEADERS", "Idle", "session_of"]
+
+#: the headers that name a session, in the order they are looked at
+HEADERS = ("x-rrcli-session", "x-session-id", "x-claude-code-session-id", "session_id")
+
+
+def session_of(path: str | None, headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
+    """The session a request names, or None."""
+    if path:
+        return path
+    for name in HEADERS:
+        value = headers.get(name)
+        if value:
+            return value
+    for key in ("prompt_cache_key", "user"):
+        value = body.get(key)
+        if type(value) is str and value:
+            return value
+    metadata = body.get("metadata")
+    if type(metadata) is dict:
+        user = metadata.get("user_id")
+        if type(user) is str and user:
+            return user
+    return None
+
+
+class Idle:
+    """The sessions seen, oldest use first; ``expired()`` takes out those idle longer than
+    ``idle`` seconds (the caller forgets their bindings)."""
+
+    def __init__(self, idle: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._idle = idle
+        self._clock = clock
+        self._seen: OrderedDict[str, float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def touch(self, session: str) -> None:
+        self._seen[session] = self._clock()
+        self._seen.move_to_end(session)
+
+    def expired(self) -> list[str]:
+        """The sessions idle past the limit, no longer tracked."""
+        limit = self._clock() - self._idle
+        gone = []
+        while self._seen:
+            session, seen = next(iter(self._seen.items()))
+            if seen > limit:
+                break
+            del self._seen[session]
+            gone.append(session)
+        return gone

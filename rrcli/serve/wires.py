@@ -1,0 +1,290 @@
+"""The two client APIs ``rrcli serve`` speaks: how a request becomes a job line, and how an
+answer, a stream and an error are written back in the client's own shape.
+
+OpenAI's requests are OpenAI Batch lines (``url`` and ``body``), Anthropic's Message Batches
+lines (``custom_id`` and ``params``): the job-line parser checks them as it checks a file, and
+the adapters translate for a backend of the other API. Whole answers are the batch formats'
+bodies (``records.bodies``): the backend's own when it speaks the client's API, else built from
+the result line. A stream is written from the text as it arrives, then the record's end (tool
+calls, finish reason, usage) once the call is over.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import orjson
+
+from rrcli.providers.vocabulary import (
+    anthropic_error_type,
+    anthropic_stop_reason,
+    openai_error_type,
+    openai_finish_reason,
+)
+from rrcli.records.bodies import anthropic_body, openai_body
+
+__all__ = ["ANTHROPIC", "OPENAI", "AnthropicWire", "OpenAIWire", "Wire"]
+
+_DONE = b"data: [DONE]\n\n"
+
+
+def _fresh(prefix: str) -> str:
+    return prefix + os.urandom(12).hex()
+
+
+def _sse(data: dict[str, Any], event: str | None = None) -> bytes:
+    head = b"" if event is None else b"event: " + event.encode() + b"\n"
+    return head + b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+class Wire:
+    """What both APIs share: the name of the API, its error body, its job line."""
+
+    name = ""
+
+    def error(self, status: int, message: str, kind: str | None = None) -> bytes:
+        raise NotImplementedError
+
+    def line(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def answer(self, record: dict[str, Any], body: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def stream_head(self, model: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def stream_text(self, head: dict[str, Any], text: str, first: bool) -> bytes:
+        raise NotImplementedError
+
+    def stream_end(self, head: dict[str, Any], record: dict[str, Any], first: bool) -> bytes:
+        raise NotImplementedError
+
+    def stream_error(self, status: int, message: str) -> bytes:
+        raise NotImplementedError
+
+
+class OpenAIWire(Wire):
+    """OpenAI's chat completions, embeddings, responses, completions and moderations."""
+
+    name = "openai"
+
+    def error(self, status: int, message: str, kind: str | None = None) -> bytes:
+        error = {"message": message, "type": openai_error_type(status), "param": None}
+        error["code"] = kind
+        return orjson.dumps({"error": error})
+
+    def line(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The OpenAI Batch line of a request to ``/v1/<endpoint>``."""
+        url = "/v1/chat/completions" if endpoint == "chat" else f"/v1/{endpoint}"
+        return {"url": url, "body": body}
+
+    def answer(self, record: dict[str, Any], body: Any) -> dict[str, Any]:
+        """The whole answer of an ok call: the backend's body when it is one of this API's
+        for the endpoint, else one built from the record."""
+        endpoint = record.get("endpoint", "chat")
+        if endpoint == "chat":
+            return openai_body(record, body, time.time)
+        if type(body) is dict and body.get("object") in _OBJECTS[endpoint]:
+            return body
+        return _BUILT[endpoint](record)
+
+    # -- a streamed chat completion -------------------------------------------------------------
+
+    def stream_head(self, model: str) -> dict[str, Any]:
+        return {"id": _fresh("chatcmpl-"), "created": int(time.time()), "model": model}
+
+    def stream_text(self, head: dict[str, Any], text: str, first: bool) -> bytes:
+        delta: dict[str, Any] = {"content": text}
+        if first:
+            delta = {"role": "assistant", **delta}
+        return self._chunk(head, delta, None)
+
+    def stream_end(self, head: dict[str, Any], record: dict[str, Any], first: bool) -> bytes:
+        """The last chunks: what the text did not carry, the finish reason, usage, [DONE]."""
+        delta: dict[str, Any] = {"role": "assistant"} if first else {}
+        if first and record.get("output"):
+            delta["content"] = record["output"]
+        calls = record.get("tool_calls")
+        if calls:
+            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
+        reason = openai_finish_reason(record.get("finish_reason") or "stop")
+        usage = _usage(record)
+        end = self._chunk(head, delta, reason)
+        tail = {**self._frame(head), "choices": [], "usage": usage}
+        return end + _sse(tail) + _DONE
+
+    def stream_error(self, status: int, message: str) -> bytes:
+        return b"data: " + self.error(status, message) + b"\n\n"
+
+    def _frame(self, head: dict[str, Any]) -> dict[str, Any]:
+        return {"object": "chat.completion.chunk", **head}
+
+    def _chunk(self, head: dict[str, Any], delta: dict[str, Any], reason: str | None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": reason}
+        return _sse({**self._frame(head), "choices": [choice]})
+
+
+class AnthropicWire(Wire):
+    """Anthropic's Messages API."""
+
+    name = "anthropic"
+
+    def error(self, status: int, message: str, kind: str | None = None) -> bytes:
+        error = {"type": anthropic_error_type(kind, status), "message": message}
+        return orjson.dumps({"type": "error", "error": error})
+
+    def line(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The Message Batches line of a ``/v1/messages`` request."""
+        return {"custom_id": _fresh("req_"), "params": body}
+
+    def answer(self, record: dict[str, Any], body: Any) -> dict[str, Any]:
+        return anthropic_body(record, body)
+
+    # -- a streamed message --------------------------------------------------------------------
+
+    def stream_head(self, model: str) -> dict[str, Any]:
+        return {"id": _fresh("msg_"), "model": model}
+
+    def stream_text(self, head: dict[str, Any], text: str, first: bool) -> bytes:
+        out = self._start(head) + self._text_start() if first else b""
+        delta = {"type": "text_delta", "text": text}
+        return out + _event({"type": "content_block_delta", "index": 0, "delta": delta})
+
+    def stream_end(self, head: dict[str, Any], record: dict[str, Any], first: bool) -> bytes:
+        """The text block closed, each tool call a tool_use block, the stop reason, usage."""
+        out = self._start(head) if first else b""
+        index = 0
+        if first and record.get("output"):
+            out += self._text_start()
+            delta = {"type": "text_delta", "text": record["output"]}
+            out += _event({"type": "content_block_delta", "index": 0, "delta": delta})
+        if not first or record.get("output"):
+            out += _event({"type": "content_block_stop", "index": 0})
+            index = 1
+        for i, call in enumerate(record.get("tool_calls") or (), index):
+            out += _tool_use(i, call)
+        reason = anthropic_stop_reason(record.get("finish_reason") or "stop")
+        usage = record.get("usage") or {}
+        message_delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": None},
+            "usage": {
+                "input_tokens": usage.get("input_tokens") or 0,
+                "output_tokens": usage.get("output_tokens") or 0,
+            },
+        }
+        return out + _event(message_delta) + _event({"type": "message_stop"})
+
+    def stream_error(self, status: int, message: str) -> bytes:
+        error = orjson.loads(self.error(status, message))
+        return _event(error)
+
+    def _start(self, head: dict[str, Any]) -> bytes:
+        message = {
+            "id": head["id"],
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": head["model"],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return _event({"type": "message_start", "message": message})
+
+    def _text_start(self) -> bytes:
+        block = {"type": "text", "text": ""}
+        return _event({"type": "content_block_start", "index": 0, "content_block": block})
+
+
+def _event(data: dict[str, Any]) -> bytes:
+    return _sse(data, data["type"])
+
+
+def _tool_use(index: int, call: dict[str, Any]) -> bytes:
+    function = call.get("function") or {}
+    block = {"type": "tool_use", "id": call.get("id"), "name": function.get("name"), "input": {}}
+    delta = {"type": "input_json_delta", "partial_json": function.get("arguments") or "{}"}
+    return (
+        _event({"type": "content_block_start", "index": index, "content_block": block})
+        + _event({"type": "content_block_delta", "index": index, "delta": delta})
+        + _event({"type": "content_block_stop", "index": index})
+    )
+
+
+def _usage(record: dict[str, Any]) -> dict[str, int]:
+    usage = record.get("usage") or {}
+    given, made = usage.get("input_tokens") or 0, usage.get("output_tokens") or 0
+    return {"prompt_tokens": given, "completion_tokens": made, "total_tokens": given + made}
+
+
+def _embeddings(record: dict[str, Any]) -> dict[str, Any]:
+    data = [
+        {"object": "embedding", "index": i, "embedding": vector}
+        for i, vector in enumerate(record.get("embeddings") or ())
+    ]
+    tokens = (record.get("usage") or {}).get("input_tokens") or 0
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return {"object": "list", "data": data, "model": record.get("model"), "usage": usage}
+
+
+def _response(record: dict[str, Any]) -> dict[str, Any]:
+    text = {"type": "output_text", "text": record.get("output") or "", "annotations": []}
+    item = {
+        "type": "message",
+        "id": _fresh("msg_"),
+        "status": "completed",
+        "role": "assistant",
+        "content": [text],
+    }
+    usage = record.get("usage") or {}
+    given, made = usage.get("input_tokens") or 0, usage.get("output_tokens") or 0
+    return {
+        "id": record.get("response_id") or _fresh("resp_"),
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed",
+        "model": record.get("model"),
+        "output": [item],
+        "usage": {"input_tokens": given, "output_tokens": made, "total_tokens": given + made},
+    }
+
+
+def _completion(record: dict[str, Any]) -> dict[str, Any]:
+    choice = {
+        "index": 0,
+        "text": record.get("output") or "",
+        "finish_reason": record.get("finish_reason") or "stop",
+        "logprobs": None,
+    }
+    return {
+        "id": _fresh("cmpl-"),
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": record.get("model"),
+        "choices": [choice],
+        "usage": _usage(record),
+    }
+
+
+def _moderation(record: dict[str, Any]) -> dict[str, Any]:
+    return {"id": _fresh("modr-"), "model": record.get("model"), "results": record["moderations"]}
+
+
+_OBJECTS = {
+    "embeddings": ("list",),
+    "responses": ("response",),
+    "completions": ("text_completion",),
+    "moderations": (None,),
+}
+_BUILT = {
+    "embeddings": _embeddings,
+    "responses": _response,
+    "completions": _completion,
+    "moderations": _moderation,
+}
+
+OPENAI, ANTHROPIC = OpenAIWire(), AnthropicWire()

@@ -1,0 +1,231 @@
+"""A test server that bills as a provider does: every token it reads or writes is billed, whether
+or not its answer reports it.
+
+A starlette app (the sim's stack, uvicorn on a free loopback port) speaking OpenAI chat
+completions and completions and Anthropic Messages. It keeps a ledger of what it billed
+(``server.billed()``: input and output tokens, calls), so a test compares what rrcli spent with
+what the provider would charge. How it bills is the worst a provider may do within the rules:
+input at one token a character of text (a tokenizer can do no worse), ``IMAGE_TOKENS`` an image
+whatever its URL's length, tool definitions as their JSON text; output as many tokens as the
+model writes (``writes``, cut at the request's ``max_tokens``) for each of ``n`` (and
+``best_of``) answers. ``Billing`` says how it misbehaves: no usage in its answers, streams cut
+after ``cut_after`` generated tokens, an Anthropic ``pause_turn`` before every final answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from rrcli.sim.server import listen
+
+IMAGE_TOKENS = 1_100  # what a provider bills one image, however short its URL
+GPT_4O = {"input": 2.5, "output": 10.0}  # USD per million tokens
+
+
+@dataclass
+class Billing:
+    """How the server answers: ``writes`` tokens an answer when nothing cuts it shorter;
+    ``usage``: whether answers report usage; ``cut_after``: streams break after that many
+    generated tokens; ``pause``: Anthropic answers pause (``pause_turn``) once per turn;
+    ``latency_s`` before each answer; ``fail_every``: that many chat requests, one answers 503."""
+
+    writes: int = 5
+    usage: bool = True
+    cut_after: int | None = None
+    pause: bool = False
+    latency_s: float = 0.005
+    fail_every: int = 0  # every so many chat requests answer 503 (billed nothing)
+
+
+@dataclass
+class Ledger:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def bill(self, given: int, made: int) -> None:
+        with self.lock:
+            self.input_tokens += given
+            self.output_tokens += made
+            self.calls += 1
+
+    def usd(self, price: dict[str, float] = GPT_4O) -> float:
+        """What the tokens billed cost at ``price`` (USD per million)."""
+        return (self.input_tokens * price["input"] + self.output_tokens * price["output"]) / 1e6
+
+
+def _text_tokens(value: Any) -> int:
+    """Input tokens of a request part at one a character; an image IMAGE_TOKENS."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(_text_tokens(v) for v in value)
+    if isinstance(value, dict):
+        if value.get("type") in ("image_url", "image", "input_image"):
+            return IMAGE_TOKENS
+        return sum(_text_tokens(v) for k, v in value.items() if k in ("content", "text"))
+    return 0
+
+
+def _count(value: Any) -> int:
+    try:
+        return max(1, int(float(value)))
+    except (TypeError, ValueError):
+        return 1
+
+
+def _input(body: dict[str, Any]) -> int:
+    given = _text_tokens(body.get("messages")) + _text_tokens(body.get("prompt"))
+    given += _text_tokens(body.get("system"))
+    if body.get("tools"):
+        given += len(orjson.dumps(body["tools"]))
+    return given
+
+
+def _writes(body: dict[str, Any], billing: Billing) -> int:
+    cap = body.get("max_tokens") or body.get("max_completion_tokens")
+    return billing.writes if cap is None else min(int(cap), billing.writes)
+
+
+class BillingServer:
+    """The app running in a background thread; ``openai_url`` and ``url`` (Anthropic) are its
+    base URLs; ``billed()`` the ledger; ``billing`` may be changed while it runs."""
+
+    def __init__(self, billing: Billing) -> None:
+        self.billing = billing
+        self.ledger = Ledger()
+        self.requests: list[dict[str, Any]] = []
+        routes = [
+            Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/v1/completions", self._completions, methods=["POST"]),
+            Route("/v1/messages", self._messages, methods=["POST"]),
+        ]
+        import uvicorn
+
+        self._sock = listen("127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self.openai_url = self.url + "/v1"
+        config = uvicorn.Config(Starlette(routes=routes), log_level="error", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the billing server did not start")
+            time.sleep(0.002)
+
+    def billed(self) -> float:
+        """USD billed so far at gpt-4o prices."""
+        return self.ledger.usd()
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        body = orjson.loads(await request.body())
+        self.requests.append(body)
+        await asyncio.sleep(self.billing.latency_s)
+        return body
+
+    async def _chat(self, request: Request) -> Response:
+        body = await self._body(request)
+        every = self.billing.fail_every
+        if every and len(self.requests) % every == 0:
+            return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+        given, made = _input(body), _writes(body, self.billing) * _count(body.get("n"))
+        text = "w " * made
+        usage = {"prompt_tokens": given, "completion_tokens": made, "total_tokens": given + made}
+        if body.get("stream"):
+            return self._stream(given, made, text, usage)
+        self.ledger.bill(given, made)
+        message = {"role": "assistant", "content": text}
+        answer: dict[str, Any] = {
+            "id": "c1", "object": "chat.completion", "model": body.get("model"),
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        }  # fmt: skip
+        if self.billing.usage:
+            answer["usage"] = usage
+        return JSONResponse(answer)
+
+    def _stream(self, given: int, made: int, text: str, usage: dict[str, int]) -> Response:
+        cut = self.billing.cut_after
+        billing, ledger = self.billing, self.ledger
+
+        async def chunks() -> Any:
+            if cut is not None and cut < made:
+                ledger.bill(given, cut)
+                yield _sse({"choices": [{"index": 0, "delta": {"content": "w " * cut}}]})
+                await asyncio.sleep(0.01)
+                raise ConnectionResetError("cut")  # the connection drops mid-stream
+            ledger.bill(given, made)
+            yield _sse({"choices": [{"index": 0, "delta": {"content": text}}]})
+            yield _sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            if billing.usage:
+                yield _sse({"choices": [], "usage": usage})
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(chunks(), media_type="text/event-stream")
+
+    async def _completions(self, request: Request) -> Response:
+        body = await self._body(request)
+        answers = _count(body.get("n")) * _count(body.get("best_of"))
+        given, made = _input(body), _writes(body, self.billing) * answers
+        self.ledger.bill(given, made)
+        answer: dict[str, Any] = {
+            "id": "t1", "object": "text_completion", "model": body.get("model"),
+            "choices": [{"index": 0, "text": "w " * made, "finish_reason": "stop"}],
+        }  # fmt: skip
+        if self.billing.usage:
+            answer["usage"] = {"prompt_tokens": given, "completion_tokens": made}
+        return JSONResponse(answer)
+
+    async def _messages(self, request: Request) -> Response:
+        body = await self._body(request)
+        given, made = _input(body), _writes(body, self.billing)
+        self.ledger.bill(given, made)
+        last = (body.get("messages") or [{}])[-1]
+        paused = self.billing.pause and last.get("role") != "assistant"
+        answer = {
+            "id": "m1", "type": "message", "role": "assistant", "model": body.get("model"),
+            "content": [{"type": "text", "text": "w " * made}],
+            "stop_reason": "pause_turn" if paused else "end_turn",
+            "usage": {"input_tokens": given, "output_tokens": made},
+        }  # fmt: skip
+        return JSONResponse(answer)
+
+    def stop(self) -> None:
+        self._server.should_exit = self._server.force_exit = True
+        self._thread.join(10.0)
+        self._sock.close()
+
+
+def _sse(data: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+@pytest.fixture
+def billing_server() -> Iterator[Callable[..., BillingServer]]:
+    """A factory of billing servers: ``server = billing_server(writes=40_000, usage=False)``."""
+    running: list[BillingServer] = []
+
+    def start(**settings: Any) -> BillingServer:
+        server = BillingServer(Billing(**settings))
+        running.append(server)
+        return server
+
+    yield start
+    for server in running:
+        server.stop()

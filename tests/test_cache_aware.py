@@ -1,0 +1,138 @@
+"""strategy = "cache_aware": each call goes where its prompt's prefix is warm, unless that would
+unbalance the pool; pure properties of the choice, then runs through the CLI against
+``rrcli sim`` servers that keep a prefix cache."""
+
+from __future__ import annotations
+
+import collections
+
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+from runkit import read_jsonl, rrcli, write_profile
+
+from rrcli.routing.strategies import CacheAware, Candidate
+
+loads = st.lists(
+    st.tuples(st.integers(0, 8), st.integers(0, 3), st.integers(1, 8)), min_size=1, max_size=6
+)
+
+
+def _candidates(shape: list[tuple[int, int, int]]) -> list[Candidate]:
+    return [Candidate(i, in_flight=f, waiting=w, cap=c) for i, (f, w, c) in enumerate(shape)]
+
+
+@given(loads, st.lists(st.tuples(st.integers(0, 5), st.integers(1, 20)), max_size=20), st.data())
+def test_never_routes_to_a_backend_at_its_cap(shape, sent, data):
+    """Whatever each backend holds and whatever the prompt, a backend at its cap is chosen only
+    when every backend is."""
+    candidates = _candidates(shape)
+    guard = data.draw(st.sampled_from([None, 1000]))  # the default guard, and none at all
+    strategy = CacheAware([1000] * len(shape), balance_abs=guard)
+    for position, depth in sent:
+        strategy.sent(position % len(shape), list(range(depth)))
+    chain = list(range(data.draw(st.integers(0, 20))))
+    chosen = candidates[strategy.choose_for(candidates, chain, 16 * len(chain) + 5)]
+    room = [c for c in candidates if c.in_flight + c.waiting < c.cap]
+    assert (not room) or chosen.in_flight + chosen.waiting < chosen.cap
+
+
+@given(loads, st.lists(st.integers(0, 5), max_size=30))
+def test_with_no_shared_prefix_it_is_least_loaded(shape, history):
+    """Prompts that share no prefix go where least_loaded would send them: the lowest
+    occupancy, whatever the backends hold."""
+    candidates = _candidates(shape)
+    strategy = CacheAware([1000] * len(shape))
+    for n, position in enumerate(history):
+        strategy.sent(position % len(shape), [n * 100 + k for k in range(5)])
+    chosen = candidates[strategy.choose_for(candidates, [-1, -2, -3], 60)]
+    assert min(c.load for c in candidates) == chosen.load
+
+
+def test_the_backend_holding_the_prefix_takes_the_call():
+    """In a balanced pool the backend holding the longest match covering the threshold is
+    chosen, even when it is not the least loaded."""
+    candidates = _candidates([(0, 0, 8), (2, 0, 8), (0, 0, 8)])
+    strategy = CacheAware([1000] * 3)
+    strategy.sent(1, [1, 2, 3, 4])
+    assert 1 == strategy.choose_for(candidates, [1, 2, 3, 4, 5], 80)
+
+
+def test_a_short_match_under_the_threshold_does_not_count():
+    """A match covering less than cache_threshold of the prompt is no match: least loaded."""
+    candidates = _candidates([(0, 0, 8), (2, 0, 8)])
+    strategy = CacheAware([1000] * 2, threshold=0.5)
+    strategy.sent(1, [1])
+    assert 0 == strategy.choose_for(candidates, [1, 2, 3, 4], 64)
+
+
+def test_an_unbalanced_pool_goes_to_the_least_loaded():
+    """When the busiest backend's calls exceed the idlest's by more than balance_abs and by a
+    factor over balance_rel, the least loaded is chosen, warm or not."""
+    candidates = _candidates([(1, 0, 32), (12, 0, 32)])
+    strategy = CacheAware([1000] * 2, balance_abs=4, balance_rel=1.5)
+    strategy.sent(1, [1, 2, 3])
+    assert 0 == strategy.choose_for(candidates, [1, 2, 3], 48)
+    calm = CacheAware([1000] * 2, balance_abs=16, balance_rel=1.5)
+    calm.sent(1, [1, 2, 3])
+    assert 1 == calm.choose_for(candidates, [1, 2, 3], 48)
+
+
+SYSTEMS = [
+    f"You are assistant number {k}; follow house style {k} in every answer. " * 30 for k in range(4)
+]
+
+
+def _grouped_run(tmp_path, servers, strategy: str) -> tuple[dict[int, set[str]], float]:
+    """Run 4 system prompts × 8 questions, interleaved; (deployments serving each system
+    prompt, cached ÷ input tokens)."""
+    backends = [
+        {"id": f"r{i}", "base_url": s.openai_url, "prefix_cache_tokens": 4000}
+        for i, s in enumerate(servers)
+    ]
+    profile = write_profile(
+        tmp_path / f"{strategy}.toml", backends, strategy=strategy, concurrency=2
+    )
+    jobs = tmp_path / f"{strategy}.jsonl"
+    lines = [
+        {"id": f"q{i}", "system": SYSTEMS[i % 4], "prompt": f"question {i}"} for i in range(32)
+    ]
+    jobs.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    done = rrcli("run", jobs, "-p", profile, "-q", cwd=tmp_path)
+    assert 0 == done.returncode, done.stderr
+    served: dict[int, set[str]] = collections.defaultdict(set)
+    cached = total = 0
+    for result in read_jsonl(tmp_path / f"{strategy}.results.jsonl"):
+        served[int(result["id"][1:]) % 4].add(result["deployment"])
+        cached += result["usage"]["cached_input_tokens"]
+        total += result["usage"]["input_tokens"]
+    return dict(served), cached / total
+
+
+def test_jobs_sharing_a_system_prompt_stay_where_it_is_warm(sim_server, tmp_path):
+    """Through the CLI, three sim replicas each caching about one system prompt: cache_aware
+    sends each system prompt's jobs to one replica and most input is cached; least_loaded
+    scatters them and caches far less."""
+    servers = [sim_server(prefix_cache_tokens=1200) for _ in range(3)]
+    served, warm = _grouped_run(tmp_path, servers, "cache_aware")
+    for s in servers:
+        s.reset()
+    _, cold = _grouped_run(
+        tmp_path, [sim_server(prefix_cache_tokens=1200) for _ in range(3)], "least_loaded"
+    )
+    assert [1, 1, 1, 1] == [len(served[k]) for k in range(4)]
+    assert warm > 0.7
+    assert warm > 2 * cold
+
+
+def test_validate_names_a_bad_cache_setting(tmp_path):
+    """A cache_threshold outside 0..1 is an error naming the key; cache_aware itself is a
+    valid strategy."""
+    profile = write_profile(
+        tmp_path / "p.toml", [{"id": "s", "provider": "sim"}], strategy="cache_aware",
+        cache_threshold=1.5,
+    )  # fmt: skip
+    done = rrcli("validate", profile, cwd=tmp_path)
+    assert 1 == done.returncode
+    assert "cache_threshold" in done.stdout + done.stderr
+    assert "strategy" not in done.stdout + done.stderr

@@ -1,0 +1,132 @@
+"""Budgets against a server that bills what it reads and writes (tests/billing.py): whatever the
+server reports, and however calls end, what it billed stays within `--max-cost`, and the run
+uses the budget instead of stopping while most of it is left.
+"""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from billing import GPT_4O
+from runkit import calls, read_jsonl, rrcli, write_profile
+
+
+def billed_profile(tmp_path, server, cap=64, top=None, **backend):
+    entry = {"id": "b0", "base_url": server.openai_url, "model": "gpt-4o", "price": GPT_4O,
+             "max_concurrency": cap, **backend}  # fmt: skip
+    return write_profile(tmp_path / "p.toml", [entry], **(top or {}))
+
+
+def write_jobs(path, n, prompt="q", **params):
+    with open(path, "wb") as f:
+        for i in range(n):
+            job = {"id": f"j{i}", "prompt": f"{prompt}{i}", "params": params}
+            f.write(orjson.dumps(job) + b"\n")
+    return path
+
+
+def run_end(traces):
+    (end,) = [r for r in read_jsonl(traces) if r["event"] == "run_end"]
+    return end
+
+
+def test_a_budget_far_above_the_spend_runs_every_job(tmp_path, billing_server):
+    """2,000 short jobs, 64 in flight, each capped at 16,384 output tokens (a worst case of
+    $0.16) and really costing about $0.0001, with `--max-cost 5`: every job runs (calls whose
+    worst case does not fit yet wait for others to settle), exit 0, and no more was billed."""
+    server = billing_server(writes=5)
+    profile = billed_profile(tmp_path, server)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 2000, max_tokens=16_384)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "5", cwd=tmp_path)
+    assert 0 == done.returncode, done.stderr
+    results = read_jsonl(tmp_path / "jobs.results.jsonl")
+    assert 2000 == sum(r["status"] == "ok" for r in results)
+    end = run_end(tmp_path / "jobs.traces.jsonl")
+    assert server.billed() == pytest.approx(end["budget"]["spent"], abs=1e-6)
+    assert 4.0 < end["budget"]["reserved_peak"] <= 5.0  # the budget was used, not fled
+
+
+def test_a_binding_budget_is_spent_to_the_last_call_and_never_passed(tmp_path, billing_server):
+    """Calls capped at 64 tokens and `--max-cost 0.1`: the run halts (exit 3) only once what is
+    left cannot cover one more call: at least 90 % of the limit was billed, never more than it;
+    the message says what was spent and what lowers a reservation, and no Ctrl-C line is shown
+    since no one pressed it."""
+    server = billing_server(writes=5)
+    profile = billed_profile(tmp_path, server)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 2000, max_tokens=64)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "0.1", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    assert 0.09 <= server.billed() <= 0.1
+    assert "a smaller max_tokens lowers it" in done.stderr
+    assert "Ctrl-C" not in done.stderr
+    end = run_end(tmp_path / "jobs.traces.jsonl")
+    assert server.billed() == pytest.approx(end["budget"]["spent"], abs=1e-6)
+    results = read_jsonl(tmp_path / "jobs.results.jsonl")
+    assert f"{2000 - len(results)} jobs not run" in done.stderr
+    charged = sum(c["cost_usd"] for c in calls(tmp_path / "jobs.traces.jsonl"))
+    assert charged == pytest.approx(end["budget"]["spent"], abs=1e-6)
+
+
+def test_replies_without_usage_cost_their_reservation_and_resume_counts_it(
+    tmp_path, billing_server
+):
+    """A server that reports no usage: each call is charged its reservation (the trace says
+    `cost_estimated`, and its estimated tokens say `usage_estimated`), so the run stops within
+    the limit of what was billed; `--resume` with a raised limit counts those charges, not the
+    estimated tokens, and the two runs together were billed within the raised limit."""
+    server = billing_server(writes=64, usage=False)
+    profile = billed_profile(tmp_path, server)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 400, max_tokens=64)
+    first = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "0.05", cwd=tmp_path)
+    assert 3 == first.returncode, first.stderr
+    assert server.billed() <= 0.05
+    records = calls(tmp_path / "jobs.traces.jsonl")
+    assert {(True, True)} == {(c["usage_estimated"], c["cost_estimated"]) for c in records}
+    results = read_jsonl(tmp_path / "jobs.results.jsonl")
+    assert {True} == {r["usage"]["usage_estimated"] for r in results}
+    again = rrcli("run", jobs, "-p", profile, "-q", "--resume", "--max-cost", "0.1", cwd=tmp_path)
+    assert 3 == again.returncode, again.stderr
+    assert 0.05 < server.billed() <= 0.1
+
+
+def test_failed_attempts_cost_nothing_and_leave_the_budget_to_the_jobs(tmp_path, billing_server):
+    """A server that answers every third request 503 (no provider bills it): the failed
+    attempts' reservations are given back, so a budget that covers every job's worst case
+    runs them all (exit 0), with the failed attempts charged $0 in the trace."""
+    server = billing_server(writes=5, fail_every=3)
+    top = {"retry": {"max_retries": 20}, "cooldown": {"consecutive_failures": 0}}
+    profile = billed_profile(tmp_path, server, cap=16, top=top)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 300, max_tokens=64)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "0.05", cwd=tmp_path, timeout=60)
+    assert 0 == done.returncode, done.stderr
+    assert 300 == len(read_jsonl(tmp_path / "jobs.results.jsonl"))
+    failed = [c for c in calls(tmp_path / "jobs.traces.jsonl") if c["http_status"] == 503]
+    assert failed and {0.0} == {c["cost_usd"] for c in failed}
+    assert server.billed() <= 0.05
+
+
+def test_long_prompts_are_reserved_at_their_bound_not_their_estimate(tmp_path, billing_server):
+    """Prompts of 4,000 characters that a provider may bill a token a character: each call is
+    reserved at that bound, not at the four-characters-a-token estimate, so 64 calls in flight
+    never take the spend past the limit."""
+    server = billing_server(writes=1)
+    profile = billed_profile(tmp_path, server)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 200, prompt="7" * 4000, max_tokens=1)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "0.5", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    assert 0.45 <= server.billed() <= 0.5
+
+
+def test_streams_cut_after_tokens_came_are_charged_what_they_may_have_cost(
+    tmp_path, billing_server
+):
+    """Streams that break after 2,000 generated tokens (billed by the provider) and are
+    retried: each broken attempt is charged its reservation, so what was billed stays within
+    the limit and run_end's spend is not zero."""
+    server = billing_server(writes=4000, cut_after=2000)
+    profile = billed_profile(tmp_path, server, cap=8)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 40, max_tokens=4000)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--stream", "--max-cost", "1", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    assert 0.3 < server.billed() <= 1.0
+    assert run_end(tmp_path / "jobs.traces.jsonl")["budget"]["spent"] >= server.billed()

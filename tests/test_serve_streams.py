@@ -1,0 +1,59 @@
+"""Streams through ``rrcli serve``: relayed as they arrive, cancelled when the client leaves."""
+
+from __future__ import annotations
+
+import time
+
+import httpx2
+from runkit import calls, write_profile
+from servekit import Served, openai_backends
+
+CHAT = {"model": "pool", "messages": [{"role": "user", "content": "Hi"}], "stream": True}
+
+
+def _served(tmp_path, sim, *args):
+    path = write_profile(tmp_path / "pool.toml", openai_backends(sim.openai_url), name="pool")
+    return Served(path, tmp_path, "--no-auth", *args)
+
+
+def test_the_first_text_arrives_while_the_backend_still_streams(tmp_path, sim_server):
+    """A backend streaming for about 2 s: the client reads the first text through serve long
+    before the backend's stream ends, and then every piece, in order, as the backend sent it."""
+    sim = sim_server(ttft_ms=20, tokens_per_s=16, output_tokens=32)
+    served = _served(tmp_path, sim)
+    try:
+        with httpx2.Client(timeout=30) as client:
+            started = time.monotonic()
+            with client.stream("POST", served.url + "/v1/chat/completions", json=CHAT) as reply:
+                lines = reply.iter_lines()
+                first = next(line for line in lines if line.startswith("data: "))
+                first_at = time.monotonic() - started
+                rest = [line for line in lines if line.startswith("data: ")]
+            ended_at = time.monotonic() - started
+    finally:
+        served.stop()
+    assert '"role":"assistant"' in first
+    assert "data: [DONE]" == rest[-1]
+    assert ended_at > 1.5 and first_at < ended_at / 3
+
+
+def test_a_client_that_leaves_mid_stream_cancels_the_call(tmp_path, sim_server):
+    """A client that closes a stream after its first text: the backend's stream is dropped
+    at once, not read to its end, and the server serves the next request."""
+    sim = sim_server(ttft_ms=20, tokens_per_s=8, output_tokens=64)
+    traces = tmp_path / "serve.traces.jsonl"
+    served = _served(tmp_path, sim, "--traces", str(traces))
+    try:
+        with httpx2.Client(timeout=30) as client:
+            url = served.url + "/v1/chat/completions"
+            with client.stream("POST", url, json=CHAT) as reply:
+                next(line for line in reply.iter_lines() if line.startswith("data: "))
+            deadline = time.monotonic() + 5
+            while sim.stats()["concurrency"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            left = sim.stats()["concurrency"]
+            after = client.post(url, json={**CHAT, "stream": False})
+    finally:
+        served.stop()
+    assert (0, 200) == (left, after.status_code)
+    assert 1 == len(calls(traces))  # the cancelled call got no answer: only the next is traced
