@@ -29,6 +29,7 @@ __all__ = ["COLLECTED_KEEP_S", "Progress", "QueueCollected", "collect_queue", "q
 
 COLLECTED_KEEP_S = 3600  # a fully collected queue's keys expire after this
 READ_AHEAD = 1000  # result lines fetched in one round trip
+READS_ONLY = frozenset({"env_unset"})  # only Redis is read: a backend's key need not be set
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +87,7 @@ def _load(profile_path: str | None) -> Profile:
     from rrcli.config.load import load_profile, resolve_profile_path
 
     path = resolve_profile_path(profile_path, os.environ)
-    return load_profile(path, environ=os.environ, for_run=False)  # Redis only: no key needed
+    return load_profile(path, environ=os.environ, ignore=READS_ONLY)
 
 
 def _client(profile: Profile, name: str) -> Any:
