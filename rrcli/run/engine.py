@@ -41,6 +41,7 @@ from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
 from rrcli.run.cached import ResponseCache
 from rrcli.run.failures import log_failure
+from rrcli.run.money import with_cap
 from rrcli.run.summary import RunSummary
 from rrcli.run.turns import REQUEST_TEXT, assistant_message, bounded, echo_for, join_paused, sent
 from rrcli.tokens import estimate_call_tokens, estimate_prompt_tokens
@@ -76,6 +77,7 @@ class Engine:
     rng: random.Random
     keep_response: bool = False
     cache: ResponseCache | None = None  # --cache
+    caps: dict[str, int] = field(default_factory=dict)  # a budget's output caps (run.money)
     policy: RetryPolicy = field(init=False)
     session_binding: bool = field(init=False)
     rules: RouteRules = field(init=False)
@@ -301,6 +303,8 @@ class Engine:
         once; streamed with --stream, the job's ``stream`` or the backend's ``stream = true``
         unless its endpoint has no streamed form; in the job's dialect; its input tokens counted."""
         params = {**backend.params, **job.params}
+        if self.caps:
+            with_cap(params, job.endpoint, backend, self.caps)
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
         stream = stream and job.endpoint not in UNSTREAMED
         prompt, dialect = estimate_prompt_tokens(messages, job.input), dialect_of(job.kind)

@@ -38,7 +38,7 @@ from rrcli.run.cached import ResponseCache, open_cache
 from rrcli.run.engine import Engine
 from rrcli.run.failures import log_repeated
 from rrcli.run.lookahead import Lookahead
-from rrcli.run.money import budget_prices, final_halt, make_budget
+from rrcli.run.money import budget_prices, final_halt, make_budget, output_caps
 from rrcli.run.options import RunOptions
 from rrcli.run.outputs import open_outputs, prepare_results, refuse_clobbering
 from rrcli.run.quiet import quiet_unless_configured
@@ -165,6 +165,8 @@ async def _run_open(
         profile, options.stream, options.on_text, router, providers, results, traces,
         summary, control, rng, options.keep_response, cache,
     )  # fmt: skip
+    if router.budget is not None:
+        engine.caps = output_caps(profile)[0]
     engine.origins.update(resume.responses.items() if resume is not None else ())
     if shared is not None:
         shared.attach(engine)
