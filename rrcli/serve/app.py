@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from rrcli.errors import CallError
 from rrcli.records.attempt import CallOutcome
-from rrcli.run.pool import Pool, answer
+from rrcli.running.pool import Pool, answer
 from rrcli.serve.metrics import CONTENT_TYPE, Metrics
 from rrcli.serve.sessions import Idle, session_of
 from rrcli.serve.wires import ANTHROPIC, OPENAI, Wire

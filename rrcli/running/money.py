@@ -20,8 +20,8 @@ from rrcli.routing.costs import NO_OUTPUT
 from rrcli.tokens import output_cap
 
 if TYPE_CHECKING:
-    from rrcli.run.options import RunOptions
-    from rrcli.run.summary import RunSummary
+    from rrcli.running.options import RunOptions
+    from rrcli.running.summary import RunSummary
 
 __all__ = ["budget_prices", "final_halt", "make_budget", "output_caps", "with_cap"]
 
