@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import structlog
+from msgspec import structs
 
 from rrcli.config.profile import Backend, Profile
 from rrcli.errors import NoBackendError, ProviderError
@@ -173,11 +174,11 @@ class Engine:
             history.append({"role": "user", "content": text})
             outcome = await self._call(job, history, turn, excluded)
             if outcome.status == "error":
-                return replace(outcome, turns=tuple(turns))
+                return structs.replace(outcome, turns=tuple(turns))
             assert outcome.reply is not None
             history.append(assistant_message(outcome.reply))
             turns.append(outcome)
-        return replace(turns[-1], turns=tuple(turns))
+        return structs.replace(turns[-1], turns=tuple(turns))
 
     async def _continue_response(self, job: Job, excluded: frozenset[str]) -> CallOutcome:
         """A Responses job continuing ``previous_response_id``: on the backend that created it
