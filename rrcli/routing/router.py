@@ -263,9 +263,10 @@ class Router:
             if s.gate.in_flight + s.gate.waiting < s.gate.cap and not s.cooling
         ]
 
-    def recent(self, position: int) -> Sequence[Sequence[int]]:
-        """The prefix blocks of the last prompts sent to the backend at ``position``."""
-        return self._prefixes.recent(position) if self._prefixes is not None else ()
+    def recents(self) -> Sequence[Sequence[Sequence[int]]]:
+        """For each backend in profile order, the prefix blocks of the last prompts sent to
+        it (newest last)."""
+        return self._prefixes.recents if self._prefixes is not None else ()
 
     @property
     def healthy(self) -> int:

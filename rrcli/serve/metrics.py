@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client import generate_latest as _latest
 
 if TYPE_CHECKING:
-    from rrcli.run.pool import Pool
+    from rrcli.running.pool import Pool
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 

@@ -32,8 +32,8 @@ import orjson
 from rrcli.errors import UsageError
 from rrcli.records.jobs import InvalidJob, Job, open_jobs_file, shard_of
 from rrcli.routing.control import RunControl
-from rrcli.run.options import RunOptions
-from rrcli.run.summary import RunSummary
+from rrcli.running.options import RunOptions
+from rrcli.running.summary import RunSummary
 
 __all__ = [
     "BUFFERED_JOBS",

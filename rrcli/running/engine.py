@@ -7,7 +7,7 @@ iterator (``Engine.submit``: one job a program hands in). Each HTTP attempt beco
 gates). On a transient failure the slot is released, the policy's delay slept, and a slot on the
 SAME backend taken again; with ``failover`` a spent budget routes the call among the backends not
 yet tried. A job ends as one ``CallOutcome``, its result line's only input: one failing job never
-cancels its siblings. With --cache, a call the cache answers (run/cached.py) is traced and never
+cancels its siblings. With --cache, a call the cache answers (running/cached.py) is traced and never
 routed. ``runner.py`` sets the run up around the workers (outputs, signals, flushing)."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import structlog
+from msgspec import structs
 
 from rrcli.config.profile import Backend, Profile
 from rrcli.errors import NoBackendError, ProviderError
@@ -39,10 +40,18 @@ from rrcli.routing.lease import Lease
 from rrcli.routing.retry import RetryPolicy
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
-from rrcli.run.cached import ResponseCache
-from rrcli.run.failures import log_failure
-from rrcli.run.summary import RunSummary
-from rrcli.run.turns import REQUEST_TEXT, assistant_message, bounded, echo_for, join_paused, sent
+from rrcli.running.cached import ResponseCache
+from rrcli.running.failures import log_failure
+from rrcli.running.money import with_cap
+from rrcli.running.summary import RunSummary
+from rrcli.running.turns import (
+    REQUEST_TEXT,
+    assistant_message,
+    bounded,
+    echo_for,
+    join_paused,
+    sent,
+)
 from rrcli.tokens import estimate_call_tokens, estimate_prompt_tokens
 
 __all__ = ["Engine", "ResultSink"]
@@ -76,6 +85,7 @@ class Engine:
     rng: random.Random
     keep_response: bool = False
     cache: ResponseCache | None = None  # --cache
+    caps: dict[str, int] = field(default_factory=dict)  # a budget's output caps (running.money)
     policy: RetryPolicy = field(init=False)
     session_binding: bool = field(init=False)
     rules: RouteRules = field(init=False)
@@ -164,11 +174,11 @@ class Engine:
             history.append({"role": "user", "content": text})
             outcome = await self._call(job, history, turn, excluded)
             if outcome.status == "error":
-                return replace(outcome, turns=tuple(turns))
+                return structs.replace(outcome, turns=tuple(turns))
             assert outcome.reply is not None
             history.append(assistant_message(outcome.reply))
             turns.append(outcome)
-        return replace(turns[-1], turns=tuple(turns))
+        return structs.replace(turns[-1], turns=tuple(turns))
 
     async def _continue_response(self, job: Job, excluded: frozenset[str]) -> CallOutcome:
         """A Responses job continuing ``previous_response_id``: on the backend that created it
@@ -186,7 +196,7 @@ class Engine:
         self, job: Job, messages: list[dict[str, Any]], turn: int, excluded: frozenset[str]
     ) -> CallOutcome:
         """One call of a job: answered by the response cache when it holds the answer (traced,
-        never routed), else routed and sent, its ok answer then stored (run/cached.py)."""
+        never routed), else routed and sent, its ok answer then stored (running/cached.py)."""
         cache = self.cache
         if cache is None:
             return await self._routed(job, messages, turn, excluded)
@@ -301,6 +311,8 @@ class Engine:
         once; streamed with --stream, the job's ``stream`` or the backend's ``stream = true``
         unless its endpoint has no streamed form; in the job's dialect; its input tokens counted."""
         params = {**backend.params, **job.params}
+        if self.caps:
+            with_cap(params, job.endpoint, backend, self.caps)
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
         stream = stream and job.endpoint not in UNSTREAMED
         prompt, dialect = estimate_prompt_tokens(messages, job.input), dialect_of(job.kind)
