@@ -166,6 +166,7 @@ BACKEND = {
     "sim": Field("table"),
     "endpoints": Field("strs", choices=ENDPOINTS),
     "prefix_cache_tokens": Field("int", at_least(0)),
+    "prompt_cache_key": Field("bool"),
 }
 CREDENTIALS = {
     "api_key_env": Field("str", ENV_RULE, secret=True),
