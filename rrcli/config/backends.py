@@ -129,6 +129,7 @@ def _backend(
         endpoints=endpoints,
         prefix_cache_tokens=merged.get("prefix_cache_tokens"),
         prompt_cache_key=merged.get("prompt_cache_key"),
+        max_tokens_per_image=merged.get("max_tokens_per_image"),
     )
 
 

@@ -172,6 +172,7 @@ class Backend:
     endpoints: tuple[str, ...] = ("chat",)  # the API endpoints this deployment serves
     prefix_cache_tokens: int | None = None  # what its prefix cache holds; None: prefix_capacity
     prompt_cache_key: bool | None = None  # cache_aware sets one; None: sets_cache_key decides
+    max_tokens_per_image: int | None = None  # what a budget reserves an image at; None: known
 
     @property
     def prefix_capacity(self) -> int:
