@@ -26,7 +26,7 @@ import orjson
 from _common import free_port, serving
 
 from rrcli.config.profile import Backend, Profile
-from rrcli.run.runner import RunOptions, run
+from rrcli.running.runner import RunOptions, run
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},

@@ -23,7 +23,7 @@ from pathlib import Path
 from _common import sim_server, two_backend_pool, write_jobs
 
 from rrcli.config.profile import Price, Profile
-from rrcli.run.runner import RunOptions, run
+from rrcli.running.runner import RunOptions, run
 
 
 async def timed(

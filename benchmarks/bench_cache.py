@@ -27,7 +27,7 @@ from _common import sim_server, two_backend_pool, write_jobs
 
 from rrcli.config.profile import Backend, Price, Profile, SimSettings
 from rrcli.records.cache import CacheFile
-from rrcli.run.runner import RunOptions, run
+from rrcli.running.runner import RunOptions, run
 
 
 def sim_profile(concurrency: int) -> Profile:

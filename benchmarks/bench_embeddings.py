@@ -26,7 +26,7 @@ import httpx2
 import orjson
 from _common import sim_server, two_backend_pool
 
-from rrcli.run.runner import RunOptions, run
+from rrcli.running.runner import RunOptions, run
 
 
 def texts(i: int, inputs: int) -> list[str]:

@@ -34,7 +34,7 @@ from _against import against
 from _common import peak_rss_mb, write_jobs
 
 from rrcli.config.profile import Backend, Profile, SimSettings
-from rrcli.run.runner import RunOptions, run
+from rrcli.running.runner import RunOptions, run
 
 
 def one(n: int, binding: str = "request") -> float:

@@ -21,7 +21,7 @@ from pathlib import Path
 from _common import free_port, serving, sim_server, two_backend_pool, write_jobs
 from structlog.testing import capture_logs
 
-from rrcli.run.runner import RunOptions, run
+from rrcli.running.runner import RunOptions, run
 
 SINK = """
 import sys

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx2
 from _common import sim_server, two_backend_pool, write_jobs
 
-from rrcli.run.runner import RunOptions, run
+from rrcli.running.runner import RunOptions, run
 
 
 async def raw_loop(base_url: str, n: int, concurrency: int, stream: bool) -> float:

@@ -42,16 +42,16 @@ __all__ = [
 
 _LAZY = {
     "CallError": "rrcli.errors",
-    "Pool": "rrcli.run.pool",
+    "Pool": "rrcli.running.pool",
     "ProfileError": "rrcli.errors",
     "ProviderError": "rrcli.errors",
     "RRCLIError": "rrcli.errors",
     "UsageError": "rrcli.errors",
     "load_profile": "rrcli.config.load",
     "validate_profile": "rrcli.config.load",
-    "RunOptions": "rrcli.run.options",
-    "RunSummary": "rrcli.run.runner",
-    "run": "rrcli.run.runner",
+    "RunOptions": "rrcli.running.options",
+    "RunSummary": "rrcli.running.runner",
+    "run": "rrcli.running.runner",
     "iter_jobs": "rrcli.records.jobs",
     "summarize": "rrcli.stats.summary",
 }

@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from rrcli.config.profile import Profile
     from rrcli.routing.control import RunControl
     from rrcli.routing.router import Router
-    from rrcli.run.checks import CheckReport
-    from rrcli.run.plan import Plan
-    from rrcli.run.summary import Progress, RunSummary
+    from rrcli.running.checks import CheckReport
+    from rrcli.running.plan import Plan
+    from rrcli.running.summary import Progress, RunSummary
 
 _PIPE_WIDTH = 160  # columns for tables written to a pipe (no terminal to measure)
 
@@ -195,8 +195,8 @@ def print_summary(summary: RunSummary, out: Path | None, traces: Path | None) ->
         line += f" → {out}"
     if traces is not None:
         line += f" (traces: {traces})"
-    if summary.interrupted:
-        line += " — interrupted: run again with --resume to finish"
+    if summary.next_step is not None:
+        line += f" — {summary.next_step}"
     stderr.print(line, markup=False, highlight=False, soft_wrap=True)
 
 

@@ -38,7 +38,7 @@ def main() -> None:
 
 
 def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, int] | None:
-    from rrcli.run.options import parse_shard
+    from rrcli.running.options import parse_shard
 
     try:
         return None if value is None else parse_shard(value)
@@ -154,9 +154,9 @@ def run(
     from rrcli import _render
     from rrcli._logging import ProgressLines, configure_logging, log_level
     from rrcli.config.load import load_profile, resolve_profile_path
-    from rrcli.run.runner import RunControl, RunOptions, run_sync
+    from rrcli.running.runner import RunControl, RunOptions, run_sync
 
-    if bool(jobs) == bool(prompts) and not fields["queue"]:
+    if bool(jobs) == bool(prompts) and fields["queue"] is None:
         raise click.UsageError("give a JOBS file or --prompt TEXT (one of the two)")
     tty = sys.stderr.isatty()
     configure_logging(level=log_level(verbose=verbose, quiet=quiet, tty=tty), fmt=log_format)
@@ -173,7 +173,7 @@ def run(
     if dry_run:
         import asyncio
 
-        from rrcli.run.plan import plan
+        from rrcli.running.plan import plan
 
         _render.print_plan(profile, asyncio.run(plan(profile, options)))
         return
@@ -219,7 +219,7 @@ def validate(
     import os
 
     from rrcli import _render
-    from rrcli.run.checks import validate as check
+    from rrcli.running.checks import validate as check
 
     jobs = Path(jobs_path) if jobs_path is not None else None
     report = check(profile, environ=os.environ, strict=strict, jobs=jobs, probe_backends=probe)

@@ -39,13 +39,14 @@ class Billing:
     """How the server answers: ``writes`` tokens an answer when nothing cuts it shorter;
     ``usage``: whether answers report usage; ``cut_after``: streams break after that many
     generated tokens; ``pause``: Anthropic answers pause (``pause_turn``) once per turn;
-    ``latency_s`` before each answer."""
+    ``latency_s`` before each answer; ``fail_every``: that many chat requests, one answers 503."""
 
     writes: int = 5
     usage: bool = True
     cut_after: int | None = None
     pause: bool = False
     latency_s: float = 0.005
+    fail_every: int = 0  # every so many chat requests answer 503 (billed nothing)
 
 
 @dataclass
@@ -141,6 +142,9 @@ class BillingServer:
 
     async def _chat(self, request: Request) -> Response:
         body = await self._body(request)
+        every = self.billing.fail_every
+        if every and len(self.requests) % every == 0:
+            return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
         given, made = _input(body), _writes(body, self.billing) * _count(body.get("n"))
         text = "w " * made
         usage = {"prompt_tokens": given, "completion_tokens": made, "total_tokens": given + made}

@@ -127,13 +127,13 @@ MAY_IMPORT = {
         "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens",
         "rrcli.providers.registry", "rrcli.providers.vocabulary", "rrcli.records", "rrcli.routing",
     },
-    "rrcli.run": {
+    "rrcli.running": {
         "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
         "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.otel",
     },
     "rrcli.serve": {
         "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
-        "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.otel", "rrcli.run",
+        "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.otel", "rrcli.running",
     },
     "rrcli.stats": {"rrcli.errors", "rrcli.records", "rrcli.tokens"},
     "rrcli.otel": {"rrcli.errors", "rrcli.config", "rrcli.records"},
@@ -253,14 +253,14 @@ MAY_DO = {
     "rrcli.sim": {"network", "dns", "event loop"},
     "rrcli.routing": {"network", "dns", "event loop"},
     "rrcli.fleet": {"network", "dns", "event loop"},
-    "rrcli.run": {"network", "dns", "event loop"},
+    "rrcli.running": {"network", "dns", "event loop"},
     # the span process of --otlp (otel.live), started by the run
-    "rrcli.run.telemetry": {"network", "dns", "event loop", "processes"},
-    "rrcli.run.runner": {"network", "dns", "event loop", "processes"},
-    "rrcli.run.pool": {"network", "dns", "event loop", "processes"},  # the runner's set-up
+    "rrcli.running.telemetry": {"network", "dns", "event loop", "processes"},
+    "rrcli.running.runner": {"network", "dns", "event loop", "processes"},
+    "rrcli.running.pool": {"network", "dns", "event loop", "processes"},  # the runner's set-up
     "rrcli.serve": {"network", "dns", "event loop", "processes"},  # the pool's
-    "rrcli.run.outputs": {"network", "dns", "event loop", "processes"},
-    "rrcli.run.plan": {"network", "dns", "event loop", "processes"},
+    "rrcli.running.outputs": {"network", "dns", "event loop", "processes"},
+    "rrcli.running.plan": {"network", "dns", "event loop", "processes"},
     "rrcli.otel": {"network", "processes"},
     "rrcli.otel.endpoint": set(),
 }
@@ -301,6 +301,7 @@ def test_each_part_does_only_its_io(module):
         ("starlette", {"rrcli.sim", "rrcli.serve"}),
         ("uvicorn", {"rrcli.sim", "rrcli.serve"}),
         ("opentelemetry", {"rrcli.otel"}),
+        ("prometheus_client", {"rrcli.serve.metrics"}),
         ("rrcli.cli", {"rrcli.__main__"}),
         ("rrcli._render", {"rrcli.cli", "rrcli._commands"}),
         ("rrcli._logging", {"rrcli.cli"}),

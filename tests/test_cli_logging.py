@@ -31,8 +31,8 @@ import random, time, structlog
 from rrcli import _render
 from rrcli._logging import configure_logging, log_level
 from rrcli.config.load import demo_profile_path, load_profile
-from rrcli.run.engine import RunSummary
-from rrcli.run.runner import make_router
+from rrcli.running.engine import RunSummary
+from rrcli.running.runner import make_router
 
 configure_logging(level=log_level(verbose=False, quiet=False, tty=True))
 router, _ = make_router(load_profile(demo_profile_path(), environ={}), random.Random(0), local=True)

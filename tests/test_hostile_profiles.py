@@ -14,8 +14,8 @@ from runkit import read_jsonl, rrcli, write_jobs, write_profile
 
 from rrcli.config.load import load_profile
 from rrcli.config.profile import MAX_IN_FLIGHT
-from rrcli.run.options import RunOptions
-from rrcli.run.runner import run
+from rrcli.running.options import RunOptions
+from rrcli.running.runner import run
 
 
 def profile_for(tmp_path: Path, server, top=None, **backend) -> Path:

@@ -11,7 +11,7 @@ import orjson
 from runkit import read_jsonl, rrcli, write_profile
 
 from rrcli.records.jobs import job_from_dict
-from rrcli.run.lookahead import Lookahead
+from rrcli.running.lookahead import Lookahead
 from rrcli.tokens import prefix_blocks, rendered_prompt
 
 SYSTEMS = [
@@ -30,11 +30,11 @@ class Warm:
     def free_positions(self) -> list[int]:
         return [0]
 
-    def recent(self, position: int) -> list[list[int]]:
+    def recents(self) -> list[list[list[int]]]:
         if self.held is None:
-            return []
+            return [[]]
         prompt = rendered_prompt([{"role": "system", "content": SYSTEMS[self.held]}])
-        return [prefix_blocks(prompt)]
+        return [[prefix_blocks(prompt)]]
 
 
 def _jobs(n: int, **extra) -> list:

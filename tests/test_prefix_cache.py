@@ -132,3 +132,30 @@ def test_the_cache_never_holds_more_than_its_capacity(prompts, capacity):
         cache.add(chain)
         assert len(cache) <= capacity // BLOCK_TOKENS
         assert min(len(chain), capacity // BLOCK_TOKENS) == cache.match(chain)
+
+
+def test_stats_shows_the_hit_rate_and_the_money_the_cache_saved(sim_server, tmp_path):
+    """Call records carry cached_input_tokens; stats shows per deployment the cached share of
+    the input and what the cached tokens saved at the cached-input price."""
+    server = sim_server(prefix_cache_tokens=100_000)
+    price = {"input": 2.0, "output": 8.0, "cached_input": 0.5}
+    profile = write_profile(
+        tmp_path / "p.toml",
+        [{"id": "a", "base_url": server.openai_url, "price": price}],
+        concurrency=1,
+    )
+    jobs = tmp_path / "jobs.jsonl"
+    lines = [{"id": f"q{i}", "system": SYSTEM, "prompt": f"question {i}"} for i in range(4)]
+    jobs.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    assert 0 == rrcli("run", jobs, "-p", profile, "-q", cwd=tmp_path).returncode
+    records = [r for r in read_jsonl(tmp_path / "jobs.traces.jsonl") if r["event"] == "call"]
+    cached = sum(r["cached_input_tokens"] for r in records)
+    given = sum(r["input_tokens"] for r in records)
+    done = rrcli("stats", tmp_path / "jobs.traces.jsonl", "--json", cwd=tmp_path)
+    (group,) = orjson.loads(done.stdout)["groups"]
+    assert (cached, round(cached / given, 4), round(cached * 1.5 / 1e6, 6)) == (
+        group["cached_input_tokens"],
+        group["cache_hit_rate"],
+        group["cache_saved_usd"],
+    )
+    assert cached > 0

@@ -11,10 +11,10 @@ from billing import GPT_4O
 from runkit import calls, read_jsonl, rrcli, write_profile
 
 
-def billed_profile(tmp_path, server, cap=64, **backend):
+def billed_profile(tmp_path, server, cap=64, top=None, **backend):
     entry = {"id": "b0", "base_url": server.openai_url, "model": "gpt-4o", "price": GPT_4O,
              "max_concurrency": cap, **backend}  # fmt: skip
-    return write_profile(tmp_path / "p.toml", [entry])
+    return write_profile(tmp_path / "p.toml", [entry], **(top or {}))
 
 
 def write_jobs(path, n, prompt="q", **params):
@@ -65,3 +65,146 @@ def test_a_binding_budget_is_spent_to_the_last_call_and_never_passed(tmp_path, b
     assert f"{2000 - len(results)} jobs not run" in done.stderr
     charged = sum(c["cost_usd"] for c in calls(tmp_path / "jobs.traces.jsonl"))
     assert charged == pytest.approx(end["budget"]["spent"], abs=1e-6)
+
+
+def test_replies_without_usage_cost_their_reservation_and_resume_counts_it(
+    tmp_path, billing_server
+):
+    """A server that reports no usage: each call is charged its reservation (the trace says
+    `cost_estimated`, and its estimated tokens say `usage_estimated`), so the run stops within
+    the limit of what was billed; `--resume` with a raised limit counts those charges, not the
+    estimated tokens, and the two runs together were billed within the raised limit."""
+    server = billing_server(writes=64, usage=False)
+    profile = billed_profile(tmp_path, server)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 400, max_tokens=64)
+    first = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "0.05", cwd=tmp_path)
+    assert 3 == first.returncode, first.stderr
+    assert server.billed() <= 0.05
+    records = calls(tmp_path / "jobs.traces.jsonl")
+    assert {(True, True)} == {(c["usage_estimated"], c["cost_estimated"]) for c in records}
+    results = read_jsonl(tmp_path / "jobs.results.jsonl")
+    assert {True} == {r["usage"]["usage_estimated"] for r in results}
+    again = rrcli("run", jobs, "-p", profile, "-q", "--resume", "--max-cost", "0.1", cwd=tmp_path)
+    assert 3 == again.returncode, again.stderr
+    assert 0.05 < server.billed() <= 0.1
+
+
+def test_failed_attempts_cost_nothing_and_leave_the_budget_to_the_jobs(tmp_path, billing_server):
+    """A server that answers every third request 503 (no provider bills it): the failed
+    attempts' reservations are given back, so a budget that covers every job's worst case
+    runs them all (exit 0), with the failed attempts charged $0 in the trace."""
+    server = billing_server(writes=5, fail_every=3)
+    top = {"retry": {"max_retries": 20}, "cooldown": {"consecutive_failures": 0}}
+    profile = billed_profile(tmp_path, server, cap=16, top=top)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 300, max_tokens=64)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "0.05", cwd=tmp_path, timeout=60)
+    assert 0 == done.returncode, done.stderr
+    assert 300 == len(read_jsonl(tmp_path / "jobs.results.jsonl"))
+    failed = [c for c in calls(tmp_path / "jobs.traces.jsonl") if c["http_status"] == 503]
+    assert failed and {0.0} == {c["cost_usd"] for c in failed}
+    assert server.billed() <= 0.05
+
+
+def test_long_prompts_are_reserved_at_their_bound_not_their_estimate(tmp_path, billing_server):
+    """Prompts of 4,000 characters that a provider may bill a token a character: each call is
+    reserved at that bound, not at the four-characters-a-token estimate, so 64 calls in flight
+    never take the spend past the limit."""
+    server = billing_server(writes=1)
+    profile = billed_profile(tmp_path, server)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 200, prompt="7" * 4000, max_tokens=1)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "0.5", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    assert 0.45 <= server.billed() <= 0.5
+
+
+def test_streams_cut_after_tokens_came_are_charged_what_they_may_have_cost(
+    tmp_path, billing_server
+):
+    """Streams that break after 2,000 generated tokens (billed by the provider) and are
+    retried: each broken attempt is charged its reservation, so what was billed stays within
+    the limit and run_end's spend is not zero."""
+    server = billing_server(writes=4000, cut_after=2000)
+    profile = billed_profile(tmp_path, server, cap=8)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 40, max_tokens=4000)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--stream", "--max-cost", "1", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    assert 0.3 < server.billed() <= 1.0
+    assert run_end(tmp_path / "jobs.traces.jsonl")["budget"]["spent"] >= server.billed()
+
+
+def write_lines(path, lines):
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    return path
+
+
+def test_calls_without_a_cap_are_sent_with_the_models_most_output(tmp_path, billing_server):
+    """No max_tokens anywhere and a model that would write 40,000 tokens: with a budget each
+    call goes out capped at gpt-4o's documented most output (16,384), reserved at it, and what
+    was billed stays within the limit."""
+    server = billing_server(writes=40_000)
+    profile = billed_profile(tmp_path, server, cap=8)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 40)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "3", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    assert {16_384} == {body["max_tokens"] for body in server.requests}
+    assert 2.5 < server.billed() <= 3.0
+
+
+def test_a_budget_over_a_model_of_unknown_output_sends_no_uncapped_call(tmp_path, billing_server):
+    """A model whose most output nothing tells, and jobs without max_tokens: exit 2 naming the
+    backend and the setting to add, and no request sent."""
+    server = billing_server()
+    profile = billed_profile(tmp_path, server, model="my-local-model")
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 5)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "3", cwd=tmp_path)
+    assert 2 == done.returncode, done.stderr
+    assert "backend b0:" in done.stderr and "set params.max_tokens on the backend" in done.stderr
+    assert [] == server.requests
+
+
+def test_images_are_reserved_at_their_most_not_their_url(tmp_path, billing_server):
+    """Jobs with a short image URL, billed as an image is (1,100 tokens): each call is
+    reserved at an image's most, so what was billed stays within the limit."""
+    server = billing_server(writes=10)
+    profile = billed_profile(tmp_path, server)
+    image = {"type": "image_url", "image_url": {"url": "https://x.example/cat.png"}}
+    content = [{"type": "text", "text": "what is it?"}, image]
+    lines = [{"id": f"j{i}", "messages": [{"role": "user", "content": content}],
+              "params": {"max_tokens": 10}} for i in range(400)]  # fmt: skip
+    jobs = write_lines(tmp_path / "jobs.jsonl", lines)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "0.5", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    assert 0.4 < server.billed() <= 0.5
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        {"prompt": "say it", "params": {"max_tokens": 100, "n": 2.0}},
+        {"endpoint": "completions", "prompt": "say", "params": {"max_tokens": 100, "best_of": 3}},
+    ],
+    ids=["n-as-float", "best_of"],
+)
+def test_several_answers_are_reserved_for_each(tmp_path, billing_server, job):
+    """`n = 2.0` and `best_of = 3` bill that many answers: each call's reservation is
+    multiplied, so what was billed stays within the limit."""
+    server = billing_server(writes=100)
+    profile = billed_profile(tmp_path, server, endpoints=["chat", "completions"])
+    jobs = write_lines(tmp_path / "jobs.jsonl", [{"id": f"j{i}", **job} for i in range(300)])
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "0.2", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    assert 0.15 < server.billed() <= 0.2
+
+
+def test_a_paused_turn_reserves_again_for_its_grown_input(tmp_path, billing_server):
+    """Anthropic answers that pause (pause_turn) before finishing: the continued call's input
+    holds the first part's output, and it is reserved again at that grown input, so what was
+    billed stays within the limit."""
+    server = billing_server(writes=1000, pause=True)
+    entry = {"id": "b0", "provider": "anthropic", "base_url": server.url,
+             "model": "claude-sonnet-4-5", "price": GPT_4O, "max_concurrency": 64}  # fmt: skip
+    profile = write_profile(tmp_path / "p.toml", [entry])
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 300, max_tokens=1000)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "1", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    assert 0.8 < server.billed() <= 1.0

@@ -11,8 +11,8 @@ from runkit import read_jsonl, write_jobs, write_profile
 import rrcli
 from rrcli.config.load import demo_profile_path
 from rrcli.errors import UsageError
-from rrcli.run.checks import validate
-from rrcli.run.options import RunOptions
+from rrcli.running.checks import validate
+from rrcli.running.options import RunOptions
 
 
 def test_a_library_run_writes_the_default_outputs_in_the_working_folder(tmp_path, monkeypatch):
@@ -74,10 +74,18 @@ def test_validate_report_is_built_by_the_library(tmp_path):
     assert 1 == report.exit_code
 
 
-def test_rrcli_run_is_the_run_function_after_the_runtime_is_imported(tmp_path):
-    """`rrcli.run(profile, options)` runs the jobs, also once `rrcli.run.*` modules are loaded
-    (Python then binds the package of that name to `rrcli.run`: the package calls the run)."""
-    from rrcli.run.runner import run  # noqa: F401  (binds the package to rrcli.run)
+def test_rrcli_run_is_the_run_function_after_the_runtime_is_imported():
+    """`rrcli.run` is the library's run function, also once `rrcli.running.*` modules are
+    loaded."""
+    from rrcli.running.runner import run
+
+    assert run is rrcli.run
+
+
+def test_rrcli_run_takes_job_dicts_after_the_runtime_is_imported(tmp_path):
+    """`rrcli.run(profile, options)` runs job dicts, results to a callback, also once the
+    runtime's modules are loaded."""
+    from rrcli.running.runner import run  # noqa: F401
 
     profile = rrcli.load_profile(
         write_profile(tmp_path / "p.toml", [{"id": "a", "provider": "sim"}])

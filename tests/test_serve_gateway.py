@@ -109,3 +109,47 @@ def test_the_profiles_serve_table_sets_the_keys_and_the_body_limit(tmp_path, sim
     assert (200, 413, 401) == (ok.status_code, too_big.status_code, refused.status_code)
     assert "over 2000 bytes" in too_big.json()["error"]["message"]
     assert "error" == anthropic_big.json()["type"]
+
+
+def test_health_ready_models_and_metrics(tmp_path, sim_server):
+    """/health and /ready answer 200; /v1/models lists the pool and its model; /metrics counts
+    the requests answered, by API and status, and the answers of each deployment."""
+    sim = sim_server()
+    path = write_profile(tmp_path / "pool.toml", openai_backends(sim.openai_url), name="pool")
+    served = Served(path, tmp_path, "--no-auth")
+    try:
+        with httpx2.Client(timeout=30) as client:
+            health = client.get(served.url + "/health").status_code
+            ready = client.get(served.url + "/ready").status_code
+            models = [m["id"] for m in client.get(served.url + "/v1/models").json()["data"]]
+            for _ in range(3):
+                client.post(served.url + "/v1/chat/completions", json=CHAT)
+            client.post(served.url + "/v1/chat/completions", json={**CHAT, "model": "nope"})
+            metrics = client.get(served.url + "/metrics").text
+    finally:
+        served.stop()
+    assert (200, 200, ["sim", "pool"]) == (health, ready, models)
+    lines = set(metrics.splitlines())
+    assert 'rrcli_serve_requests_total{api="openai",endpoint="chat",status="200"} 3.0' in lines
+    assert 'rrcli_serve_requests_total{api="openai",endpoint="chat",status="404"} 1.0' in lines
+    assert 'rrcli_deployment_answers_total{deployment="b0"} 3.0' in lines
+    assert 'rrcli_deployment_calls_in_flight{deployment="b0"} 0.0' in lines
+
+
+def test_a_rate_limited_pool_answers_429_with_retry_after(tmp_path, sim_server):
+    """A backend's 429 (retries spent) is passed on with its Retry-After; while every backend
+    then cools down, a request is answered 429 at once, never sent upstream."""
+    sim = sim_server(retry_after_ms=5000)
+    backends = openai_backends(sim.openai_url, headers={"x-sim-status": "429"})
+    path = write_profile(tmp_path / "pool.toml", backends, name="pool", retry={"max_retries": 0})
+    served = Served(path, tmp_path, "--no-auth")
+    try:
+        with httpx2.Client(timeout=30) as client:
+            first = client.post(served.url + "/v1/chat/completions", json=CHAT)
+            second = client.post(served.url + "/v1/messages", json={**CHAT, "max_tokens": 8})
+    finally:
+        served.stop()
+    assert (429, "5") == (first.status_code, first.headers["retry-after"])
+    assert 429 == second.status_code and "cooling" in second.json()["error"]["message"]
+    assert 1 <= int(second.headers["retry-after"]) <= 5
+    assert 1 == sim.stats()["requests"]

@@ -31,6 +31,9 @@ GROUP_KEYS = [
     "output_tokens",
     "cost_usd",
     "priced_calls",
+    "cached_input_tokens",
+    "cache_hit_rate",
+    "cache_saved_usd",
     "output_tokens_per_s",
     "peak_in_flight",
 ]

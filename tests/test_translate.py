@@ -146,7 +146,8 @@ def oa_params(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def normal_openai(messages: list[dict[str, Any]], params: dict[str, Any]) -> tuple[list, dict]:
-    """What an OpenAI request reads as after a round trip through Anthropic's shape."""
+    """What an OpenAI request reads as after a round trip through Anthropic's shape (an
+    assistant turn that said nothing left out, the last one's trailing whitespace removed)."""
     params = dict(params)
     if isinstance(params.get("stop"), str):
         params["stop"] = [params["stop"]]
@@ -157,9 +158,16 @@ def normal_openai(messages: list[dict[str, Any]], params: dict[str, Any]) -> tup
         if params["tool_choice"] == "none":
             del params["parallel_tool_calls"]  # nothing is called: nothing in parallel
     out = []
-    for message in messages:
+    for i, message in enumerate(messages):
         message = dict(message)
         content = message.get("content")
+        if message["role"] == "assistant" and isinstance(content, str):
+            if message.get("tool_calls"):
+                message["content"] = content if content.strip() else None
+            elif i == len(messages) - 1:
+                message["content"] = content.rstrip()  # Anthropic continues it: no trailing space
+            elif not content.strip():
+                continue  # a turn that said nothing: left out
         if message["role"] == "tool" and isinstance(content, list):
             message["content"] = "".join(p["text"] for p in content)
         elif isinstance(content, list):
@@ -225,7 +233,9 @@ def an_messages(draw: st.DrawFn) -> list[dict[str, Any]]:
         lambda c: {"role": "user", "content": c},
         text | st.lists(an_text | an_image, min_size=1, max_size=3),
     )
-    assistant = st.builds(lambda t: {"role": "assistant", "content": t}, text)
+    # Anthropic takes no assistant turn without text, nor one ending in whitespace
+    said = text.map(str.strip).filter(bool)
+    assistant = st.builds(lambda t: {"role": "assistant", "content": t}, said)
     turns = draw(
         st.lists(
             st.builds(lambda m: [m], user | assistant) | an_tool_turn(), min_size=1, max_size=5
@@ -546,4 +556,30 @@ def test_a_json_schema_with_tools_of_its_own_requires_some_tool_call() -> None:
     assert (["f", "out"], {"type": "any"}) == (
         [t["name"] for t in body["tools"]],
         body["tool_choice"],
+    )
+
+
+def test_a_json_schema_named_as_one_of_the_jobs_tools_gets_an_answer_tool_of_its_own() -> None:
+    """A json_schema whose name is one of the job's tools' (found by the strict server's
+    property test: Anthropic refuses two tools of one name): the answer tool is numbered, and
+    its call is still read as the answer, the job's own tool call kept."""
+    tool = {"type": "function", "function": {"name": "out", "parameters": {"type": "object"}}}
+    params = {
+        "tools": [tool],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "out"}},
+    }
+    body = to_anthropic([{"role": "user", "content": "x"}], params)
+    assert ["out", "out_1"] == [t["name"] for t in body["tools"]]
+    own = {"id": "t1", "type": "function", "function": {"name": "out", "arguments": "{}"}}
+    content = [
+        {"type": "tool_use", "id": "t1", "name": "out", "input": {}},
+        {"type": "tool_use", "id": "t2", "name": "out_1", "input": {"answer": 42}},
+    ]
+    reply = Reply(output="", finish_reason="tool_calls", body={"content": content})
+    reply.tool_calls = [own]
+    answered = answer_from_forced_tool(reply, Call([], params))
+    assert ('{"answer":42}', "stop", [own]) == (
+        answered.output,
+        answered.finish_reason,
+        answered.tool_calls,
     )

@@ -171,6 +171,7 @@ class Backend:
     sim: SimSettings | None = None
     endpoints: tuple[str, ...] = ("chat",)  # the API endpoints this deployment serves
     prefix_cache_tokens: int | None = None  # what its prefix cache holds; None: prefix_capacity
+    max_tokens_per_image: int | None = None  # what a budget reserves an image at; None: known
 
     @property
     def prefix_capacity(self) -> int:

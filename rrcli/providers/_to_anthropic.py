@@ -15,7 +15,7 @@ import orjson
 from rrcli.errors import UntranslatableError
 from rrcli.providers._to_openai import apply_rules, text_of
 
-__all__ = ["EXPRESSIBLE", "answer_name", "to_anthropic"]
+__all__ = ["EXPRESSIBLE", "answer_name", "to_anthropic", "unsayable"]
 
 _DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 _ANSWER = "Answer by calling this tool: its input is the answer."
@@ -27,15 +27,34 @@ def _always(value: object) -> bool:
 
 
 def _function_tools(tools: object) -> bool:
-    """OpenAI's function tools (or Anthropic's own); not its custom (grammar) tools."""
+    """OpenAI's function tools (or Anthropic's own); not its custom (grammar) tools, nor a
+    ``strict`` function (Anthropic's tools have no guarantee that the input fits the schema)."""
     return isinstance(tools, list) and all(
-        isinstance(t, dict) and (t.get("type") == "function" or "custom" not in t) for t in tools
+        isinstance(t, dict)
+        and (t.get("type") == "function" or "custom" not in t)
+        and not _strict(t.get("function"))
+        for t in tools
     )
 
 
+def _strict(spec: object) -> bool:
+    return isinstance(spec, dict) and bool(spec.get("strict"))
+
+
 def _schema_format(value: object) -> bool:
+    """text, or a json_schema one that is not ``strict`` (the answer tool's input is not held
+    to the schema)."""
     kind = value.get("type") if isinstance(value, dict) else None
-    return kind == "text" or (kind == "json_schema" and isinstance(value.get("json_schema"), dict))
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        return isinstance(spec, dict) and not _strict(spec)
+    return kind == "text"
+
+
+def _stop_sayable(value: object) -> bool:
+    """Anthropic refuses a stop sequence that is empty or only whitespace (``"\n"``)."""
+    stops = [value] if isinstance(value, str) else value
+    return isinstance(stops, list) and all(isinstance(s, str) and s.strip() for s in stops)
 
 
 #: chat completions field → whether the Messages API can express its value. A json_object
@@ -56,12 +75,38 @@ EXPRESSIBLE: dict[str, Callable[[Any], bool]] = {
     "tools": _function_tools,
     "metadata": lambda v: isinstance(v, dict) and v.keys() <= {"user_id"},
     "service_tier": lambda v: v in ("auto", "default"),
+    "stop": _stop_sayable,
     **dict.fromkeys(
-        ["max_tokens", "max_completion_tokens", "stop", "top_p", "tool_choice",
-         "parallel_tool_calls", "user", "safety_identifier"],
+        ["max_tokens", "max_completion_tokens", "top_p", "tool_choice", "parallel_tool_calls",
+         "user", "safety_identifier"],
         _always,
     ),
 }  # fmt: skip
+
+
+def unsayable(messages: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Where OpenAI-shaped ``messages`` say what a Messages request cannot: a participant's
+    ``name``, a user message with no text (Anthropic refuses empty content, and whitespace-only
+    text)."""
+    found = []
+    for i, message in enumerate(messages):
+        if message.get("name") is not None:
+            found.append(f"messages[{i}].name")
+        if message.get("role") == "user" and _blank(message.get("content")):
+            found.append(f"messages[{i}].content")
+    return tuple(found)
+
+
+def _blank(content: Any) -> bool:
+    """Content that is empty or only whitespace, or has a text part that is."""
+    if isinstance(content, str):
+        return not content.strip()
+    if isinstance(content, list):
+        return not content or any(
+            isinstance(p, dict) and p.get("type") == "text" and not str(p.get("text")).strip()
+            for p in content
+        )
+    return content is None
 
 
 def to_anthropic(messages: list[dict[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
@@ -157,11 +202,30 @@ def _answer_tool(body: dict[str, Any], params: Mapping[str, Any]) -> None:
 
 
 def answer_name(params: Mapping[str, Any]) -> str | None:
+    """The answer tool's name: the json_schema's, numbered when one of the job's own tools has
+    it (Anthropic refuses two tools of one name); None without a json_schema."""
     fmt = params.get("response_format")
     if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
         return None
     spec = fmt.get("json_schema")
-    return (spec.get("name") or "response") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    base = name = spec.get("name") or "response"
+    tools = params.get("tools")
+    names = (_tool_name(t) for t in tools) if isinstance(tools, list) else ()
+    taken = {n for n in names if isinstance(n, str)}
+    count = 0
+    while name in taken:
+        count += 1
+        name = f"{str(base)[:60]}_{count}"
+    return name
+
+
+def _tool_name(tool: Any) -> Any:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    if isinstance(function, dict):
+        return function.get("name")
+    return tool.get("name") if isinstance(tool, dict) else None
 
 
 def _stop(body: dict[str, Any], key: str, value: Any) -> None:
@@ -204,7 +268,8 @@ _RULES: dict[str, _Rule] = {
 
 def _anthropic_messages(messages: list[dict[str, Any]]) -> tuple[Any, list[dict[str, Any]]]:
     """(system, messages): system and developer messages gathered into ``system``; tool
-    messages as tool_result blocks, consecutive ones in one user message."""
+    messages as tool_result blocks, consecutive ones in one user message; an assistant turn as
+    ``_anthropic_assistant`` says it."""
     system: list[Any] = []
     out: list[dict[str, Any]] = []
     results: list[dict[str, Any]] | None = None
@@ -217,14 +282,16 @@ def _anthropic_messages(messages: list[dict[str, Any]]) -> tuple[Any, list[dict[
                 results = []
                 out.append({"role": "user", "content": results})
             block = {"type": "tool_result", "tool_use_id": message.get("tool_call_id")}
-            block["content"] = "" if content is None else _anthropic_content(content, where)
+            block["content"] = _tool_result(content, where)
             results.append(block)
-        elif role in ("user", "assistant"):
+        elif role == "assistant":
             results = None
-            if role == "assistant":
-                out.append(_anthropic_assistant(message, where))
-            else:
-                out.append({"role": "user", "content": _anthropic_content(content, where)})
+            said = _anthropic_assistant(message, where, final=i == len(messages) - 1)
+            if said is not None:
+                out.append(said)
+        elif role == "user":
+            results = None
+            out.append({"role": "user", "content": _anthropic_content(content, where)})
         else:
             raise UntranslatableError(f"{where}: a {role} message has no form in Anthropic's API")
     return _anthropic_system(system), out
@@ -243,21 +310,55 @@ def _anthropic_system(contents: list[Any]) -> str | list[dict[str, Any]] | None:
     return "\n\n".join(text_of(c) for c in contents)
 
 
-def _anthropic_assistant(message: dict[str, Any], where: str) -> dict[str, Any]:
+def _anthropic_assistant(
+    message: dict[str, Any], where: str, *, final: bool
+) -> dict[str, Any] | None:
+    """An assistant turn as Anthropic takes it: a refusal as its text; a turn that said nothing
+    (no text, no tool call) left out where it is not the last (Anthropic refuses empty content
+    there and joins the turns around it, as it joins any two of one role); the text of the
+    last, which Anthropic continues, without trailing whitespace (which it refuses)."""
     content, calls = message.get("content"), message.get("tool_calls")
     if message.get("function_call") is not None:
         raise UntranslatableError(f"{where}.function_call: use tool_calls for Anthropic backends")
-    if not calls:
-        return {"role": "assistant", "content": _anthropic_content(content or "", where)}
-    if not isinstance(calls, list):
+    if calls is not None and not isinstance(calls, list):
         raise UntranslatableError(f"{where}.tool_calls is not a list of tool calls")
     blocks: list[Any] = []
     if isinstance(content, list):
         blocks.extend(_anthropic_content(content, where))
     elif content:
         blocks.append({"type": "text", "text": content})
-    blocks.extend(_tool_use(call, f"{where}.tool_calls[{j}]") for j, call in enumerate(calls))
+    if not blocks and isinstance(message.get("refusal"), str):
+        blocks.append({"type": "text", "text": message["refusal"]})
+    blocks = [b for b in blocks if not _empty_text(b)]
+    blocks.extend(_tool_use(call, f"{where}.tool_calls[{j}]") for j, call in enumerate(calls or ()))
+    if final and blocks and blocks[-1].get("type") == "text":
+        blocks[-1] = {**blocks[-1], "text": blocks[-1]["text"].rstrip()}
+        blocks = [b for b in blocks if not _empty_text(b)]
+    if not blocks:
+        return {"role": "assistant", "content": ""} if final else None
+    if len(blocks) == 1 and set(blocks[0]) == {"type", "text"} and not calls:
+        return {"role": "assistant", "content": blocks[0]["text"]}
     return {"role": "assistant", "content": blocks}
+
+
+def _empty_text(block: Any) -> bool:
+    return (
+        isinstance(block, dict)
+        and block.get("type") == "text"
+        and not str(block.get("text")).strip()
+    )
+
+
+def _tool_result(content: Any, where: str) -> Any:
+    """A tool message's content as a tool_result's: text parts as one text (Anthropic refuses
+    an empty text block, and the chat completions API takes only text here)."""
+    if content is None:
+        return ""
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" for p in content
+    ):
+        return text_of(content, where)
+    return _anthropic_content(content, where)
 
 
 def _tool_use(call: Any, where: str) -> dict[str, Any]:

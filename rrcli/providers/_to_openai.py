@@ -31,16 +31,17 @@ def _client_tools(tools: object) -> bool:
     )
 
 
+#: the most stop sequences the chat completions API takes
+MAX_STOP = 4
 #: Messages field → whether the chat completions API can express its value.
 EXPRESSIBLE: dict[str, Callable[[Any], bool]] = {
     "top_k": lambda v: False,
     "thinking": lambda v: isinstance(v, dict) and v.get("type") == "disabled",
     "tools": _client_tools,
     "service_tier": lambda v: v in ("auto", "standard_only"),
+    "stop_sequences": lambda v: not isinstance(v, list) or len(v) <= MAX_STOP,
     **dict.fromkeys(
-        ["max_tokens", "stop_sequences", "system", "temperature", "top_p", "tool_choice",
-         "metadata"],
-        _always,
+        ["max_tokens", "system", "temperature", "top_p", "tool_choice", "metadata"], _always
     ),
 }  # fmt: skip
 
@@ -81,6 +82,8 @@ def _openai_tool(tool: Any) -> Any:
     if tool.get("description"):
         function["description"] = tool["description"]
     function["parameters"] = tool["input_schema"]
+    if tool.get("strict") is not None:
+        function["strict"] = tool["strict"]
     return {"type": "function", "function": function}
 
 

@@ -71,7 +71,8 @@ class Call:
     job's messages and params are written in (``"openai"``, or ``"anthropic"`` for a Message
     Batches line): an adapter whose API is the other one translates (``providers.translate``).
     ``endpoint``: one of ``registry.ENDPOINTS``; a non-chat call has no messages and sends
-    ``input`` (completions: as the prompt) with its params.
+    ``input`` (completions: as the prompt) with its params. ``input_tokens``: the caller's
+    estimate of the input (``tokens.estimate_prompt_tokens``), made once; None when not made.
     """
 
     messages: list[dict[str, Any]]
@@ -80,6 +81,7 @@ class Call:
     dialect: str = "openai"
     endpoint: str = "chat"
     input: Any = None
+    input_tokens: int | None = None
 
 
 @dataclass(slots=True)

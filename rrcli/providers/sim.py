@@ -70,7 +70,7 @@ class SimProvider:
         if "tools" in call.params and (called := _called_tool(call)) is not None:
             return await self._tool_reply(call, *called)
         variant = behaviour.variant(messages)
-        tokens = estimate_input_tokens(messages)
+        tokens = call.input_tokens or estimate_input_tokens(messages)
         cached = None
         if behaviour.prefix is not None:
             prompt = rendered_prompt(messages, call.params.get("tools"), call.params.get("system"))

@@ -22,7 +22,7 @@ Pure: no HTTP client, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -73,14 +73,24 @@ def dialect_of(kind: str) -> str:
     return "anthropic" if kind == "anthropic_batch" else "openai"
 
 
-def unexpressible(provider: str, params: Mapping[str, Any]) -> tuple[str, ...]:
-    """The names of ``params``, written in the other API's shape, that the API of ``provider``
-    (a registry name) cannot express; () for a provider that takes every job as written (sim).
-    A field of the target API is expressible as it is; a null, rrcli's own fields and a
-    default that says nothing are dropped, not refused."""
+def unexpressible(
+    provider: str, params: Mapping[str, Any], messages: Sequence[Mapping[str, Any]] = ()
+) -> tuple[str, ...]:
+    """The names of ``params`` (and the places of ``messages``: ``messages[0].name``), written
+    in the other API's shape, that the API of ``provider`` (a registry name) cannot express; ()
+    for a provider that takes every job as written (sim). A field of the target API is
+    expressible as it is; a null, rrcli's own fields and a default that says nothing are
+    dropped, not refused."""
     target = info(provider).dialect
     if target is None:
         return ()
+    names = list(_unexpressible_params(target, params))
+    if target == "anthropic" and messages:
+        names.extend(_to_anthropic.unsayable(messages))
+    return tuple(names)
+
+
+def _unexpressible_params(target: str, params: Mapping[str, Any]) -> list[str]:
     limits, fields = _LIMITS[target], _FIELDS[target]
     names = []
     for key, value in params.items():
@@ -89,7 +99,7 @@ def unexpressible(provider: str, params: Mapping[str, Any]) -> tuple[str, ...]:
         check = limits.get(key)
         if (check is None and key not in fields) or (check is not None and not check(value)):
             names.append(key)
-    return tuple(names)
+    return names
 
 
 def answer_from_forced_tool(reply: Reply, call: Call) -> Reply:

@@ -5,12 +5,18 @@ router's counters, cooldowns and AIMD, the rpm/tpm settlement) reads the same fr
 way stamina hands one ``RetryDetails`` to every hook, and ``records.results`` builds a job's
 result line from its ``CallOutcome`` alone. Times: ``*_s`` and unsuffixed are seconds (``ts_*``
 epoch, the rest monotonic), ``*_ms`` milliseconds.
+
+Both are frozen ``msgspec.Struct`` records rather than frozen dataclasses: every attempt makes
+one and every job one more, and a frozen dataclass sets each field through
+``object.__setattr__`` (a 17-field Attempt took longer to build than the sim takes to answer).
+A changed copy is ``msgspec.structs.replace``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
 
 if TYPE_CHECKING:
     from rrcli.config.profile import Backend
@@ -26,8 +32,7 @@ __all__ = ["Attempt", "CallOutcome", "Decision"]
 Decision = Literal["ok", "retry", "failover", "error", "cached"]
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
+class Attempt(msgspec.Struct, frozen=True):
     """One HTTP attempt and what was decided after it (or a cached answer standing for one:
     decision ``cached``, zero latency, no error)."""
 
@@ -75,8 +80,7 @@ class Attempt:
         return None if self.error is None else self.error.type
 
 
-@dataclass(frozen=True, slots=True)
-class CallOutcome:
+class CallOutcome(msgspec.Struct, frozen=True):
     """How one job, or one turn of a session, ended: the only input of its result line.
 
     ``attempt`` is the last attempt (the deployment, the attempt count, the latency), None for an

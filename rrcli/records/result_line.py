@@ -22,7 +22,8 @@ def result_line(outcome: CallOutcome, keep_response: bool = False) -> dict[str, 
     logprobs?, choices?, session?, turns?, response?`` for ``ok``; ``id, status, deployment,
     attempts, error, metadata, session?, turns?`` for ``error``; ``id, status, error,
     duplicate_of?`` for ``invalid``. ``usage`` is ``input_tokens, output_tokens,
-    cached_input_tokens?, reasoning_tokens?``. A key marked ``?`` is written only when the
+    cached_input_tokens?, reasoning_tokens?, usage_estimated?`` (true when the server reported
+    none and the counts are rrcli's estimate). A key marked ``?`` is written only when the
     provider said it (so a plain text answer's line has none of them): the answer's own fields
     first, next to ``output``; the bulky ones (logprobs, every choice, the whole response body)
     last, after ``metadata``. ``response`` (``keep_response``) is the body as received, or the
@@ -183,6 +184,8 @@ def _tokens(reply: Reply) -> dict[str, int | None]:
         usage["cached_input_tokens"] = reply.cached_input_tokens
     if reply.reasoning_tokens is not None:
         usage["reasoning_tokens"] = reply.reasoning_tokens
+    if reply.usage_estimated:
+        usage["usage_estimated"] = True
     return usage
 
 
@@ -192,7 +195,10 @@ def _usage(turns: tuple[CallOutcome, ...]) -> dict[str, int]:
     usage = {"input_tokens": 0, "output_tokens": 0}
     for turn in turns:
         for name, value in _tokens(turn.reply).items():  # type: ignore[arg-type]
-            usage[name] = usage.get(name, 0) + (value or 0)
+            if name != "usage_estimated":
+                usage[name] = usage.get(name, 0) + (value or 0)
+    if any(turn.reply is not None and turn.reply.usage_estimated for turn in turns):
+        usage["usage_estimated"] = True
     return usage
 
 

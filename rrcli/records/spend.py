@@ -1,11 +1,13 @@
 """What earlier runs spent, read back from a trace file (SPEC §13: a budget with ``--resume``
 covers the earlier runs of the same results file).
 
-Each call record costs its tokens at the price its run record gives its deployment (USD per
-million tokens), but an answer from the response cache (outcome ``cached``), which made no
-call; a deployment its run left unpriced costs what ``fallback`` (today's prices) says, else
-nothing. Streamed line by line; a line that is not a trace record is skipped, as ``rrcli
-stats`` skips it.
+Each call record costs what it was charged (``cost_usd``: the reservation of an attempt whose
+usage was unknown, so a resumed budget counts what the live one did); a record without it
+(written by an older rrcli, or of a deployment its run left unpriced) costs its tokens at the
+price its run record gives its deployment (USD per million tokens), else at what ``fallback``
+(today's prices) says, else nothing. An answer from the response cache (outcome ``cached``)
+made no call and costs nothing. Streamed line by line; a line that is not a trace record is
+skipped, as ``rrcli stats`` skips it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ def traces_cost(path: Path | None, fallback: Mapping[str, Price | None]) -> floa
             if record.get("event") == "run":
                 prices.update(_run_prices(record))
             elif record.get("event") == "call" and record.get("outcome") != "cached":
+                charged = record.get("cost_usd")
+                if type(charged) in (int, float) and 0 <= charged < 1e6:
+                    total += charged * 1e6
+                    continue
                 price = prices.get((record.get("run_id"), record.get("deployment")))
                 if price is None:
                     fell = fallback.get(record.get("deployment"))  # type: ignore[arg-type]

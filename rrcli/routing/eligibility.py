@@ -1,7 +1,8 @@
 """Which backends of the pool may serve a job, before any routing decision.
 
 A backend whose API cannot express one of the job's params (``n`` = 2 on Anthropic, ``top_k`` on
-an OpenAI-compatible server: ``providers.translate.unexpressible``) never receives it: the job is
+an OpenAI-compatible server) or what its messages say (a message's ``name`` on Anthropic:
+``providers.translate.unexpressible``) never receives it: the job is
 routed among the others (they are excluded from its routing decisions, as failover excludes the
 backends it tried), and where none is left the job is ``invalid``, naming the parameters and the
 backends. A backend's own ``params`` are written in its API and are not judged here.
@@ -28,15 +29,21 @@ _API_NAMES = {"openai": "the chat completions API", "anthropic": "Anthropic's Me
 
 
 def eligible_backends(
-    params: Mapping[str, Any], dialect: str, backends: Iterable[Backend]
+    params: Mapping[str, Any],
+    dialect: str,
+    backends: Iterable[Backend],
+    messages: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(the ids of the backends that can carry a job of ``dialect`` with ``params``, one reason
-    for each group of the others): ``n = 2 cannot be sent to anthropic backends a, b: ...``."""
+    """(the ids of the backends that can carry a job of ``dialect`` with ``params`` and
+    ``messages``, one reason for each group of the others): ``n = 2 cannot be sent to
+    anthropic backends a, b: ...``."""
     ids: list[str] = []
     refused: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for backend in backends:
         target = info(backend.provider).dialect
-        names = () if target in (None, dialect) else unexpressible(backend.provider, params)
+        names = (
+            () if target in (None, dialect) else unexpressible(backend.provider, params, messages)
+        )
         if names:
             refused.setdefault((backend.provider, names), []).append(backend.id)
         else:
@@ -51,7 +58,7 @@ def eligible_backends(
 def _reason(
     params: Mapping[str, Any], provider: str, names: tuple[str, ...], ids: Sequence[str]
 ) -> str:
-    what = ", ".join(_shown(name, params[name]) for name in names)
+    what = ", ".join(_shown(name, params.get(name)) for name in names)
     where = f"{provider} backend{'s' if len(ids) > 1 else ''} {', '.join(ids)}"
     api = _API_NAMES.get(info(provider).dialect or "", provider)
     it = "it" if len(names) == 1 else "them"
@@ -80,12 +87,21 @@ class Eligibility:
             for dialect in DIALECTS
         }
 
-    def check(self, params: Mapping[str, Any], dialect: str) -> tuple[frozenset[str], str | None]:
+    def judges(self, dialect: str) -> bool:
+        """Whether a job of ``dialect`` may find a backend of this pool that cannot say it."""
+        return self._mixed.get(dialect, True)
+
+    def check(
+        self,
+        params: Mapping[str, Any],
+        dialect: str,
+        messages: Sequence[Mapping[str, Any]] = (),
+    ) -> tuple[frozenset[str], str | None]:
         """(the backends a job may not be routed to, why it may go nowhere or None): the job's
-        ``params`` written in ``dialect``."""
+        ``params`` and ``messages`` written in ``dialect``."""
         if not self._mixed.get(dialect, True):
             return _NOWHERE, None
-        ids, reasons = eligible_backends(params, dialect, self._backends)
+        ids, reasons = eligible_backends(params, dialect, self._backends, messages)
         if not ids:
             hint = "remove the parameter, or add a backend whose API has it"
             return frozenset(b.id for b in self._backends), f"{'; '.join(reasons)} — {hint}"

@@ -70,6 +70,7 @@ class Router:
         fixed = tuple(Candidate(s.position, s.backend.weight) for s in self.states)
         self._fixed = None if self._strategy.load_aware else fixed
         self._skip_cooling = self._strategy.load_aware or profile.cooldown.round_robin
+        self._cooled_until = 0.0  # the latest cooldown of any backend: none cools after it
         #: the strategy that reads prompts, when it is the one
         self._prefixes = self._strategy if isinstance(self._strategy, CacheAware) else None
         self._rng = rng
@@ -262,9 +263,10 @@ class Router:
             if s.gate.in_flight + s.gate.waiting < s.gate.cap and not s.cooling
         ]
 
-    def recent(self, position: int) -> Sequence[Sequence[int]]:
-        """The prefix blocks of the last prompts sent to the backend at ``position``."""
-        return self._prefixes.recent(position) if self._prefixes is not None else ()
+    def recents(self) -> Sequence[Sequence[Sequence[int]]]:
+        """For each backend in profile order, the prefix blocks of the last prompts sent to
+        it (newest last)."""
+        return self._prefixes.recents if self._prefixes is not None else ()
 
     @property
     def healthy(self) -> int:
@@ -317,6 +319,7 @@ class Router:
         """Extend the cooldown to ``until``; a cooldown is never shortened."""
         if until > state.cooldown_until:
             state.cooldown_until = until
+            self._cooled_until = max(self._cooled_until, until)
             seconds = round(until - self._clock(), 3)
             log.info(
                 "rrcli.backend_cooling", backend=state.backend.id, reason=reason, seconds=seconds
@@ -340,7 +343,7 @@ class Router:
             allowed = tuple(s for s in allowed if s.backend.id not in exclude)
         if not allowed:
             raise no_backend(self.states, bool(self._admitted), exclude)
-        if not self._skip_cooling:
+        if not self._skip_cooling or self._clock() >= self._cooled_until:
             return allowed, None
         warm = [s for s in allowed if not s.cooling]
         return warm, (None if warm else min(s.cooldown_until for s in allowed))

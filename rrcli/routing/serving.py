@@ -102,5 +102,11 @@ class RouteRules:
         excluded, refusal = self.serving.check(job.endpoint)
         if refusal is not None or job.endpoint != "chat":
             return excluded, refusal
-        unexpressive, refusal = self.eligibility.check(job.params, dialect_of(job.kind))
+        dialect = dialect_of(job.kind)
+        if not self.eligibility.judges(dialect):
+            return excluded, None
+        messages = job.messages
+        if job.turns:  # a session's turns become user messages
+            messages = [*messages, *({"role": "user", "content": t} for t in job.turns)]
+        unexpressive, refusal = self.eligibility.check(job.params, dialect, messages)
         return (excluded | unexpressive if unexpressive else excluded), refusal

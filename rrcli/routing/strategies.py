@@ -201,7 +201,7 @@ class CacheAware(_Rotating):
     """
 
     name = "cache_aware"
-    RECENT = 8  # prompts remembered per backend for the lookahead (recent)
+    RECENT = 4  # prompts remembered per backend for the lookahead (recents)
 
     def __init__(
         self,
@@ -212,7 +212,8 @@ class CacheAware(_Rotating):
     ) -> None:
         super().__init__()
         self.trees = [PrefixBlocks(c) for c in capacities]
-        self._recent = [deque[Sequence[int]](maxlen=self.RECENT) for _ in capacities]
+        #: per backend, the prefix blocks of the last prompts sent to it (newest last)
+        self.recents = [deque[Sequence[int]](maxlen=self.RECENT) for _ in capacities]
         self._threshold = threshold
         self._abs = balance_abs
         self._rel = balance_rel
@@ -247,12 +248,7 @@ class CacheAware(_Rotating):
         """A prompt with prefix blocks ``chain`` went to the backend at ``position``."""
         if chain:
             self.trees[position].add(chain)
-            self._recent[position].append(chain)
-
-    def recent(self, position: int) -> Sequence[Sequence[int]]:
-        """The prefix blocks of the last prompts sent to the backend at ``position``, newest
-        last."""
-        return self._recent[position]
+            self.recents[position].append(chain)
 
 
 class FirstAvailable(_Base):

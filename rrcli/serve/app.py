@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import math
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +28,8 @@ from starlette.routing import Route
 
 from rrcli.errors import CallError
 from rrcli.records.attempt import CallOutcome
-from rrcli.run.pool import Pool, answer
+from rrcli.running.pool import Pool, answer
+from rrcli.serve.metrics import CONTENT_TYPE, Metrics
 from rrcli.serve.sessions import Idle, session_of
 from rrcli.serve.wires import ANTHROPIC, OPENAI, Wire
 
@@ -61,6 +64,7 @@ class Gateway:
         self.draining = False
         self.in_flight = 0
         self.sessions = Idle(settings.session_idle)
+        self.metrics = Metrics(self.pools)
         self._by_model: dict[str, tuple[Pool, frozenset[str]]] = {}
         for pool in self.pools:
             ids = {b.id for b in pool.profile.backends}
@@ -77,6 +81,17 @@ class Gateway:
         if model is None and len(self.pools) == 1:
             return self.pools[0], frozenset()
         return self._by_model.get(model) if type(model) is str else None
+
+    def cooling(self, pool: Pool, exclude: frozenset[str]) -> float | None:
+        """Seconds until the first of the request's backends stops cooling, when every one
+        of them is cooling (the request is answered 429 at once rather than held); None when
+        one may take it."""
+        states = [
+            s for s in pool.engine.router.states if s.backend.id not in exclude and not s.down
+        ]
+        if not states or not all(s.cooling for s in states):
+            return None
+        return min(s.cooldown_until for s in states) - states[0].clock()
 
     def forget_idle(self) -> None:
         for session in self.sessions.expired():
@@ -101,7 +116,11 @@ def pool_name(pool: Pool) -> str:
 
 def build_app(gateway: Gateway) -> Starlette:
     """The app: both APIs (also under ``/s/{session}``), /health, /ready, /v1/models."""
-    routes = [Route("/health", _health(gateway)), Route("/ready", _ready(gateway))]
+    routes = [
+        Route("/health", _health(gateway)),
+        Route("/ready", _ready(gateway)),
+        Route("/metrics", _metrics(gateway)),
+    ]
     for prefix in ("", "/s/{session}"):
         for path, endpoint in _OPENAI_PATHS.items():
             handler = _api(gateway, OPENAI, endpoint)
@@ -132,6 +151,13 @@ def _ready(gateway: Gateway) -> Any:
     return ready
 
 
+def _metrics(gateway: Gateway) -> Any:
+    async def metrics(request: Request) -> Response:
+        return Response(gateway.metrics.render(), media_type=CONTENT_TYPE)
+
+    return metrics
+
+
 def _models(gateway: Gateway) -> Any:
     async def models(request: Request) -> Response:
         data = [{"id": m, "object": "model", "owned_by": "rrcli"} for m in gateway.models()]
@@ -141,12 +167,23 @@ def _models(gateway: Gateway) -> Any:
 
 
 def _api(gateway: Gateway, wire: Wire, endpoint: str) -> Any:
+    metrics = gateway.metrics
+
     async def handle(request: Request) -> Response:
         gateway.in_flight += 1
+        metrics.in_flight.inc()
+        started = time.monotonic()
+        status, streamed, deployment = 500, False, None
         try:
-            return await _handle(gateway, wire, endpoint, request)
+            response = await _handle(gateway, wire, endpoint, request)
+            status, deployment = response.status_code, response.headers.get("x-rrcli-deployment")
+            streamed = isinstance(response, StreamingResponse)
+            return response
         finally:
             gateway.in_flight -= 1
+            metrics.in_flight.dec()
+            seconds = time.monotonic() - started
+            metrics.observe(wire.name, endpoint, status, seconds, streamed, deployment)
 
     return handle
 
@@ -174,6 +211,15 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
             wire, 404, f"model {body.get('model')!r} is not served here; served: {served}"
         )
     pool, exclude = chosen
+    wait = gateway.cooling(pool, exclude)
+    if wait is not None:
+        after = str(max(1, math.ceil(wait)))
+        return _error(
+            wire,
+            429,
+            f"every backend is cooling down — retry in {after} s",
+            **{"retry-after": after},
+        )
     session = session_of(request.path_params.get("session"), request.headers, body)
     streamed = body.get("stream") is True
     line = wire.line(endpoint, body)

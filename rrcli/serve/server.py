@@ -25,7 +25,7 @@ import uvicorn
 
 from rrcli.config.profile import Profile
 from rrcli.errors import UsageError
-from rrcli.run.pool import Pool
+from rrcli.running.pool import Pool
 from rrcli.serve.app import Gateway, Settings, build_app, pool_name
 
 __all__ = ["ServeOptions", "client_keys", "serve"]

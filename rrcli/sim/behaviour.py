@@ -165,6 +165,11 @@ class SimBehaviour:
             text = self._texts[variant]
         return text
 
+    def forget(self) -> None:
+        """Empty the prefix cache (a server's ``/stats/reset``)."""
+        if self.prefix is not None:
+            self.prefix = PrefixBlocks(self.settings.prefix_cache_tokens)
+
     def cached(self, prompt: str, input_tokens: int) -> int:
         """Input tokens of ``prompt`` the prefix cache holds (whole blocks, never the whole
         input: the last token is always computed, as vLLM does); the prompt's blocks are held

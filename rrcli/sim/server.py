@@ -8,7 +8,8 @@ errors, rate limits and concurrency cap are known. It serves OpenAI ``/v1/chat/c
 ``/v1/messages``, plain and SSE streaming where the API streams; any other path (one without
 ``/v1`` included, as OpenAI and vLLM answer it) is a 404 in the error shape of the API the
 request speaks. ``/v1/models``;
-``/stats`` (``/stats/reset``) so tests can see what the server saw: requests, peak concurrency,
+``/stats`` (``/stats/reset``, which also empties the prefix cache) so tests can see what the
+server saw: requests, peak concurrency,
 429s sent, assistant messages received in histories (and how many carried
 ``reasoning_content``), and requests per credential (by a short sha256 fingerprint of the key,
 with the header it came in); ``/requests``, the last requests themselves (``rrcli.sim.received``).
@@ -136,6 +137,7 @@ class _SimAPI:
     async def reset(self, request: Request) -> Response:
         self.state.reset()
         self.received.clear()
+        self.behaviour.forget()
         return Response(orjson.dumps(self.state.snapshot()), media_type=_JSON)
 
     async def requests(self, request: Request) -> Response:

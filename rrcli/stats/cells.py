@@ -54,6 +54,16 @@ def _share(group: dict[str, Any]) -> str:
     return "-" if share is None else f"{share:.1%}"
 
 
+def _hit(group: dict[str, Any]) -> str:
+    rate = group["cache_hit_rate"]
+    return "-" if rate is None else f"{rate:.1%}"
+
+
+def _saved(group: dict[str, Any]) -> str:
+    saved = group["cache_saved_usd"]
+    return "-" if saved is None else f"{saved:,.4f}"
+
+
 COLUMNS = (
     Column("calls", "calls", _count("calls"), 1),
     Column("ok", "ok", _count("ok")),
@@ -70,6 +80,8 @@ COLUMNS = (
     Column("tokens_in", "tokens\nin", _count("input_tokens")),
     Column("tokens_out", "tokens\nout", _count("output_tokens")),
     Column("cost", "cost\nUSD", cost_cell),
+    Column("hit", "cache\nhit", _hit),
+    Column("saved", "cache saved\nUSD", _saved),
     Column("tok_s", "out\ntok/s", lambda group: short(group["output_tokens_per_s"]), 6),
     Column("peak", "peak in\nflight", _count("peak_in_flight"), 9),
 )

@@ -51,7 +51,7 @@ _ABSENT = {"endpoint": "chat"}
 # writer's: msgspec matches each key fastest when it comes where the struct expects it.
 _REQUIRED = ("run_id", "deployment", "outcome", "ts_start", "ts_end")
 _READ = _REQUIRED + tuple(KEY_FIELDS.values()) + (
-    "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "stream",
+    "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens", "stream",
 )  # fmt: skip
 #: a count no call reaches (MAX_USAGE_TOKENS or more, or negative) makes its record malformed:
 #: it would overflow every sum made with it
@@ -73,6 +73,7 @@ _Call = msgspec.defstruct(
 class _Price(msgspec.Struct, gc=False):
     input: float
     output: float
+    cached_input: float | None = None
 
 
 class _Backend(msgspec.Struct, gc=False):
@@ -108,7 +109,9 @@ class _BackendEvent(msgspec.Struct, tag="backend", tag_field="event", gc=False):
 
 
 _DECODER = msgspec.json.Decoder(_Call | _Run | _RunEnd | _BackendEvent)
-_NUMBERS = attrgetter("latency_ms", "ttft_ms", "input_tokens", "output_tokens")
+_NUMBERS = attrgetter(
+    "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens"
+)
 
 
 @dataclass(slots=True)
@@ -141,6 +144,7 @@ class Columns:
     ttft: np.ndarray
     tokens_in: np.ndarray
     tokens_out: np.ndarray
+    tokens_cached: np.ndarray  # input tokens a server's cache held
 
     def take(self, index: np.ndarray) -> Columns:
         """The rows at ``index`` (an integer or boolean array)."""
@@ -207,7 +211,7 @@ class TraceReader:
         """Every call read so far."""
         if not self._blocks:
             ints = [np.zeros(0, np.int32)] * 3
-            return Columns(*ints, np.zeros(0, np.int8), np.zeros(0, bool), *[np.zeros(0)] * 6)
+            return Columns(*ints, np.zeros(0, np.int8), np.zeros(0, bool), *[np.zeros(0)] * 7)
         if len(self._blocks) > 1:
             self._blocks = [tuple(map(np.concatenate, zip(*self._blocks, strict=True)))]
         return Columns(*self._blocks[0])
@@ -248,9 +252,9 @@ class TraceReader:
         t0 = _timestamps(list(map(attrgetter("ts_start"), calls)))
         t1 = _timestamps(list(map(attrgetter("ts_end"), calls)))
         try:
-            numbers = np.array(list(map(_NUMBERS, calls)), dtype=float).reshape(n, 4).T
+            numbers = np.array(list(map(_NUMBERS, calls)), dtype=float).reshape(n, 5).T
         except OverflowError:  # an integer past any float
-            numbers = np.array([list(map(_float, _NUMBERS(c))) for c in calls]).reshape(n, 4).T
+            numbers = np.array([list(map(_float, _NUMBERS(c))) for c in calls]).reshape(n, 5).T
         cols = [
             _codes(self.run_ids, list(map(attrgetter("run_id"), calls))),
             _codes(self.deployments, list(map(attrgetter("deployment"), calls))),

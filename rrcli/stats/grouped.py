@@ -155,16 +155,20 @@ def group_rows(
     total: int,
     *,
     empty: bool = False,
+    price_cached: np.ndarray | None = None,
 ) -> list[tuple[int, dict[str, Any]]]:
     """(code, its SPEC §10 fields) of each of the ``n`` groups that has calls (with ``empty``,
     of every group), each number computed for all groups at once. ``price_in``/``price_out``:
-    USD per million tokens of each call, NaN when unpriced; ``total``: the calls a share is of.
-    Answers from the response cache count in ``cached`` and nowhere else."""
+    USD per million tokens of each call, NaN when unpriced; ``price_cached`` the same for its
+    cached input (None: as input); ``total``: the calls a share is of. Answers from the response
+    cache count in ``cached`` and nowhere else."""
+    price_cached = price_in if price_cached is None else price_cached
     from_cache = c.outcome == CACHED
     cached = group_sums(codes[from_cache], n)
     if cached.any():
         kept = ~from_cache
         c, codes, price_in, price_out = c.take(kept), codes[kept], price_in[kept], price_out[kept]
+        price_cached = price_cached[kept]
     ok = c.outcome == 0
     timed = ok & ~np.isnan(c.latency)
     with_ttft = ok & ~np.isnan(c.ttft)
@@ -172,7 +176,9 @@ def group_rows(
     tpot = (c.latency[streamed] - c.ttft[streamed]) / (c.tokens_out[streamed] - 1)
     tokens_in, tokens_out = np.nan_to_num(c.tokens_in), np.nan_to_num(c.tokens_out)
     priced = ~np.isnan(price_in)
-    spent = tokens_in[priced] * price_in[priced] + tokens_out[priced] * price_out[priced]
+    held = np.minimum(np.nan_to_num(c.tokens_cached), tokens_in)
+    saved = held[priced] * (price_in[priced] - price_cached[priced])
+    spent = tokens_in[priced] * price_in[priced] + tokens_out[priced] * price_out[priced] - saved
     calls = group_sums(codes, n)
     priced_calls = group_sums(codes[priced], n)
     columns = (
@@ -188,6 +194,8 @@ def group_rows(
         group_sums(codes, n, tokens_out),
         np.where(priced_calls > 0, group_sums(codes[priced], n, spent), np.nan),
         priced_calls,
+        group_sums(codes, n, held),
+        np.where(priced_calls > 0, group_sums(codes[priced], n, saved), np.nan),
         *group_sweep(codes, c.t0, c.t1, n),
     )
     values = [column.tolist() for column in columns]  # Python numbers: 10x faster to read
@@ -199,7 +207,7 @@ def group_rows(
 
 def _row(
     calls, ok, retried, errors, cached, latency, ttft, tpot, tokens_in, tokens_out, spent, priced,
-    peak, busy, total,
+    held, saved, peak, busy, total,
 ) -> dict[str, Any]:  # fmt: skip
     """One group's SPEC §10 fields from its numbers (NaN: no sample, no price)."""
     return {
@@ -216,6 +224,9 @@ def _row(
         "output_tokens": int(tokens_out),
         "cost_usd": None if isnan(spent) else round(spent / 1e6, 6),
         "priced_calls": int(priced),
+        "cached_input_tokens": int(held),
+        "cache_hit_rate": round(held / tokens_in, 4) if tokens_in else None,
+        "cache_saved_usd": None if isnan(saved) else round(saved / 1e6, 6),
         "output_tokens_per_s": _rate(tokens_out, busy),
         "peak_in_flight": int(peak),
     }

@@ -89,13 +89,14 @@ def summarize(
     codes = np.array([reader.run_ids[r] for r in runs if r in reader.run_ids], np.int32)
     if len(codes) < len(reader.run_ids):
         cols = cols.take(np.isin(cols.run, codes))
-    price_in, price_out = _prices(reader, cols)
+    price_in, price_out, price_cached = _prices(reader, cols)
     sent = cols.outcome != CACHED
     per_run = group_sums(cols.run[sent], len(reader.run_ids)).astype(int).tolist()
+    prices = (price_in, price_out, price_cached)
     summary = {
         "by": by,
-        "groups": _groups(reader, cols, price_in, price_out, runs, int(sent.sum())),
-        "total": _total(cols, price_in, price_out, int(sent.sum())),
+        "groups": _groups(reader, cols, prices, runs, int(sent.sum())),
+        "total": _total(cols, prices, int(sent.sum())),
         "jobs": _jobs(reader, runs),
         "runs": [_run_row(reader, per_run, r, starts[r]) for r in runs],
         "malformed_lines": reader.malformed,
@@ -241,32 +242,38 @@ def _match_run(prefix: str, ids: list[str]) -> str:
     raise UsageError(f"--run {prefix!r}: {what} (runs: {known})")
 
 
-def _prices(reader: TraceReader, cols: Columns) -> tuple[np.ndarray, np.ndarray]:
-    """USD per million input/output tokens for each call, NaN where the run gives no price.
-    Looked up by (run, deployment) pair: a table of every pair would grow as runs ×
-    deployments."""
+def _prices(reader: TraceReader, cols: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """USD per million input, output and cached input tokens for each call, NaN where the run
+    gives no price (cached input at the input price when the price names none). Looked up by
+    (run, deployment) pair: a table of every pair would grow as runs × deployments."""
     width = len(reader.deployments) or 1
     pairs, prices = [], []
     for run_id, code in reader.run_ids.items():
         for backend_id, backend in reader.run_info(run_id).backends.items():
             if backend.price is not None and backend_id in reader.deployments:
                 pairs.append(code * width + reader.deployments[backend_id])
-                prices.append((backend.price.input, backend.price.output))
-    price_in, price_out = np.full(len(cols.t0), np.nan), np.full(len(cols.t0), np.nan)
+                price = backend.price
+                cached = price.input if price.cached_input is None else price.cached_input
+                prices.append((price.input, price.output, cached))
+    price_in, price_out, price_cached = (np.full(len(cols.t0), np.nan) for _ in range(3))
     if pairs:
         order = np.argsort(pairs)
-        known, table = np.array(pairs)[order], np.array(prices).reshape(-1, 2)[order]
+        known, table = np.array(pairs)[order], np.array(prices).reshape(-1, 3)[order]
         wanted = cols.run.astype(np.int64) * width + cols.deployment
         at = np.minimum(np.searchsorted(known, wanted), len(known) - 1)
         found = known[at] == wanted
         price_in[found], price_out[found] = table[at[found], 0], table[at[found], 1]
-    return price_in, price_out
+        price_cached[found] = table[at[found], 2]
+    return price_in, price_out, price_cached
 
 
-def _groups(reader, cols, price_in, price_out, runs, sent: int) -> list[dict[str, Any]]:
+def _groups(reader, cols, prices, runs, sent: int) -> list[dict[str, Any]]:
     """One row per group; ``sent``: the calls sent in all (what a share is of)."""
     values = {code: value for value, code in reader.keys.items()}
-    rows = group_rows(cols, cols.key, len(reader.keys), price_in, price_out, sent)
+    price_in, price_out, price_cached = prices
+    rows = group_rows(
+        cols, cols.key, len(reader.keys), price_in, price_out, sent, price_cached=price_cached
+    )
     groups = [{"key": values[code], **row} for code, row in rows]
     if reader.by == "run":
         rank = {r: i for i, r in enumerate(runs)}
@@ -274,10 +281,13 @@ def _groups(reader, cols, price_in, price_out, runs, sent: int) -> list[dict[str
     return sorted(groups, key=lambda g: (g["key"] is None, g["key"]))
 
 
-def _total(cols: Columns, price_in, price_out, sent: int) -> dict[str, Any]:
+def _total(cols: Columns, prices, sent: int) -> dict[str, Any]:
     """The SPEC §10 fields of all calls together: one group."""
     everyone = np.zeros(len(cols.t0), np.int32)
-    [(_, row)] = group_rows(cols, everyone, 1, price_in, price_out, sent, empty=True)
+    price_in, price_out, price_cached = prices
+    [(_, row)] = group_rows(
+        cols, everyone, 1, price_in, price_out, sent, empty=True, price_cached=price_cached
+    )
     return {"key": "total", **row}
 
 

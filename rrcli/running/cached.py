@@ -36,7 +36,7 @@ from rrcli.errors import UsageError
 from rrcli.providers.base import Call, Reply
 from rrcli.records.attempt import Attempt, CallOutcome
 from rrcli.records.jobs import Job
-from rrcli.run.options import RunOptions
+from rrcli.running.options import RunOptions
 
 if TYPE_CHECKING:
     from rrcli.records.cache import CacheFile

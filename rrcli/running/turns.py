@@ -89,9 +89,11 @@ def estimated_usage(reply: Reply, call: Call, estimate: int) -> Reply:
 
 
 def assistant_message(reply: Reply) -> dict[str, Any]:
-    """The reply as the history's assistant message (``Call.messages``' OpenAI shape: its tool
-    calls included; each adapter writes it in its API's words)."""
+    """The reply as the history's assistant message (``Call.messages``' OpenAI shape: its
+    refusal and tool calls included; each adapter writes it in its API's words)."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.output}
+    if reply.refusal:
+        message["refusal"] = reply.refusal
     if reply.tool_calls:
         message["tool_calls"] = reply.tool_calls
     if reply.reasoning_content:

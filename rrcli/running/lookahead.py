@@ -29,13 +29,13 @@ _DEPTH = 512  # blocks of a prompt the window indexes at most (8,192 tokens)
 
 
 class Warmth(Protocol):
-    """What the window asks of the router: the backends with a free slot now, and the prefix
-    blocks of the last prompts each was sent (newest last)."""
+    """What the window asks of the router: the backends with a free slot now, and, for every
+    backend in profile order, the prefix blocks of the last prompts it was sent (newest last)."""
 
     threshold: float
 
     def free_positions(self) -> Sequence[int]: ...
-    def recent(self, position: int) -> Sequence[Sequence[int]]: ...
+    def recents(self) -> Sequence[Sequence[Sequence[int]]]: ...
 
 
 class Lookahead:
@@ -102,12 +102,20 @@ class Lookahead:
         """The slot of the job that continues furthest one of the last prompts of a backend with
         a free slot (the oldest of those, over the threshold), else ``oldest``."""
         warmth, by_block = self._warmth, self._by_block
+        # first the cheap test: does any job here share a first block with a recent prompt
+        starts = [
+            (position, chain)
+            for position, chains in enumerate(warmth.recents())
+            for chain in chains
+            if chain[0] in by_block
+        ]
+        if not starts:
+            return oldest
+        free = set(warmth.free_positions())
         best_depth, best = 0, oldest
-        for position in warmth.free_positions():
-            for chain in reversed(warmth.recent(position)):
-                depth = _shared_depth(chain, by_block)
-                if depth > best_depth:
-                    best_depth, best = depth, next(iter(by_block[chain[depth - 1]]))
+        for position, chain in reversed(starts):
+            if position in free and (depth := _shared_depth(chain, by_block)) > best_depth:
+                best_depth, best = depth, next(iter(by_block[chain[depth - 1]]))
         if best == oldest:
             return oldest
         _, _, tokens = self._window[best]

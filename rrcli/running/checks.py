@@ -69,6 +69,7 @@ class JobsReport:
     kinds: Counter[str] = field(default_factory=Counter)
     invalid: list[str] = field(default_factory=list)  # messages, each naming its line
     endpoints: Counter[str] = field(default_factory=Counter)  # valid jobs by endpoint
+    narrowed: int = 0  # valid jobs some backends serving their endpoint cannot say
 
     @property
     def jobs(self) -> int:
@@ -81,16 +82,19 @@ class JobsReport:
             "kinds": dict(self.kinds),
             "endpoints": dict(self.endpoints),
             "invalid": self.invalid,
+            "narrowed": self.narrowed,
         }
 
     def lines(self) -> list[str]:
-        """``validate --jobs``: the shapes counted (and the endpoints, when not all chat), then
-        each invalid line."""
+        """``validate --jobs``: the shapes counted (and the endpoints, when not all chat; the
+        jobs only some backends can say, when there are any), then each invalid line."""
         kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(self.kinds.items()))
         head = f"{self.source}: {self.jobs:,} jobs ({kinds or 'none'}), "
         if set(self.endpoints) - {"chat"}:
             served = sorted(self.endpoints.items())
             head += "endpoints: " + ", ".join(f"{e} {n:,}" for e, n in served) + ", "
+        if self.narrowed:
+            head += f"{self.narrowed:,} only for the backends that can say them, "
         head += f"{len(self.invalid):,} invalid"
         return [head, *(f"{self.source}: {message}" for message in self.invalid)]
 
@@ -223,7 +227,8 @@ async def probe(
 def check_jobs(path: Path, backends: Sequence[Backend] = ()) -> JobsReport:
     """Read a jobs file as ``run`` would; UsageError if it cannot be opened. With the profile's
     ``backends``, a job none of them can take (its endpoint unserved, its params unexpressible)
-    is invalid too, as at run."""
+    is invalid too, as at run, and a job only some of those serving its endpoint can say is
+    counted."""
     report = JobsReport(str(path))
     rules = RouteRules(backends) if backends else None
     with open_jobs_file(path) as stream:
@@ -232,10 +237,11 @@ def check_jobs(path: Path, backends: Sequence[Backend] = ()) -> JobsReport:
                 report.invalid.append(job.message)
                 continue
             if rules is not None:
-                _, refusal = rules.check(job)
+                excluded, refusal = rules.check(job)
                 if refusal is not None:
                     report.invalid.append(f"line {job.line}: {refusal}")
                     continue
+                report.narrowed += bool(excluded - rules.serving.check(job.endpoint)[0])
             report.kinds[job.kind] += 1
             report.endpoints[job.endpoint] += 1
     return report

@@ -17,7 +17,7 @@ import structlog
 
 if TYPE_CHECKING:
     from rrcli.otel.live import SpanProcess
-    from rrcli.run.engine import ResultSink
+    from rrcli.running.engine import ResultSink
 
 __all__ = ["JobEnds", "close_sender", "open_sender", "otlp_url"]
 

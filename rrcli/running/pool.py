@@ -33,12 +33,12 @@ from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter, new_run_id
 from rrcli.routing.control import Halted, RunControl
 from rrcli.routing.down import NoHealthyBackend
-from rrcli.run.engine import Engine
-from rrcli.run.money import budget_prices, make_budget
-from rrcli.run.options import RunOptions
-from rrcli.run.outputs import CallbackWriter
-from rrcli.run.quiet import quiet_unless_configured
-from rrcli.run.runner import (
+from rrcli.running.engine import Engine
+from rrcli.running.money import budget_prices, make_budget
+from rrcli.running.options import RunOptions
+from rrcli.running.outputs import CallbackWriter
+from rrcli.running.quiet import quiet_unless_configured
+from rrcli.running.runner import (
     _close,
     _flush_periodically,
     _keys,
@@ -46,7 +46,7 @@ from rrcli.run.runner import (
     make_providers,
     make_router,
 )
-from rrcli.run.summary import RunSummary
+from rrcli.running.summary import RunSummary
 
 __all__ = ["Pool", "Texts"]
 

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 from rrcli.records.claim import STDIN, OutputClaim, refuse_same_files
 from rrcli.records.results import ResultWriter, ResumeState, prepare_output
 from rrcli.records.trace import TraceWriter
-from rrcli.run.engine import ResultSink
-from rrcli.run.options import RunOptions
-from rrcli.run.telemetry import JobEnds
+from rrcli.running.engine import ResultSink
+from rrcli.running.options import RunOptions
+from rrcli.running.telemetry import JobEnds
 
 if TYPE_CHECKING:
     from rrcli.otel.live import SpanProcess
-    from rrcli.run.workers import SharedQueue
+    from rrcli.running.workers import SharedQueue
 
 __all__ = ["CallbackWriter", "open_outputs", "prepare_results", "refuse_clobbering"]
 

@@ -29,9 +29,9 @@ from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.routing.costs import NO_OUTPUT
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
-from rrcli.run.runner import RunOptions, make_router
-from rrcli.run.summary import RunSummary
-from rrcli.run.workers import open_jobs, select_jobs
+from rrcli.running.runner import RunOptions, make_router
+from rrcli.running.summary import RunSummary
+from rrcli.running.workers import open_jobs, select_jobs
 from rrcli.tokens import UNCAPPED_OUTPUT, estimate_input_tokens, estimate_value_tokens, output_cap
 
 __all__ = ["Plan", "plan"]

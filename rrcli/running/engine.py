@@ -7,7 +7,7 @@ iterator (``Engine.submit``: one job a program hands in). Each HTTP attempt beco
 gates). On a transient failure the slot is released, the policy's delay slept, and a slot on the
 SAME backend taken again; with ``failover`` a spent budget routes the call among the backends not
 yet tried. A job ends as one ``CallOutcome``, its result line's only input: one failing job never
-cancels its siblings. With --cache, a call the cache answers (run/cached.py) is traced and never
+cancels its siblings. With --cache, a call the cache answers (running/cached.py) is traced and never
 routed. ``runner.py`` sets the run up around the workers (outputs, signals, flushing)."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import structlog
+from msgspec import structs
 
 from rrcli.config.profile import Backend, Profile
 from rrcli.errors import NoBackendError, ProviderError
@@ -39,11 +40,19 @@ from rrcli.routing.lease import Lease
 from rrcli.routing.retry import RetryPolicy
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
-from rrcli.run.cached import ResponseCache
-from rrcli.run.failures import log_failure
-from rrcli.run.summary import RunSummary
-from rrcli.run.turns import REQUEST_TEXT, assistant_message, bounded, echo_for, join_paused, sent
-from rrcli.tokens import estimate_call_tokens
+from rrcli.running.cached import ResponseCache
+from rrcli.running.failures import log_failure
+from rrcli.running.money import with_cap
+from rrcli.running.summary import RunSummary
+from rrcli.running.turns import (
+    REQUEST_TEXT,
+    assistant_message,
+    bounded,
+    echo_for,
+    join_paused,
+    sent,
+)
+from rrcli.tokens import estimate_call_tokens, estimate_prompt_tokens
 
 __all__ = ["Engine", "ResultSink"]
 
@@ -76,6 +85,7 @@ class Engine:
     rng: random.Random
     keep_response: bool = False
     cache: ResponseCache | None = None  # --cache
+    caps: dict[str, int] = field(default_factory=dict)  # a budget's output caps (running.money)
     policy: RetryPolicy = field(init=False)
     session_binding: bool = field(init=False)
     rules: RouteRules = field(init=False)
@@ -164,11 +174,11 @@ class Engine:
             history.append({"role": "user", "content": text})
             outcome = await self._call(job, history, turn, excluded)
             if outcome.status == "error":
-                return replace(outcome, turns=tuple(turns))
+                return structs.replace(outcome, turns=tuple(turns))
             assert outcome.reply is not None
             history.append(assistant_message(outcome.reply))
             turns.append(outcome)
-        return replace(turns[-1], turns=tuple(turns))
+        return structs.replace(turns[-1], turns=tuple(turns))
 
     async def _continue_response(self, job: Job, excluded: frozenset[str]) -> CallOutcome:
         """A Responses job continuing ``previous_response_id``: on the backend that created it
@@ -186,7 +196,7 @@ class Engine:
         self, job: Job, messages: list[dict[str, Any]], turn: int, excluded: frozenset[str]
     ) -> CallOutcome:
         """One call of a job: answered by the response cache when it holds the answer (traced,
-        never routed), else routed and sent, its ok answer then stored (run/cached.py)."""
+        never routed), else routed and sent, its ok answer then stored (running/cached.py)."""
         cache = self.cache
         if cache is None:
             return await self._routed(job, messages, turn, excluded)
@@ -251,7 +261,7 @@ class Engine:
         backend = lease.state.backend
         provider = self.providers[backend.id]
         call = self._request(job, messages, backend)
-        estimate = estimate_call_tokens(messages, call.params, job.input)
+        estimate = estimate_call_tokens(messages, call.params, job.input, call.input_tokens)
         echo = echo_for(call.stream, self.on_text, backend.id)
         number, first_try, paused, continued = before, time.monotonic(), None, 0
         attempt: Attempt | None = None
@@ -283,7 +293,7 @@ class Engine:
                 return self._outcome(job, attempt, reply)
             # Anthropic pause_turn: the same turn goes on, on the same backend and slot
             paused = reply
-            call = replace(call, messages=[*call.messages, reply.continuation])
+            call = replace(call, messages=[*call.messages, reply.continuation], input_tokens=None)
             estimate = estimate_call_tokens(call.messages, call.params, job.input)  # grown
             queued = time.monotonic()
 
@@ -298,14 +308,15 @@ class Engine:
 
     def _request(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
         """The call as sent to ``backend``: its params under the job's (the job wins), merged
-        here once; streamed with --stream, the job's own ``stream`` or ``stream = true`` in the
-        backend's params, unless its endpoint has no streamed form; in the job's dialect (the
-        adapter translates for the other API)."""
+        once; streamed with --stream, the job's ``stream`` or the backend's ``stream = true``
+        unless its endpoint has no streamed form; in the job's dialect; its input tokens counted."""
         params = {**backend.params, **job.params}
+        if self.caps:
+            with_cap(params, job.endpoint, backend, self.caps)
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
-        if stream and job.endpoint in UNSTREAMED:
-            stream = False
-        return Call(messages, params, stream, dialect_of(job.kind), job.endpoint, job.input)
+        stream = stream and job.endpoint not in UNSTREAMED
+        prompt, dialect = estimate_prompt_tokens(messages, job.input), dialect_of(job.kind)
+        return Call(messages, params, stream, dialect, job.endpoint, job.input, prompt)
 
     def _backoff(
         self, error: ProviderError | None, retry: int, elapsed: float, printed: bool
