@@ -313,7 +313,8 @@ class Router:
                 self._cool(state, until, "retry_after")
                 if self.profile.retry.respect_retry_after:
                     state.gate.pause_until(until)
-        if error.transient:
+        if error.transient and not (error.rate_limited and self.profile.gate.adaptive):
+            # an adaptive cap answers a 429 by itself: the backend is busy, not failing
             state.failures_in_a_row += 1
             limit = self.profile.cooldown.consecutive_failures
             if limit and state.failures_in_a_row >= limit:
