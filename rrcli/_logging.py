@@ -74,7 +74,11 @@ class _StderrLogger:
         pass
 
     def msg(self, message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+        """One write of the line and its newline, so lines from the progress thread and the
+        run never run into each other."""
+        stream = sys.stderr
+        stream.write(message + "\n")
+        stream.flush()
 
     log = debug = info = warn = warning = msg
     fatal = failure = err = error = critical = exception = msg

@@ -7,11 +7,19 @@ from __future__ import annotations
 import re
 
 import orjson
-from runkit import Terminal, read_jsonl, rrcli, write_jobs
+import pytest
+from runkit import Terminal, popen, read_jsonl, rrcli, write_jobs
+from test_queue import lines_in, queue_profile, wait_for
+from test_redis_gate import _server
 
 from rrcli.running.summary import RunSummary
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@pytest.fixture
+def redis_queue():
+    yield from _server()
 
 
 def final_screen(terminal: Terminal) -> str:
@@ -135,3 +143,26 @@ def test_a_queue_workers_progress_is_the_queues():
         progress.rate,
         progress.eta_s,
     )
+
+
+def test_a_queue_worker_reports_the_queues_progress(tmp_path, sim_server, redis_queue):
+    """Two workers on a shared queue of 300 jobs, off a terminal, the first one a job at a
+    time: its progress lines count the jobs done in the whole queue (more than its own ok jobs
+    once the second worker has done some), against the queue's 300."""
+    server = sim_server(latency_ms=100)
+    profile = queue_profile(tmp_path, [(server.openai_url, 8)], redis_queue.url, lease=0.6)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 300)
+    common = ("-p", profile, "--queue", "q", "--progress", "0.2", "--log-format", "json")
+    first = popen(
+        "run", jobs, *common, "--concurrency", "1", "--out", "r-a.jsonl", "--traces", "t-a.jsonl",
+        cwd=tmp_path,
+    )  # fmt: skip
+    wait_for(lambda: (tmp_path / "r-a.jsonl").exists() and lines_in(tmp_path / "r-a.jsonl") > 0)
+    second = popen("run", *common, "--out", "r-b.jsonl", "--traces", "t-b.jsonl", cwd=tmp_path)
+    _, err = first.communicate(timeout=120)
+    second.communicate(timeout=120)
+    assert 0 == first.returncode, err
+    events = [orjson.loads(line) for line in err.splitlines() if line.startswith("{")]
+    progress = [e for e in events if e["event"] == "rrcli.progress"]
+    assert {300} == {e["total"] for e in progress}
+    assert any(e["done"] > e["ok"] for e in progress)
