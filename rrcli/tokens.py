@@ -25,6 +25,7 @@ __all__ = [
     "estimate_input_tokens",
     "estimate_prompt_tokens",
     "estimate_value_tokens",
+    "input_bound",
     "input_token_bound",
     "output_cap",
     "plausible_call_tokens",
@@ -109,6 +110,43 @@ def input_token_bound(estimate: int) -> int:
     """The most input tokens a text estimated at ``estimate`` tokens can be: one a character
     (the estimate counts four)."""
     return CHARS_PER_TOKEN * estimate
+
+
+#: content parts billed by what they show, not by their text: an image at the provider's most
+MEDIA_PARTS = frozenset({"image_url", "image", "input_image"})
+#: request parameters the provider reads as input: tool definitions and output schemas
+_INPUT_PARAMS = ("tools", "functions", "response_format", "text", "tool_choice")
+_NOT_TEXT = frozenset({"role", "type"})
+
+
+def input_bound(
+    messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any], value: object, image: int
+) -> int:
+    """The most input tokens a call can be billed: one a UTF-8 byte of its text (no tokenizer
+    makes more), ``image`` tokens an image part whatever its URL's length, a token array its
+    length, framing per message, and its tool definitions (and output schema) as JSON text."""
+    total = _bound(messages if value is None else value, image)
+    total += TOKENS_PER_MESSAGE * len(messages)
+    for name in _INPUT_PARAMS:
+        if name in params:
+            total += len(orjson.dumps(params[name], default=str))
+    return max(1, total)
+
+
+def _bound(value: object, image: int) -> int:
+    if type(value) is str:
+        return len(value) if value.isascii() else len(value.encode())
+    if type(value) is list:
+        if value and all(type(v) is int for v in value):
+            return len(value)
+        return sum(_bound(item, image) for item in value)
+    if type(value) is dict:
+        if value.get("type") in MEDIA_PARTS:
+            return image
+        return sum(_bound(v, image) for k, v in value.items() if k not in _NOT_TEXT)
+    if value is None or type(value) is bool:
+        return 0
+    return len(orjson.dumps(value, default=str))
 
 
 def plausible_call_tokens(estimate: int, tpm: int | None = None) -> int:

@@ -6,7 +6,8 @@ import pytest
 
 from rrcli.config.prices import price_of
 from rrcli.config.profile import Backend, Price
-from rrcli.routing.budget import attempt_ceiling
+from rrcli.providers.base import Call
+from rrcli.routing.costs import attempt_ceiling
 from rrcli.tokens import UNCAPPED_OUTPUT
 
 pytest.importorskip("genai_prices")
@@ -48,14 +49,19 @@ def test_a_server_or_model_the_library_does_not_know_has_no_price(backend):
 
 
 def test_an_attempts_ceiling_is_its_input_at_a_token_a_character_and_its_output_cap():
-    """Worst case: input tokens × 4 (a token a character) at the input price plus the output
-    cap (× n choices; the default without a cap; none for embeddings) at the output price."""
+    """Worst case: input at a token a character (plus framing per message) at the input price,
+    plus the output cap (× n choices in any numeric spelling, × best_of; the default without a
+    cap; none for embeddings) at the output price; an image at its most whatever its URL."""
     price = Price(1.0, 10.0)
-    assert (100 * 4 * 1.0 + 50 * 10.0) / 1e6 == attempt_ceiling(
-        price, 150, {"max_tokens": 50}, "chat"
-    )
-    assert (100 * 4 + 50 * 3 * 10.0) / 1e6 == attempt_ceiling(
-        price, 150, {"max_tokens": 50, "n": 3}, "chat"
-    )
-    assert (100 * 4 + UNCAPPED_OUTPUT * 10.0) / 1e6 == attempt_ceiling(price, 100, {}, "chat")
-    assert 100 * 4 / 1e6 == attempt_ceiling(price, 100, {}, "embeddings")
+    text = [{"role": "user", "content": "x" * 96}]  # 96 characters + 4 of framing
+    assert (100 * 1.0 + 50 * 10.0) / 1e6 == attempt_ceiling(price, Call(text, {"max_tokens": 50}))
+    for n in (3, 3.0, "3"):
+        call = Call(text, {"max_tokens": 50, "n": n})
+        assert (100 + 50 * 3 * 10.0) / 1e6 == attempt_ceiling(price, call)
+    best = Call(text, {"max_tokens": 50, "n": 2, "best_of": 3}, endpoint="completions")
+    assert (100 + 50 * 6 * 10.0) / 1e6 == attempt_ceiling(price, best)
+    assert (100 + UNCAPPED_OUTPUT * 10.0) / 1e6 == attempt_ceiling(price, Call(text))
+    assert 100 / 1e6 == attempt_ceiling(price, Call(text, endpoint="embeddings"))
+    image = {"type": "image_url", "image_url": {"url": "https://x.example/a.png"}}
+    shown = [{"role": "user", "content": [image]}]
+    assert (1_604 + 10 * 10.0) / 1e6 == attempt_ceiling(price, Call(shown, {"max_tokens": 10}))

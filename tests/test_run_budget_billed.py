@@ -130,3 +130,81 @@ def test_streams_cut_after_tokens_came_are_charged_what_they_may_have_cost(
     assert 3 == done.returncode, done.stderr
     assert 0.3 < server.billed() <= 1.0
     assert run_end(tmp_path / "jobs.traces.jsonl")["budget"]["spent"] >= server.billed()
+
+
+def write_lines(path, lines):
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    return path
+
+
+def test_calls_without_a_cap_are_sent_with_the_models_most_output(tmp_path, billing_server):
+    """No max_tokens anywhere and a model that would write 40,000 tokens: with a budget each
+    call goes out capped at gpt-4o's documented most output (16,384), reserved at it, and what
+    was billed stays within the limit."""
+    server = billing_server(writes=40_000)
+    profile = billed_profile(tmp_path, server, cap=8)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 40)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "3", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    assert {16_384} == {body["max_tokens"] for body in server.requests}
+    assert 2.5 < server.billed() <= 3.0
+
+
+def test_a_budget_over_a_model_of_unknown_output_sends_no_uncapped_call(tmp_path, billing_server):
+    """A model whose most output nothing tells, and jobs without max_tokens: exit 2 naming the
+    backend and the setting to add, and no request sent."""
+    server = billing_server()
+    profile = billed_profile(tmp_path, server, model="my-local-model")
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 5)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "3", cwd=tmp_path)
+    assert 2 == done.returncode, done.stderr
+    assert "backend b0:" in done.stderr and "set params.max_tokens on the backend" in done.stderr
+    assert [] == server.requests
+
+
+def test_images_are_reserved_at_their_most_not_their_url(tmp_path, billing_server):
+    """Jobs with a short image URL, billed as an image is (1,100 tokens): each call is
+    reserved at an image's most, so what was billed stays within the limit."""
+    server = billing_server(writes=10)
+    profile = billed_profile(tmp_path, server)
+    image = {"type": "image_url", "image_url": {"url": "https://x.example/cat.png"}}
+    content = [{"type": "text", "text": "what is it?"}, image]
+    lines = [{"id": f"j{i}", "messages": [{"role": "user", "content": content}],
+              "params": {"max_tokens": 10}} for i in range(400)]  # fmt: skip
+    jobs = write_lines(tmp_path / "jobs.jsonl", lines)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "0.5", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    assert 0.4 < server.billed() <= 0.5
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        {"prompt": "say it", "params": {"max_tokens": 100, "n": 2.0}},
+        {"endpoint": "completions", "prompt": "say", "params": {"max_tokens": 100, "best_of": 3}},
+    ],
+    ids=["n-as-float", "best_of"],
+)
+def test_several_answers_are_reserved_for_each(tmp_path, billing_server, job):
+    """`n = 2.0` and `best_of = 3` bill that many answers: each call's reservation is
+    multiplied, so what was billed stays within the limit."""
+    server = billing_server(writes=100)
+    profile = billed_profile(tmp_path, server, endpoints=["chat", "completions"])
+    jobs = write_lines(tmp_path / "jobs.jsonl", [{"id": f"j{i}", **job} for i in range(300)])
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "0.2", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    assert 0.15 < server.billed() <= 0.2
+
+
+def test_a_paused_turn_reserves_again_for_its_grown_input(tmp_path, billing_server):
+    """Anthropic answers that pause (pause_turn) before finishing: the continued call's input
+    holds the first part's output, and it is reserved again at that grown input, so what was
+    billed stays within the limit."""
+    server = billing_server(writes=1000, pause=True)
+    entry = {"id": "b0", "provider": "anthropic", "base_url": server.url,
+             "model": "claude-sonnet-4-5", "price": GPT_4O, "max_concurrency": 64}  # fmt: skip
+    profile = write_profile(tmp_path / "p.toml", [entry])
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 300, max_tokens=1000)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "1", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    assert 0.8 < server.billed() <= 1.0

@@ -5,12 +5,18 @@ router's counters, cooldowns and AIMD, the rpm/tpm settlement) reads the same fr
 way stamina hands one ``RetryDetails`` to every hook, and ``records.results`` builds a job's
 result line from its ``CallOutcome`` alone. Times: ``*_s`` and unsuffixed are seconds (``ts_*``
 epoch, the rest monotonic), ``*_ms`` milliseconds.
+
+Both are frozen ``msgspec.Struct`` records rather than frozen dataclasses: every attempt makes
+one and every job one more, and a frozen dataclass sets each field through
+``object.__setattr__`` (a 17-field Attempt took longer to build than the sim takes to answer).
+A changed copy is ``msgspec.structs.replace``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
 
 if TYPE_CHECKING:
     from rrcli.config.profile import Backend
@@ -26,8 +32,7 @@ __all__ = ["Attempt", "CallOutcome", "Decision"]
 Decision = Literal["ok", "retry", "failover", "error", "cached"]
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
+class Attempt(msgspec.Struct, frozen=True):
     """One HTTP attempt and what was decided after it (or a cached answer standing for one:
     decision ``cached``, zero latency, no error)."""
 
@@ -48,12 +53,10 @@ class Attempt:
     error: ProviderError | None
     decision: Decision
     backoff_s: float | None = None  # the sleep before the next attempt (decision "retry")
-    #: ended − started in ms to three decimals: computed once, read by the trace, the result
-    #: line and the router
-    latency_ms: float = field(init=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "latency_ms", round((self.ended - self.started) * 1000.0, 3))
+    @property
+    def latency_ms(self) -> float:
+        return round((self.ended - self.started) * 1000.0, 3)
 
     @property
     def ts_end(self) -> float:
@@ -77,8 +80,7 @@ class Attempt:
         return None if self.error is None else self.error.type
 
 
-@dataclass(frozen=True, slots=True)
-class CallOutcome:
+class CallOutcome(msgspec.Struct, frozen=True):
     """How one job, or one turn of a session, ended: the only input of its result line.
 
     ``attempt`` is the last attempt (the deployment, the attempt count, the latency), None for an

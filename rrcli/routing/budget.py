@@ -25,9 +25,11 @@ from collections import deque
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
+from rrcli.config.models import IMAGE_TOKENS
 from rrcli.config.profile import Price
 from rrcli.routing.control import Halt, Halted, RunControl
-from rrcli.routing.costs import Charge, attempt_ceiling, attempt_cost
+from rrcli.routing.costs import NO_OUTPUT, Charge, attempt_ceiling, attempt_cost
+from rrcli.tokens import output_cap
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Call
@@ -80,8 +82,9 @@ class LocalLedger:
 class Budget:
     """The limit, the prices and the ledger; what the router asks before and after each
     attempt. ``refused`` counts the jobs a refused attempt ended (they have no result);
-    ``reserved_peak`` the most set aside at once; ``caps``: by backend id, the output cap a
-    request without one is sent with (``run.money.output_caps``)."""
+    ``reserved_peak`` the most set aside at once. ``uncapped``: the backends whose model's
+    most output nothing tells (a call there without its own cap is refused: exit 2);
+    ``images``: by backend id, the tokens an image is reserved at."""
 
     def __init__(
         self,
@@ -89,13 +92,15 @@ class Budget:
         prices: Mapping[str, Price],
         ledger: LocalLedger | Ledger,
         control: RunControl,
-        caps: Mapping[str, int] | None = None,
+        uncapped: frozenset[str] = frozenset(),
+        images: Mapping[str, int] | None = None,
     ) -> None:
         self.limit = limit
         self.ledger = ledger
         self.refused = 0
         self.reserved_peak = 0.0
-        self.caps = dict(caps or {})
+        self.uncapped = uncapped
+        self.images = dict(images or {})
         self._prices = prices
         self._control = control
         self._local = ledger if isinstance(ledger, LocalLedger) else None
@@ -107,17 +112,21 @@ class Budget:
     def spent(self) -> float:
         return self.ledger.spent
 
-    def ceiling(self, backend: str, tokens: int, call: Call) -> float:
-        """USD: the worst case of an attempt of ``call`` on ``backend``, estimated at
-        ``tokens`` (input estimate and output cap)."""
-        price = self._prices[backend]
-        return attempt_ceiling(price, tokens, call.params, call.endpoint, self.caps.get(backend))
+    def ceiling(self, backend: str, call: Call) -> float:
+        """USD: the worst case of an attempt of ``call`` on ``backend``; halts the run (exit
+        2) and raises Halted for a call whose output nothing caps."""
+        uncapped = backend in self.uncapped and call.endpoint not in NO_OUTPUT
+        if uncapped and output_cap(call.params) is None:
+            self._control.halt(uncapped_halt(backend))
+            raise Halted
+        image = self.images.get(backend, IMAGE_TOKENS)
+        return attempt_ceiling(self._prices[backend], call, None, image)
 
     def reserve(self, lease: Lease, tokens: int, call: Call) -> Awaitable[None] | None:
         """Set the attempt's worst case aside on ``lease``; raises Halted when it can never fit.
         Done now when a local ledger has room (None), else the step to await (waiting for
         attempts in flight to settle, or a shared ledger's round trip)."""
-        cost = self.ceiling(lease.state.backend.id, tokens, call)
+        cost = self.ceiling(lease.state.backend.id, call)
         if cost < self._smallest:
             self._smallest = cost
         local = self._local
@@ -261,6 +270,17 @@ class Budget:
             "spent": round(self.spent, 6),
             "reserved_peak": round(self.reserved_peak, 6),
         }
+
+
+def uncapped_halt(backend: str) -> Halt:
+    """The halt of a budgeted run at a call rrcli cannot bound: no cap, and no known maximum."""
+    return Halt(
+        2,
+        "no_output_cap",
+        f"backend {backend}: a budget reserves each call's most output, and neither the call "
+        "nor the backend caps it, nor is its model's most output known — set params.max_tokens "
+        "on the backend (or max_tokens on each job)",
+    )
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -15,12 +15,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from rrcli.config.models import IMAGE_TOKENS
 from rrcli.config.profile import Price
-from rrcli.tokens import UNCAPPED_OUTPUT, input_token_bound, output_cap
+from rrcli.tokens import UNCAPPED_OUTPUT, input_bound, output_cap
 
 if TYPE_CHECKING:
     from rrcli.errors import ProviderError
-    from rrcli.providers.base import Reply
+    from rrcli.providers.base import Call, Reply
     from rrcli.records.attempt import Attempt
 
 __all__ = [
@@ -60,17 +61,16 @@ def _count(value: object) -> int:
 
 
 def attempt_ceiling(
-    price: Price, tokens: int, params: Mapping[str, Any], endpoint: str, cap: int | None = None
+    price: Price, call: Call, cap: int | None = None, image: int = IMAGE_TOKENS
 ) -> float:
-    """USD: the most one attempt estimated at ``tokens`` (``tokens.estimate_call_tokens``: its
-    input estimate and its output cap) may cost at ``price``; ``cap``: the output cap rrcli
-    sends when the request sets none (else ``tokens.UNCAPPED_OUTPUT``)."""
-    asked = output_cap(params)
-    given = input_token_bound(tokens - (asked or 0))
-    if endpoint in NO_OUTPUT:
+    """USD: the most one attempt of ``call`` may cost at ``price``: its input at its bound
+    (``tokens.input_bound``, ``image`` tokens an image) and its output cap (``cap`` when the
+    request sets none, else ``tokens.UNCAPPED_OUTPUT``) times the answers it asks for."""
+    given = input_bound(call.messages, call.params, call.input, image)
+    if call.endpoint in NO_OUTPUT:
         out = 0
     else:
-        out = (asked or cap or UNCAPPED_OUTPUT) * choices(params)
+        out = (output_cap(call.params) or cap or UNCAPPED_OUTPUT) * choices(call.params)
     return (given * price.input + out * price.output) / 1e6
 
 

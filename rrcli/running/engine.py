@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import structlog
+from msgspec import structs
 
 from rrcli.config.profile import Backend, Profile
 from rrcli.errors import NoBackendError, ProviderError
@@ -41,6 +42,7 @@ from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
 from rrcli.running.cached import ResponseCache
 from rrcli.running.failures import log_failure
+from rrcli.running.money import with_cap
 from rrcli.running.summary import RunSummary
 from rrcli.running.turns import (
     REQUEST_TEXT,
@@ -83,6 +85,7 @@ class Engine:
     rng: random.Random
     keep_response: bool = False
     cache: ResponseCache | None = None  # --cache
+    caps: dict[str, int] = field(default_factory=dict)  # a budget's output caps (running.money)
     policy: RetryPolicy = field(init=False)
     session_binding: bool = field(init=False)
     rules: RouteRules = field(init=False)
@@ -171,11 +174,11 @@ class Engine:
             history.append({"role": "user", "content": text})
             outcome = await self._call(job, history, turn, excluded)
             if outcome.status == "error":
-                return replace(outcome, turns=tuple(turns))
+                return structs.replace(outcome, turns=tuple(turns))
             assert outcome.reply is not None
             history.append(assistant_message(outcome.reply))
             turns.append(outcome)
-        return replace(turns[-1], turns=tuple(turns))
+        return structs.replace(turns[-1], turns=tuple(turns))
 
     async def _continue_response(self, job: Job, excluded: frozenset[str]) -> CallOutcome:
         """A Responses job continuing ``previous_response_id``: on the backend that created it
@@ -257,7 +260,7 @@ class Engine:
         call may move on when the budget here is spent. Returns with the slot released."""
         backend = lease.state.backend
         provider = self.providers[backend.id]
-        call = self._request(job, messages, backend)
+        call = self._request(job, messages, backend, lease.cache_key)
         estimate = estimate_call_tokens(messages, call.params, job.input, call.input_tokens)
         echo = echo_for(call.stream, self.on_text, backend.id)
         number, first_try, paused, continued = before, time.monotonic(), None, 0
@@ -303,11 +306,18 @@ class Engine:
             return False
         return True
 
-    def _request(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
+    def _request(
+        self, job: Job, messages: list[dict[str, Any]], backend: Backend, key: str | None = None
+    ) -> Call:
         """The call as sent to ``backend``: its params under the job's (the job wins), merged
-        once; streamed with --stream, the job's ``stream`` or the backend's ``stream = true``
-        unless its endpoint has no streamed form; in the job's dialect; its input tokens counted."""
+        once, ``key`` the prompt_cache_key unless they name one; streamed with --stream, the
+        job's ``stream`` or the backend's ``stream = true`` unless its endpoint has no streamed
+        form; in the job's dialect; its input tokens counted."""
         params = {**backend.params, **job.params}
+        if key is not None:
+            params.setdefault("prompt_cache_key", key)
+        if self.caps:
+            with_cap(params, job.endpoint, backend, self.caps)
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
         stream = stream and job.endpoint not in UNSTREAMED
         prompt, dialect = estimate_prompt_tokens(messages, job.input), dialect_of(job.kind)

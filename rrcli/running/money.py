@@ -8,18 +8,22 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from rrcli.config.models import cap_param, image_tokens, output_ceiling
 from rrcli.config.prices import pool_prices, unpriced_budget
-from rrcli.config.profile import Price, Profile
+from rrcli.config.profile import Backend, Price, Profile
 from rrcli.errors import UsageError
+from rrcli.providers.anthropic import DEFAULT_MAX_TOKENS
 from rrcli.records.spend import traces_cost
 from rrcli.routing.budget import Budget, Ledger, LocalLedger
 from rrcli.routing.control import Halt, RunControl
+from rrcli.routing.costs import NO_OUTPUT
+from rrcli.tokens import output_cap
 
 if TYPE_CHECKING:
     from rrcli.running.options import RunOptions
     from rrcli.running.summary import RunSummary
 
-__all__ = ["budget_prices", "final_halt", "make_budget"]
+__all__ = ["budget_prices", "final_halt", "make_budget", "output_caps", "with_cap"]
 
 
 def final_halt(budget: Budget, summary: RunSummary, rest: Iterator[object] | None) -> Halt:
@@ -63,6 +67,8 @@ async def make_budget(
     if prices is None or limit is None:
         return None
     earlier = traces_cost(options.traces, prices) if options.resume else 0.0
+    _, uncapped = output_caps(profile)
+    images = {b.id: image_tokens(b) for b in profile.backends}
     hub = getattr(gates, "hub", None)
     ledger: LocalLedger | Ledger
     if hub is None:
@@ -71,4 +77,31 @@ async def make_budget(
         from rrcli.fleet.ledger import RedisLedger
 
         ledger = await RedisLedger.join(hub, profile, limit, earlier)
-    return Budget(limit, prices, ledger, control)
+    return Budget(limit, prices, ledger, control, uncapped, images)
+
+
+def output_caps(profile: Profile) -> tuple[dict[str, int], frozenset[str]]:
+    """What a budgeted call without an output cap is sent with, by backend id (Anthropic's
+    default ``max_tokens``, else the model's most output), and the backends whose most output
+    nothing tells. A backend whose params cap the output is in neither."""
+    caps: dict[str, int] = {}
+    unknown = set()
+    for backend in profile.backends:
+        if output_cap(backend.params) is not None:
+            continue
+        cap = DEFAULT_MAX_TOKENS if backend.provider == "anthropic" else output_ceiling(backend)
+        if cap is None:
+            unknown.add(backend.id)
+        else:
+            caps[backend.id] = cap
+    return caps, frozenset(unknown)
+
+
+def with_cap(
+    params: dict[str, Any], endpoint: str, backend: Backend, caps: Mapping[str, int]
+) -> None:
+    """Give ``params`` of a budgeted call on ``backend`` the output cap ``caps`` holds for it,
+    in the parameter its API reads, unless they cap the output already."""
+    cap = caps.get(backend.id)
+    if cap is not None and endpoint not in NO_OUTPUT and output_cap(params) is None:
+        params[cap_param(endpoint, backend.model)] = cap

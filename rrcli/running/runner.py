@@ -38,7 +38,7 @@ from rrcli.running.cached import ResponseCache, open_cache
 from rrcli.running.engine import Engine
 from rrcli.running.failures import log_repeated
 from rrcli.running.lookahead import Lookahead
-from rrcli.running.money import budget_prices, final_halt, make_budget
+from rrcli.running.money import budget_prices, final_halt, make_budget, output_caps
 from rrcli.running.options import RunOptions
 from rrcli.running.outputs import open_outputs, output_closed, prepare_results, refuse_clobbering
 from rrcli.running.quiet import quiet_unless_configured
@@ -147,6 +147,8 @@ async def _run_open(
     rng = random.Random(seed)
     shared = None if isinstance(jobs_in, Iterator) else jobs_in
     summary = RunSummary(new_run_id(), total=total)
+    if shared is not None:
+        summary.queue, summary.queue_finished = shared.label["name"], shared.finished
     cache = _open_cache(profile, options, summary, stack)  # CacheError: exit 2, nothing sent
     resume = prepare_results(options, stack)
     router, gates = make_router(profile, rng)
@@ -162,6 +164,8 @@ async def _run_open(
         profile, options.stream, options.on_text, router, providers, results, traces,
         summary, control, rng, options.keep_response, cache,
     )  # fmt: skip
+    if router.budget is not None:
+        engine.caps = output_caps(profile)[0]
     engine.origins.update(resume.responses.items() if resume is not None else ())
     if shared is not None:
         shared.attach(engine)
