@@ -134,3 +134,22 @@ def test_health_ready_models_and_metrics(tmp_path, sim_server):
     assert 'rrcli_serve_requests_total{api="openai",endpoint="chat",status="404"} 1.0' in lines
     assert 'rrcli_deployment_answers_total{deployment="b0"} 3.0' in lines
     assert 'rrcli_deployment_calls_in_flight{deployment="b0"} 0.0' in lines
+
+
+def test_a_rate_limited_pool_answers_429_with_retry_after(tmp_path, sim_server):
+    """A backend's 429 (retries spent) is passed on with its Retry-After; while every backend
+    then cools down, a request is answered 429 at once, never sent upstream."""
+    sim = sim_server(retry_after_ms=5000)
+    backends = openai_backends(sim.openai_url, headers={"x-sim-status": "429"})
+    path = write_profile(tmp_path / "pool.toml", backends, name="pool", retry={"max_retries": 0})
+    served = Served(path, tmp_path, "--no-auth")
+    try:
+        with httpx2.Client(timeout=30) as client:
+            first = client.post(served.url + "/v1/chat/completions", json=CHAT)
+            second = client.post(served.url + "/v1/messages", json={**CHAT, "max_tokens": 8})
+    finally:
+        served.stop()
+    assert (429, "5") == (first.status_code, first.headers["retry-after"])
+    assert 429 == second.status_code and "cooling" in second.json()["error"]["message"]
+    assert 1 <= int(second.headers["retry-after"]) <= 5
+    assert 1 == sim.stats()["requests"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import math
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -80,6 +81,17 @@ class Gateway:
         if model is None and len(self.pools) == 1:
             return self.pools[0], frozenset()
         return self._by_model.get(model) if type(model) is str else None
+
+    def cooling(self, pool: Pool, exclude: frozenset[str]) -> float | None:
+        """Seconds until the first of the request's backends stops cooling, when every one
+        of them is cooling (the request is answered 429 at once rather than held); None when
+        one may take it."""
+        states = [
+            s for s in pool.engine.router.states if s.backend.id not in exclude and not s.down
+        ]
+        if not states or not all(s.cooling for s in states):
+            return None
+        return min(s.cooldown_until for s in states) - states[0].clock()
 
     def forget_idle(self) -> None:
         for session in self.sessions.expired():
@@ -199,6 +211,15 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
             wire, 404, f"model {body.get('model')!r} is not served here; served: {served}"
         )
     pool, exclude = chosen
+    wait = gateway.cooling(pool, exclude)
+    if wait is not None:
+        after = str(max(1, math.ceil(wait)))
+        return _error(
+            wire,
+            429,
+            f"every backend is cooling down — retry in {after} s",
+            **{"retry-after": after},
+        )
     session = session_of(request.path_params.get("session"), request.headers, body)
     streamed = body.get("stream") is True
     line = wire.line(endpoint, body)
