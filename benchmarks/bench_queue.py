@@ -129,8 +129,9 @@ def memory(tmp: Path, url: str, n: int) -> None:
     client.flushall()
     base = client.info("memory")["used_memory"]
     jobs = write_jobs(tmp / "mem.jsonl", n)
-    queue = RedisQueue(Profile(queue=QueueSettings(url=url)), "mem", jobs, 1)
-    asyncio.run(_load(queue))
+    settings = QueueSettings(url=url)
+    queue = RedisQueue(Profile(queue=settings), "mem", jobs, 1)
+    asyncio.run(_load(queue, settings))
     loaded = client.info("memory")["used_memory"] - base
     line = (tmp / "c-queue.jsonl").read_bytes().splitlines(keepends=True)[0]
     key = "{rrcli:q:mem}:results"
@@ -144,9 +145,11 @@ def memory(tmp: Path, url: str, n: int) -> None:
     print(f"  all done, results not yet collected: {done / 2**20:7.1f} MiB ({done / n:5.0f} B/job)")
 
 
-async def _load(queue: object) -> None:
+async def _load(queue: object, settings: object) -> None:
+    from rrcli.fleet.queue_load import load_jobs
+
     await queue.store.connect()  # type: ignore[attr-defined]
-    await queue._load(queue.jobs)  # type: ignore[attr-defined]
+    await load_jobs(queue.store, queue.jobs, settings)  # type: ignore[attr-defined, arg-type]
     await queue.store.close()  # type: ignore[attr-defined]
 
 

@@ -148,7 +148,7 @@ def results_command(
     from rrcli.records.collect import collect_files
 
     target = None if out in (None, Path("-")) else out
-    if bool(queue) == bool(sources or jobs_path):
+    if (queue is not None) == bool(sources or jobs_path):
         raise click.UsageError("give RESULTS files (and --jobs), or --queue NAME -p PROFILE")
     if queue is not None:
         report: Any = collect_queue(profile_path, queue, target, status)

@@ -195,8 +195,8 @@ def print_summary(summary: RunSummary, out: Path | None, traces: Path | None) ->
         line += f" → {out}"
     if traces is not None:
         line += f" (traces: {traces})"
-    if summary.interrupted:
-        line += " — interrupted: run again with --resume to finish"
+    if summary.next_step is not None:
+        line += f" — {summary.next_step}"
     stderr.print(line, markup=False, highlight=False, soft_wrap=True)
 
 

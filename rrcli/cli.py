@@ -156,7 +156,7 @@ def run(
     from rrcli.config.load import load_profile, resolve_profile_path
     from rrcli.running.runner import RunControl, RunOptions, run_sync
 
-    if bool(jobs) == bool(prompts) and not fields["queue"]:
+    if bool(jobs) == bool(prompts) and fields["queue"] is None:
         raise click.UsageError("give a JOBS file or --prompt TEXT (one of the two)")
     tty = sys.stderr.isatty()
     configure_logging(level=log_level(verbose=verbose, quiet=quiet, tty=tty), fmt=log_format)

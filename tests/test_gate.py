@@ -276,24 +276,25 @@ def test_aimd_halves_once_for_calls_failing_together_then_regrows():
 
 
 def test_aimd_regrowth_counts_successes_in_a_row_and_never_below_one():
-    """A 429 halves the cap and restarts the run of successes; at cap c, c successes in a row add
-    one, except that growing back to the cap of the last 429 takes c × PROBE_INITIAL; a cap of 1
-    is never lowered."""
+    """A 429 halves the cap and restarts the run of successes; below the ceiling each success
+    adds one; growing back to the ceiling from cap c takes c × PROBE_INITIAL successes in a
+    row; a cap of 1 is never lowered."""
     gate = _gate(4, adaptive=True)
     caps = []
     probe = 2 * PROBE_INITIAL  # successes at cap 2 to grow back to 3, where the last 429 came
     for rate_limited in (True, False, False, True, True, False, *[False] * probe):
         gate.record(rate_limited)
         caps.append(gate.cap)
-    assert [2, 2, 3, 1, 1, 2, *[2] * (probe - 1), 3] == caps
+    assert [2, 3, 3, 1, 1, 2, *[2] * (probe - 1), 3] == caps
 
 
 @settings(max_examples=60, deadline=None)
 @given(capacity=st.integers(1, 16), extra=st.integers(1, 48))
 def test_aimd_against_a_hidden_capacity_few_429s_and_most_of_the_throughput(capacity, extra):
     """A closed loop against a server that answers 429 to calls beyond its capacity C, with the
-    cap configured above C: over 3000 calls, under 5 % draw a 429 and the throughput (successes
-    per round; each round sends ``cap`` calls at once) is at least 80 % of C. Plain AIMD, growing
+    cap configured above C (each round's calls start one after the other, the k-th with k in
+    flight, as the gate admits them): over 3000 calls, under 5 % draw a 429 and the throughput
+    (successes per round; each round sends ``cap`` calls) is at least 80 % of C. Plain AIMD, growing
     back to the failed level after every run, draws ~10 % 429s at C = 4."""
     max_cap = capacity + extra
     state, calls, limited, served, rounds = Aimd(max_cap), 0, 0, 0, 0
@@ -301,11 +302,11 @@ def test_aimd_against_a_hidden_capacity_few_429s_and_most_of_the_throughput(capa
         cap = state.cap
         outcomes = [False] * min(cap, capacity) + [True] * max(0, cap - capacity)
         hold = 0
-        for rate_limited in outcomes:
+        for load, rate_limited in enumerate(outcomes, 1):  # the calls in flight as each began
             held = hold > 0
             hold -= held
             before = state.cap
-            state = aimd_step(state, max_cap, rate_limited, held)
+            state = aimd_step(state, max_cap, rate_limited, held, load)
             if state.cap < before:
                 hold = len(outcomes) - 1
         calls += len(outcomes)
@@ -314,6 +315,32 @@ def test_aimd_against_a_hidden_capacity_few_429s_and_most_of_the_throughput(capa
         rounds += 1
     assert limited / calls < 0.05, (limited, calls)
     assert served / rounds >= 0.8 * capacity, (served / rounds, capacity)
+
+
+def test_aimd_learns_the_load_that_drew_a_429_and_probes_it_without_halving():
+    """cap 20, a 429 with 17 calls in flight: the ceiling is 17 (not 20) and the cap 10; six
+    successes regrow it to 16, where it stays until the probe (16 × PROBE_INITIAL successes);
+    a 429 at 17 again puts the cap back at 16 (the level that held), not at 8."""
+
+    async def main() -> list[tuple[int, int]]:
+        gate = _gate(20, adaptive=True)
+        for _ in range(17):
+            await gate.acquire()
+        gate.record(True)
+        for _ in range(17):
+            await gate.release()
+        seen = [(gate.cap, gate._aimd.ceiling)]
+        for _ in range(6):
+            gate.record(False)
+        seen.append((gate.cap, gate._aimd.ceiling))
+        for _ in range(16 * PROBE_INITIAL):
+            gate.record(False)
+        seen.append((gate.cap, gate._aimd.ceiling))
+        gate.record(True)
+        seen.append((gate.cap, gate._aimd.ceiling))
+        return seen
+
+    assert [(10, 17), (16, 17), (17, 17), (16, 17)] == asyncio.run(main())
 
 
 def test_lowering_the_cap_keeps_held_slots_and_blocks_new_admissions():

@@ -1,10 +1,11 @@
 """The Redis gate's shared adaptive cap follows the local gate's rule, step for step.
 
-``gate.aimd_step`` is the specification (halve on a 429 and remember the ceiling; regrow by one
-per run of ``cap`` successes; reach the ceiling again only after ``probe`` runs, ``probe``
-doubling on each repeated 429 there; forget the ceiling after a whole run at it; ignore 429s of
-calls already in flight). The Lua script ``_scripts.AIMD`` runs the same rule atomically in
-a real redis-server, fed through ``RedisGate.record`` as the runner feeds it.
+``gate.aimd_step`` is the specification (halve on a 429 and remember the load that drew it, the
+ceiling; regrow by one a success below it; reach it again only after ``probe`` runs, a repeated
+429 there setting the cap just below it and doubling ``probe``; forget the ceiling after
+``probe`` runs at it; ignore 429s of calls already in flight). The Lua script
+``_scripts.AIMD`` runs the same rule atomically in a real redis-server, fed through
+``RedisGate.record`` as the runner feeds it.
 """
 
 from __future__ import annotations
@@ -95,9 +96,9 @@ def test_the_redis_script_and_aimd_step_agree_after_every_event(aimd_redis, case
 
 def test_two_processes_share_the_ceiling_and_its_probe(aimd_redis):
     """With cap 4, a 429 seen by one process halves the shared cap to 2; successes reported by
-    either process regrow it to 3 after 2, but to 4 (where the 429 came) only after 3 ×
-    PROBE_INITIAL more; a second 429 there doubles the probe; a whole run of 4 successes at the
-    ceiling forgets it."""
+    either process regrow it to 3 at the first (below the ceiling), but to 4 (where the 429
+    came) only after 3 × PROBE_INITIAL; a second 429 there sets it just below (3) and doubles
+    the probe; as many runs of 4 successes at the ceiling as the probe forget it."""
 
     async def main() -> list[tuple[int, int, int]]:
         url = aimd_redis.url
@@ -119,11 +120,11 @@ def test_two_processes_share_the_ceiling_and_its_probe(aimd_redis):
 
         await report(True)
         await report(False, 2)
-        await report(False, 3 * PROBE_INITIAL - 1)
+        await report(False, 3 * PROBE_INITIAL - 2)
         await report(False)
         await report(True)
-        await report(False, 2 + 3 * 2 * PROBE_INITIAL)
-        await report(False, 4)
+        await report(False, 3 * 2 * PROBE_INITIAL)
+        await report(False, 4 * 2 * PROBE_INITIAL)
         for s in (a, b):
             await s.close()
         await client.aclose()
@@ -134,7 +135,7 @@ def test_two_processes_share_the_ceiling_and_its_probe(aimd_redis):
         (3, 4, PROBE_INITIAL),
         (3, 4, PROBE_INITIAL),
         (4, 4, PROBE_INITIAL),
-        (2, 4, 2 * PROBE_INITIAL),
+        (3, 4, 2 * PROBE_INITIAL),
         (4, 4, 2 * PROBE_INITIAL),
         (4, 0, PROBE_INITIAL),
     ] == asyncio.run(main())

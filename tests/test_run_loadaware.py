@@ -279,6 +279,34 @@ def test_adaptive_cap_finds_a_hidden_capacity(tmp_path, sim_server):
     assert server.stats()["peak_concurrency"] <= 4
 
 
+def test_an_adaptive_cap_a_little_too_high_keeps_its_share_of_a_pool(tmp_path, sim_server):
+    """In a pool, a backend whose server takes 4 calls at once but whose cap says 8, with
+    [gate] adaptive: its 429s lower the cap to just below the load that drew them and never
+    cool it as a failing backend, so it serves about its right share (4 of 12 slots) with few
+    429s, where without adaptive the cooldowns of its 429s cut its share."""
+    hidden, other = sim_server(latency_ms=100, cap=4), sim_server(latency_ms=100)
+    backends = [
+        {"id": "hidden", "base_url": hidden.openai_url, "max_concurrency": 8},
+        {"id": "other", "base_url": other.openai_url, "max_concurrency": 8},
+    ]
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 360)
+    shares = {}
+    for adaptive in (True, False):
+        profile = write_profile(tmp_path / "p.toml", backends, strategy="least_loaded",
+                                gate={"adaptive": adaptive}, retry={"max_retries": 10})  # fmt: skip
+        run = rrcli("run", jobs, "-p", profile, "--overwrite", cwd=tmp_path)
+        assert 0 == run.returncode, run.stderr
+        trail = calls(tmp_path / "jobs.traces.jsonl")
+        served = [c["deployment"] for c in trail if c["outcome"] == "ok"]
+        shares[adaptive] = served.count("hidden") / len(served)
+        limited = sum(c["http_status"] == 429 for c in trail)
+        if adaptive:
+            assert "consecutive_failures" not in run.stderr
+            assert limited / len(trail) < 0.03, (limited, len(trail))
+    assert shares[True] > 0.28, shares
+    assert shares[True] > shares[False], shares
+
+
 # --- failover -----------------------------------------------------------------------------
 
 

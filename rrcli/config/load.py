@@ -132,12 +132,15 @@ def validate_profile(
     environ: Mapping[str, str] | None = None,
     strict: bool = False,
     resolve: Resolver | None = None,
+    ignore: frozenset[str] = frozenset(),
 ) -> ValidationReport:
     """Read and check a profile, collecting every diagnostic. Never raises for bad content.
 
     ``strict`` turns warnings into errors. Whatever stops a run is an error here too (an
     ``api_key_env`` naming an unset variable among them). ``resolve(host)`` returns the
-    host's addresses (default: the system resolver, within a 2 s budget).
+    host's addresses (default: the system resolver, within a 2 s budget). ``ignore``: codes of
+    findings that do not matter to a caller that sends nothing (``env_unset`` for a command
+    that only reads Redis).
     """
     source = str(path)
     environ = os.environ if environ is None else environ
@@ -162,6 +165,7 @@ def validate_profile(
         )
         return ValidationReport(source, (diag,), None, readable=False)
     profile, diagnostics = check_document(data, text, source, environ=environ, resolve=resolve)
+    diagnostics = [d for d in diagnostics if d.code not in ignore]
     diagnostics.sort(key=lambda d: (d.line is None, d.line or 0))
     if strict:
         diagnostics = [replace(d, severity="error") for d in diagnostics]
@@ -175,9 +179,11 @@ def load_profile(
     *,
     environ: Mapping[str, str] | None = None,
     resolve: Resolver | None = None,
+    ignore: frozenset[str] = frozenset(),
 ) -> Profile:
-    """The profile at ``path``, or ProfileError naming every error in it."""
-    report = validate_profile(path, environ=environ, resolve=resolve)
+    """The profile at ``path``, or ProfileError naming every error in it (but those of the
+    codes in ``ignore``: see ``validate_profile``)."""
+    report = validate_profile(path, environ=environ, resolve=resolve, ignore=ignore)
     if not report.ok or report.profile is None:
         lines = "\n".join(f"  {d}" for d in report.errors)
         raise ProfileError(f"{path}: the profile has errors:\n{lines}", report.diagnostics)

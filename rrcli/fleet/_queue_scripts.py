@@ -10,9 +10,12 @@ Keys of one queue (see ``queue_keys``)::
     loader    STR     the token of the process loading the jobs file (a lock with a TTL)
     jobs      STREAM  one entry a job not yet acknowledged: id 0-LINE, field j = the raw line;
                       consumer group "workers"; an entry is deleted when its job is acknowledged
-    results   HASH    LINE -> the job's result line, as its worker wrote it (first one wins)
+    results   HASH    LINE -> the job's result line, as its worker wrote it: the first ok one,
+                      else the first one stored
+    failed    SET     the LINEs whose stored result is not ok (an ok that comes later replaces it)
     bindings  HASH    session -> deployment (binding = "session" across workers)
     workers   SET     the names of the workers that ever worked here
+    done      HASH    worker -> the jobs it acknowledged
     w:NAME    STR     a worker's heartbeat (expires when it stops beating)
 
 A job is known by its line number in the jobs file (LINE): its stream id is ``0-LINE``, so the
@@ -26,7 +29,7 @@ from rrcli.fleet._scripts import Script
 __all__ = ["ACK", "CLAIM", "GROUP", "LOAD", "RENEW", "queue_keys", "worker_key"]
 
 GROUP = "workers"
-KEY_NAMES = ("meta", "loader", "jobs", "results", "bindings", "workers")
+KEY_NAMES = ("meta", "loader", "jobs", "results", "failed", "bindings", "workers", "done")
 
 
 def queue_keys(name: str) -> dict[str, str]:
@@ -52,25 +55,32 @@ return 1
 """,
 )
 
-# KEYS jobs results bindings; ARGV group, then per job: stream id, line number, result line,
-# session ('' for none), deployment. Stores each job's result unless it has one already (a job
-# claimed from a worker thought dead may end twice: the first result stays, so a job has exactly
-# one), keeps a session's first deployment, acknowledges the job and deletes its entry (the
-# stream holds only jobs not yet done). Returns the number of results stored.
+# KEYS jobs results failed bindings done; ARGV group worker, then per job: stream id, line
+# number, result line, ok ('1' for an ok result, else ''), session ('' for none), deployment. A
+# job claimed from a worker thought dead may end twice (the first worker was only slow): its
+# first ok result stays, and an ok replaces an error stored before it, so a job that succeeded
+# anywhere has exactly one ok line. Keeps a session's first deployment, acknowledges the job
+# and deletes its entry (the stream holds only jobs not yet done), and counts the jobs this
+# worker acknowledged. Returns the number of results stored for jobs that had none.
 ACK = Script(
-    ("jobs", "results", "bindings"),
+    ("jobs", "results", "failed", "bindings", "done"),
     """
 local stored = 0
-for i = 2, #ARGV, 5 do
-  if redis.call('HSETNX', KEYS[2], ARGV[i + 1], ARGV[i + 2]) == 1 then
+for i = 3, #ARGV, 6 do
+  local line, result, ok = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  if redis.call('HSETNX', KEYS[2], line, result) == 1 then
     stored = stored + 1
+    if ok == '' then redis.call('SADD', KEYS[3], line) end
+  elseif ok ~= '' and redis.call('SREM', KEYS[3], line) == 1 then
+    redis.call('HSET', KEYS[2], line, result)
   end
-  if ARGV[i + 3] ~= '' and ARGV[i + 4] ~= '' then
-    redis.call('HSETNX', KEYS[3], ARGV[i + 3], ARGV[i + 4])
+  if ARGV[i + 4] ~= '' and ARGV[i + 5] ~= '' then
+    redis.call('HSETNX', KEYS[4], ARGV[i + 4], ARGV[i + 5])
   end
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
   redis.call('XDEL', KEYS[1], ARGV[i])
 end
+redis.call('HINCRBY', KEYS[5], ARGV[2], (#ARGV - 2) / 6)
 return stored
 """,
 )

@@ -212,10 +212,11 @@ return fmt(cur - now)
 
 # KEYS aimd slots; ARGV max_cap rate_limited(0|1) ttl probe_initial probe_max. The shared
 # adaptive cap, step for step the rule of ``gate.aimd_step`` (tests/test_redis_aimd.py drives both
-# with the same events): a 429/529 halves the cap (never below 1) and remembers the cap it came at
-# as the ceiling; each run of `cap` successes grows the cap by one, but growing back TO the
-# ceiling takes `probe` runs, `probe` doubling (up to probe_max) each time that level draws a 429
-# again; a whole run at the ceiling without a 429 forgets it. The calls that were in flight when
+# with the same events): a 429/529 halves the cap (never below 1) and remembers the load that drew
+# it (the scope's calls in flight, when fewer than the cap) as the ceiling; below it each success
+# grows the cap by one, but growing back TO the ceiling takes `probe` runs of `cap` successes; a
+# 429 there again sets the cap just below it and doubles `probe` (up to probe_max); `probe` runs
+# at the ceiling without a 429 forget it. The calls that were in flight when
 # the cap was halved answered from the old load: their next reports (`hold`, as many as the other
 # slots held then) cannot halve it again. Returns the new cap.
 AIMD = Script(
@@ -231,17 +232,27 @@ if cap > max_cap then cap = max_cap end
 if ARGV[2] == '1' then
   streak = 0
   if not held and cap > 1 then
-    if cap == ceiling then probe = math.min(most, probe * 2) else probe = initial end
-    ceiling, cap = cap, math.floor(cap / 2)
-    hold = math.max(0, redis.call('ZCARD', KEYS[2]) - 1)
+    local load = redis.call('ZCARD', KEYS[2])
+    local drew = cap
+    if load > 0 and load < cap then drew = load end
+    if ceiling > 0 and cap >= ceiling then
+      ceiling = math.min(ceiling, drew)
+      cap, probe = math.max(1, ceiling - 1), math.min(most, probe * 2)
+    else
+      ceiling, probe = drew, initial
+      cap = math.max(1, math.min(math.floor(cap / 2), drew - 1))
+    end
+    hold = math.max(0, load - 1)
   end
 else
   streak = streak + 1
-  if ceiling > 0 and cap >= ceiling and streak >= cap then
+  if ceiling > 0 and cap >= ceiling and streak >= cap * probe then
     streak, ceiling, probe = 0, 0, initial  -- the level that failed holds now
   else
     local need = cap
-    if ceiling > 0 and cap + 1 >= ceiling then need = cap * probe end
+    if ceiling > 0 then
+      if cap + 1 >= ceiling then need = cap * probe else need = 1 end
+    end
     if streak >= need and cap < max_cap then cap, streak = cap + 1, 0 end
   end
 end

@@ -22,12 +22,14 @@ from rrcli.config.profile import Profile
 from rrcli.errors import UsageError
 from rrcli.fleet._hub import CONNECT_TIMEOUT, check_reachable, redacted_url
 from rrcli.fleet._queue_scripts import GROUP, queue_keys, worker_key
+from rrcli.fleet.names import check_queue_name
 from rrcli.records.collect import CollectReport, collect_results
 
 __all__ = ["COLLECTED_KEEP_S", "Progress", "QueueCollected", "collect_queue", "queue_progress"]
 
 COLLECTED_KEEP_S = 3600  # a fully collected queue's keys expire after this
 READ_AHEAD = 1000  # result lines fetched in one round trip
+READS_ONLY = frozenset({"env_unset"})  # only Redis is read: a backend's key need not be set
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +75,8 @@ class Progress:
             f"{alive} worker(s) alive"
         )
         rows = [
-            f"  {w['name']}: {'alive' if w['alive'] else 'gone'}, {w['pending']:,} pending"
-            + (f", {w['done']:,} done" if w.get("done") is not None else "")
+            f"  {w['name']}: {'alive' if w['alive'] else 'gone'}, {w['pending']:,} pending, "
+            f"{w['done']:,} done"
             for w in self.workers
         ]
         return [head, *rows]
@@ -84,10 +86,12 @@ def _load(profile_path: str | None) -> Profile:
     """The profile at ``profile_path`` (or where ``rrcli run`` would look without it)."""
     from rrcli.config.load import load_profile, resolve_profile_path
 
-    return load_profile(resolve_profile_path(profile_path, os.environ), environ=os.environ)
+    path = resolve_profile_path(profile_path, os.environ)
+    return load_profile(path, environ=os.environ, ignore=READS_ONLY)
 
 
 def _client(profile: Profile, name: str) -> Any:
+    check_queue_name(name)
     url = profile.queue_url
     if not url:
         raise UsageError(
@@ -123,12 +127,12 @@ def _progress(client: Any, name: str, url: str) -> Progress:
     by_worker = {c["name"].decode(): int(c["pending"]) for c in summary.get("consumers") or ()}
     names = sorted(m.decode() for m in client.smembers(keys["workers"]))
     beats = client.mget([worker_key(name, w) for w in names]) if names else []
-    workers = []
-    for worker, beat in zip(names, beats, strict=True):
-        info = orjson.loads(beat) if beat else {}
-        alive = beat is not None
-        workers.append({"name": worker, "alive": alive, "pending": by_worker.get(worker, 0),
-                        "done": info.get("done")})  # fmt: skip
+    done_by = client.hmget(keys["done"], names) if names else []
+    workers = [
+        {"name": worker, "alive": beat is not None, "pending": by_worker.get(worker, 0),
+         "done": int(done or 0)}
+        for worker, beat, done in zip(names, beats, done_by, strict=True)
+    ]  # fmt: skip
     state = meta.get("state", "loading")
     jobs = int(meta.get("total") or meta.get("loaded_to") or 0)
     done = int(client.hlen(keys["results"]))

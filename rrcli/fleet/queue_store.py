@@ -28,7 +28,7 @@ from rrcli.fleet._hub import (
 )
 from rrcli.fleet._scripts import Script
 
-__all__ = ["QueueLostError", "QueueStore"]
+__all__ = ["QueueFullError", "QueueLostError", "QueueStore"]
 
 log = structlog.get_logger("rrcli.fleet.queue")
 
@@ -37,6 +37,15 @@ SOCKET_TIMEOUT = 10.0  # seconds; longer than any blocking read
 
 class QueueLostError(RRCLIError):
     """The queue's keys vanished while workers ran (Redis restarted without persistence)."""
+
+
+class QueueFullError(RRCLIError):
+    """Redis refused a write for want of memory (its ``maxmemory`` reached, nothing evicted):
+    ``what`` says so, ``advice`` what to do while workers run."""
+
+    def __init__(self, what: str, advice: str) -> None:
+        super().__init__(f"{what} — {advice}")
+        self.what = what
 
 
 class QueueStore:
@@ -69,12 +78,14 @@ class QueueStore:
 
     async def step(self, make: Callable[[Any], Awaitable[Any]]) -> Any:
         """Run one step (``make(client)``), waiting and retrying while Redis is away."""
-        from redis.exceptions import ConnectionError, ResponseError, TimeoutError
+        from redis.exceptions import ConnectionError, OutOfMemoryError, ResponseError, TimeoutError
 
         delay = BACKOFF_INITIAL
         while True:
             try:
                 reply = await make(self._client)
+            except OutOfMemoryError as exc:
+                raise self.full() from exc
             except ResponseError as exc:
                 if "NOGROUP" in str(exc):  # the stream and its group are gone
                     raise self.lost() from exc
@@ -134,6 +145,17 @@ class QueueStore:
             "the jobs again under a new name"
         )
 
+    def full(self) -> QueueFullError:
+        return QueueFullError(
+            f"Redis at {redacted_url(self.url)} is out of memory: it refused to store the jobs "
+            f"or results of queue {self.name!r} (its used memory passed maxmemory, and its "
+            "maxmemory-policy evicts nothing)",
+            "this worker's --out holds every result it wrote; give Redis more memory (maxmemory "
+            "in its config, or CONFIG SET maxmemory) or free some (collect finished queues: "
+            "rrcli results --queue NAME), then start workers again: rrcli run -p PROFILE "
+            f"--queue {self.name} goes on where they stopped",
+        )
+
     # -- loading -------------------------------------------------------------------------------
 
     async def lock(self, token: str, ttl_ms: int) -> bool:
@@ -149,15 +171,19 @@ class QueueStore:
 
         return await self.step(take)
 
-    async def begin_load(self, digest: str, source: str, created: str) -> str:
-        """Name the queue's jobs file by its digest (unless named already) and make the stream
-        and its group; returns the digest the queue holds."""
+    async def begin_load(
+        self, digest: str, source: str, created: str, fixed: dict[str, float | int]
+    ) -> str:
+        """Name the queue's jobs file by its digest, with the settings ``fixed`` for every worker
+        (unless named already), and make the stream and its group; returns the digest the queue
+        holds."""
         meta, jobs = self.keys["meta"], self.keys["jobs"]
 
         async def begin(client: Any) -> str:
             if await client.hsetnx(meta, "digest", digest):
                 await client.hset(
-                    meta, mapping={"source": source, "state": "loading", "created": created}
+                    meta,
+                    mapping={"source": source, "state": "loading", "created": created, **fixed},
                 )
             try:
                 await client.xgroup_create(jobs, lua.GROUP, id="0", mkstream=True)
@@ -180,12 +206,19 @@ class QueueStore:
         await self.script(lua.LOAD, loaded_to, *args)
 
     async def end_load(self, total: int, token: str) -> None:
-        async def end(client: Any) -> None:
-            await client.hset(self.keys["meta"], mapping={"state": "loaded", "total": total})
+        await self.step(
+            lambda c: c.hset(self.keys["meta"], mapping={"state": "loaded", "total": total})
+        )
+        await self.unlock(token)
+
+    async def unlock(self, token: str) -> None:
+        """Give the loader lock back, when it is ours (a delete: Redis allows it out of memory)."""
+
+        async def give(client: Any) -> None:
             if (await client.get(self.keys["loader"]) or b"").decode() == token:
                 await client.delete(self.keys["loader"])
 
-        await self.step(end)
+        await self.step(give)
 
     # -- working -------------------------------------------------------------------------------
 
@@ -208,10 +241,24 @@ class QueueStore:
         ]
         return reply[0].decode(), entries
 
-    async def ack(self, batch: Sequence[tuple[str, int, bytes, str, str]]) -> int:
-        """Store each job's result and acknowledge it: (id, line, result, session, deployment)."""
+    async def ack(self, batch: Sequence[tuple[str, int, bytes, str, str, str]]) -> int:
+        """Store each job's result and acknowledge it: (id, line, result, "1" for an ok result
+        else "", session, deployment)."""
         args = [value for entry in batch for value in entry]
-        return int(await self.script(lua.ACK, lua.GROUP, *args))
+        return int(await self.script(lua.ACK, lua.GROUP, self.worker, *args))
+
+    async def finished(self, total: int) -> bool:
+        """Every one of the queue's ``total`` jobs has its result and none is left in the
+        stream (undelivered or pending)."""
+
+        async def count(client: Any) -> bool:
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.hlen(self.keys["results"])
+                pipe.xlen(self.keys["jobs"])
+                stored, left = await pipe.execute()
+            return int(stored) >= total and not int(left)
+
+        return await self.step(count)
 
     async def renew(self, ids: Sequence[str]) -> None:
         if ids:

@@ -9,7 +9,8 @@ A gate guards one gate scope (backends sharing a ``gate_scope`` share one). It h
   max(1, rpm/60). ``reserve`` books the budget at the moment it computes the start time (no
   check-then-act race between concurrent callers) and then sleeps until then; a request larger
   than the whole burst is admitted once the bucket is idle, so it never deadlocks.
-- **adaptive cap** (AIMD): halve on a 429/529, grow by one after ``cap`` successes in a row.
+- **adaptive cap** (AIMD): halve on a 429/529 and remember the load that drew it; regain the
+  level below it at once, probe it ever more rarely (``aimd_step``).
 
 ``Gate`` is the interface (a Redis gate implements the same one); ``LocalGate`` is the in-process
 implementation. All times are seconds; clock and sleep are passed in.
@@ -124,26 +125,38 @@ class Aimd:
     probe: int = PROBE_INITIAL
 
 
-def aimd_step(state: Aimd, max_cap: int, rate_limited: bool, held: bool = False) -> Aimd:
+def aimd_step(
+    state: Aimd, max_cap: int, rate_limited: bool, held: bool = False, load: int = 0
+) -> Aimd:
     """The adaptive cap after one attempt (pure).
 
     A 429/529 halves the cap (never below 1; not while ``held``: calls in flight when it was
-    last halved answer from the old load) and remembers the cap it came at as the ceiling. Each
-    run of ``cap`` successes grows the cap by one — quickly back up to just below the ceiling;
-    growing back TO the ceiling takes ``probe`` runs, and ``probe`` doubles (up to PROBE_MAX)
-    each time that level draws a 429 again. A whole run at the ceiling without a 429 forgets
-    it. So against a server whose hidden capacity is C, the cap spends its time at C and probes
-    C + 1 ever more rarely, instead of drawing a 429 every ~C²/2 calls as plain AIMD does."""
+    last lowered answer from the old load) and remembers the load that drew it as the ceiling
+    (``load``: the calls in flight, this one included, when fewer than the cap; else the cap).
+    Below the ceiling each success grows the cap by one (the level that held is regained within
+    one round of calls, as TCP's slow start does); growing back TO the ceiling takes ``probe``
+    runs of ``cap`` successes, and a 429 there again sets the cap just below it
+    (the level that held all along, not half of it) and doubles ``probe`` (up to PROBE_MAX).
+    ``probe`` runs at the ceiling without a 429 forget it (one run could count calls that
+    started below it); the cap then grows by one a run of ``cap`` successes. So against a
+    server whose hidden capacity is C the cap spends its time
+    at C and probes C + 1 ever more rarely, each probe costing one retried call, instead of
+    drawing a 429 every ~C²/2 calls and halving each time as plain AIMD does."""
     cap, streak, ceiling, probe = state.cap, state.streak, state.ceiling, state.probe
     if rate_limited:
         if held or cap == 1:
             return Aimd(cap, 0, ceiling, probe)
-        probe = min(PROBE_MAX, probe * 2) if cap == ceiling else PROBE_INITIAL
-        return Aimd(max(1, cap // 2), 0, cap, probe)
+        drew = load if 0 < load < cap else cap
+        if ceiling and cap >= ceiling:  # the probe of the ceiling failed: just below it again
+            ceiling = min(ceiling, drew)
+            return Aimd(max(1, ceiling - 1), 0, ceiling, min(PROBE_MAX, probe * 2))
+        return Aimd(max(1, min(cap // 2, drew - 1)), 0, drew, PROBE_INITIAL)
     streak += 1
-    if ceiling and cap >= ceiling and streak >= cap:
+    if ceiling and cap >= ceiling and streak >= cap * probe:
         return Aimd(cap, 0, 0, PROBE_INITIAL)  # the level that failed holds now
-    need = cap * (probe if ceiling and cap + 1 >= ceiling else 1)
+    need = cap
+    if ceiling:  # the level below the ceiling held: regained at once, the ceiling probed
+        need = cap * probe if cap + 1 >= ceiling else 1
     if streak >= need and cap < max_cap:
         return Aimd(cap + 1, 0, ceiling, probe)
     return Aimd(cap, streak, ceiling, probe)
@@ -330,9 +343,9 @@ class LocalGate:
     # -- adaptive cap (AIMD) -----------------------------------------------------------------
 
     def record(self, rate_limited: bool) -> None:
-        """One attempt's outcome, for ``adaptive`` gates: halve the cap on a 429/529, grow it by
-        one after ``cap`` successes in a row — but growing back to the cap that drew the last
-        429 (the ceiling) takes ``probe`` such runs. See ``aimd_step``.
+        """One attempt's outcome, for ``adaptive`` gates: halve the cap on a 429/529 and
+        remember the load that drew it (the ceiling), regrow to just below it, probe it ever
+        more rarely. See ``aimd_step``.
 
         Calls that were already in flight when the cap was halved answer from the old load; their
         429s say nothing new. So after a decrease, the next ``in_flight`` reports (as many as
@@ -344,7 +357,7 @@ class LocalGate:
         if held:
             self._hold -= 1
         before = self._aimd.cap
-        self._aimd = aimd_step(self._aimd, self._max_cap, rate_limited, held)
+        self._aimd = aimd_step(self._aimd, self._max_cap, rate_limited, held, self._in_flight)
         if self._aimd.cap < before:
             self._hold = max(0, self._in_flight - 1)  # the others in flight
             log.info("rrcli.cap_decreased", scope=self.scope, cap=self._aimd.cap)

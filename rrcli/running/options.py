@@ -15,7 +15,7 @@ from typing import Any
 
 from rrcli.config.profile import MAX_IN_FLIGHT
 from rrcli.errors import UsageError
-from rrcli.fleet.names import worker_name
+from rrcli.fleet.names import check_queue_name, worker_name
 
 __all__ = ["STDOUT", "RunOptions", "parse_shard"]
 
@@ -80,6 +80,7 @@ class RunOptions:
             self._check_queue()
 
     def _check_queue(self) -> None:
+        check_queue_name(self.queue or "")
         for given, flag, instead in (
             (self.resume, "--resume", "a queue already runs each job once: start another worker"),
             (self.shard is not None, "--shard", "start more workers on the queue instead"),

@@ -150,6 +150,8 @@ async def _run_open(
     summary = RunSummary(new_run_id(), total=total)
     if shared is None:
         summary.total, summary.total_estimated = planned_total(total, options.shard, options.limit)
+    else:
+        summary.queue, summary.queue_finished = shared.label["name"], shared.finished
     cache = _open_cache(profile, options, summary, stack)  # CacheError: exit 2, nothing sent
     resume = prepare_results(options, stack)
     router, gates = make_router(profile, rng)

@@ -42,6 +42,8 @@ class RunSummary:
     halted: Halt | None = None  # the run stopped itself (jobs not started have no result)
     cached: int = 0  # calls answered from the response cache (--cache), known at the end
     failures: Counter[str] = field(default_factory=Counter)  # failed jobs by error type
+    queue: str | None = None  # the shared queue this run worked on (--queue)
+    queue_finished: bool = False  # every job of the queue had its result before the run came
     started: float = field(default_factory=time.monotonic)
     # a worker of a shared queue: (monotonic time, jobs done in the queue), first and last seen
     queue_first: tuple[float, int] | None = None
@@ -55,6 +57,23 @@ class RunSummary:
     def jobs(self) -> dict[str, int]:
         """The run_end record's job counts, in its order."""
         return {name: getattr(self, name) for name in JOB_COUNTS}
+
+    @property
+    def next_step(self) -> str | None:
+        """What to run next, when the run did not do it all: the command that goes on after an
+        interruption, or how to collect a queue that was finished already and start another."""
+        queue = self.queue
+        if self.interrupted:
+            if queue is None:
+                return "interrupted: run again with --resume to finish"
+            return f"interrupted: start a worker to finish: rrcli run -p PROFILE --queue {queue}"
+        if self.queue_finished:
+            return (
+                f"queue {queue!r} was finished already (every job has its result): collect it "
+                f"with rrcli results --queue {queue} -p PROFILE --out FILE; to run its jobs "
+                "again, load them under another name: rrcli run JOBS -p PROFILE --queue OTHER"
+            )
+        return None
 
     @property
     def exit_code(self) -> int:

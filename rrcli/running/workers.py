@@ -61,9 +61,11 @@ class SharedQueue(Protocol):
     ``open`` connects (and loads the jobs file when there is one), returning the jobs in the
     queue; ``sink`` wraps the results file's writer (each line is the queue's to store and
     acknowledge too); ``attach`` hands it the engine; ``fetch`` returns the next jobs, None
-    once the queue is drained; ``label`` names the queue and this worker in the trace."""
+    once the queue is drained; ``label`` names the queue and this worker in the trace;
+    ``finished``: once open, every job of the queue had its result already."""
 
     label: dict[str, str]
+    finished: bool
 
     async def open(self) -> int: ...
     def sink(self, writer: Any) -> Any: ...
