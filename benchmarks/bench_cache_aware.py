@@ -152,21 +152,20 @@ def scenarios(names: str, scale: float) -> None:
                 traces = tmp / f"{name}-{contender}.traces.jsonl"
                 done = start_run(path, profile, tmp / f"{name}-{contender}.out", traces)
                 done.wait()
-                figures[contender] = span, hit, calls = measure(traces)
+                figures[contender] = span, hit, calls, bound = measure(traces)
                 print(
-                    f"  ({name}) {contender:>12}: makespan {span:7.2f} s, hit rate {hit:6.1%}, "
-                    f"{calls} calls, exit {done.returncode}",
+                    f"  ({name}) {contender:>12}: makespan {span:7.2f} s (work-bound "
+                    f"{bound:6.2f} s), hit rate {hit:6.1%}, {calls} calls, exit {done.returncode}",
                     flush=True,
                 )
-            (ll_span, ll_hit, _), (ca_span, ca_hit, _) = (
-                figures["least_loaded"],
-                figures["cache_aware"],
-            )
+            ll_span, ll_hit, _, ll_bound = figures["least_loaded"]
+            ca_span, ca_hit, _, ca_bound = figures["cache_aware"]
             oracle_hit = figures["oracle"][1]
             print(
                 f"  ({name}) cache_aware: hit rate {ca_hit / max(oracle_hit, 1e-9):.2f} × the "
                 f"oracle's (least_loaded {ll_hit / max(oracle_hit, 1e-9):.2f} ×), makespan "
-                f"{ca_span / ll_span:.3f} × least_loaded's",
+                f"{ca_span / ll_span:.3f} × least_loaded's "
+                f"(work-bound {ca_bound / ll_bound:.3f} ×)",
                 flush=True,
             )
 
@@ -174,9 +173,8 @@ def scenarios(names: str, scale: float) -> None:
 def engine_one(n: int, strategy: str) -> None:
     import asyncio
 
-    from rrcli.run.runner import RunOptions, run
-
     from rrcli.config.profile import Backend, Profile, SimSettings
+    from rrcli.running.runner import RunOptions, run
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)

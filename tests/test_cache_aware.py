@@ -136,3 +136,53 @@ def test_validate_names_a_bad_cache_setting(tmp_path):
     assert 1 == done.returncode
     assert "cache_threshold" in done.stdout + done.stderr
     assert "strategy" not in done.stdout + done.stderr
+
+
+def _keys_sent(sim_server, tmp_path, lines: list[dict], **backend) -> dict:
+    """{a job's prompt: the prompt_cache_key its call was sent with}."""
+    server = sim_server()
+    profile = write_profile(
+        tmp_path / "k.toml",
+        [{"id": "h", "base_url": server.openai_url, **backend}],
+        strategy="cache_aware",
+        concurrency=1,
+    )
+    jobs = tmp_path / "k.jsonl"
+    jobs.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    done = rrcli("run", jobs, "-p", profile, "-q", cwd=tmp_path)
+    assert 0 == done.returncode, done.stderr
+    bodies = [r["body"] for r in server.received("/v1/chat/completions")]
+    return {b["messages"][-1]["content"]: b.get("prompt_cache_key") for b in bodies}
+
+
+def test_a_hosted_backend_gets_one_prompt_cache_key_per_prefix(sim_server, tmp_path):
+    """A backend that takes prompt_cache_key: jobs sharing a system prompt are sent one key,
+    another system prompt another; a job's own key is kept."""
+    lines = [
+        {"id": "a1", "system": SYSTEMS[0], "prompt": "one"},
+        {"id": "a2", "system": SYSTEMS[0], "prompt": "two"},
+        {"id": "b1", "system": SYSTEMS[1], "prompt": "three"},
+        {
+            "id": "own",
+            "system": SYSTEMS[0],
+            "prompt": "four",
+            "params": {"prompt_cache_key": "mine"},
+        },
+    ]
+    keys = _keys_sent(sim_server, tmp_path, lines, prompt_cache_key=True)
+    assert keys["one"] == keys["two"] != keys["three"]
+    assert [True, "mine"] == [keys["one"].startswith("rrcli-"), keys["four"]]
+
+
+def test_one_prefix_spreads_over_more_keys_only_past_fifteen_a_minute(sim_server, tmp_path):
+    """40 calls of one prefix within a minute: the first 15 take one key, the next 15 a
+    second, the last 10 a third."""
+    lines = [{"id": f"q{i}", "system": SYSTEMS[0], "prompt": f"q{i}"} for i in range(40)]
+    keys = _keys_sent(sim_server, tmp_path, lines, prompt_cache_key=True)
+    assert [15, 15, 10] == sorted(collections.Counter(keys.values()).values(), reverse=True)
+
+
+def test_a_local_server_gets_no_prompt_cache_key(sim_server, tmp_path):
+    """An OpenAI-compatible server on a private address (a local replica) is sent no key."""
+    lines = [{"id": "a1", "system": SYSTEMS[0], "prompt": "one"}]
+    assert {"one": None} == _keys_sent(sim_server, tmp_path, lines)

@@ -128,6 +128,7 @@ def _backend(
         sim=SimSettings(**as_floats(sim, SIM)) if provider.name == "sim" else None,
         endpoints=endpoints,
         prefix_cache_tokens=merged.get("prefix_cache_tokens"),
+        prompt_cache_key=merged.get("prompt_cache_key"),
         max_tokens_per_image=merged.get("max_tokens_per_image"),
     )
 

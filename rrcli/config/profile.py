@@ -171,6 +171,7 @@ class Backend:
     sim: SimSettings | None = None
     endpoints: tuple[str, ...] = ("chat",)  # the API endpoints this deployment serves
     prefix_cache_tokens: int | None = None  # what its prefix cache holds; None: prefix_capacity
+    prompt_cache_key: bool | None = None  # cache_aware sets one; None: sets_cache_key decides
     max_tokens_per_image: int | None = None  # what a budget reserves an image at; None: known
 
     @property
@@ -182,6 +183,15 @@ class Backend:
         if self.sim is not None and self.sim.prefix_cache_tokens:
             return self.sim.prefix_cache_tokens
         return DEFAULT_PREFIX_CACHE_TOKENS
+
+    @property
+    def sets_cache_key(self) -> bool:
+        """Whether cache_aware gives its calls a ``prompt_cache_key`` when the job has none:
+        ``prompt_cache_key``, else for an openai backend at a public host (a hosted API, where
+        the key is what routes a prompt to the machine that holds its cache)."""
+        if self.prompt_cache_key is not None:
+            return self.prompt_cache_key
+        return self.provider == "openai" and not self.allow_private
 
     @property
     def scope(self) -> str:

@@ -166,6 +166,7 @@ BACKEND = {
     "sim": Field("table"),
     "endpoints": Field("strs", choices=ENDPOINTS),
     "prefix_cache_tokens": Field("int", at_least(0)),
+    "prompt_cache_key": Field("bool"),
     "max_tokens_per_image": Field("int", at_least(1)),
 }
 CREDENTIALS = {

@@ -57,3 +57,4 @@ class Lease:
     binding: str | None = None  # "new" | "kept" | "rebound" | None (binding = "request")
     held: bool = True
     reservation: tuple[str, float] | None = None
+    cache_key: str | None = None  # the prompt_cache_key cache_aware gives the call, if any

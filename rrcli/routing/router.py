@@ -16,6 +16,7 @@ clock, rng and sleep are passed in.
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["EWMA_ALPHA", "Router"]
 
 _Prompt = tuple[Sequence[int], int]  # a prompt's prefix blocks and its tokens
+_KEY_CHARS = 256 * CHARS_PER_TOKEN  # a hosted API routes a prompt by its first 256 tokens
 
 log = structlog.get_logger()
 
@@ -121,7 +123,11 @@ class Router:
         prompt = rendered_prompt(messages, params.get("tools"), params.get("system"))
         chain = prefix_blocks(prompt)
         lease = await self._acquire(session, exclude, (chain, len(prompt) // CHARS_PER_TOKEN))
-        self._prefixes.sent(lease.state.position, chain)
+        position = lease.state.position
+        self._prefixes.sent(position, chain)
+        if chain and lease.state.backend.sets_cache_key and "prompt_cache_key" not in params:
+            head = hashlib.blake2b(prompt[:_KEY_CHARS].encode(), digest_size=8).hexdigest()
+            lease.cache_key = self._prefixes.cache_key(position, head, self._clock())
         return lease
 
     async def _acquire(

@@ -202,6 +202,8 @@ class CacheAware(_Rotating):
 
     name = "cache_aware"
     RECENT = 4  # prompts remembered per backend for the lookahead (recents)
+    KEY_RATE = 15  # calls a minute one prompt_cache_key takes before the next key is used
+    KEYS = 4096  # prefixes whose calls of the last minute are remembered (cache_key)
 
     def __init__(
         self,
@@ -214,6 +216,7 @@ class CacheAware(_Rotating):
         self.trees = [PrefixBlocks(c) for c in capacities]
         #: per backend, the prefix blocks of the last prompts sent to it (newest last)
         self.recents = [deque[Sequence[int]](maxlen=self.RECENT) for _ in capacities]
+        self._keys: dict[tuple[int, str], deque[float]] = {}
         self._threshold = threshold
         self._abs = balance_abs
         self._rel = balance_rel
@@ -243,6 +246,22 @@ class CacheAware(_Rotating):
         high, low = max(counts), min(counts)
         margin = self._abs if self._abs is not None else max(1, min(c.cap for c in candidates) // 4)
         return high - low > margin and high > self._rel * low
+
+    def cache_key(self, position: int, head: str, now: float) -> str:
+        """The ``prompt_cache_key`` of a call to the backend at ``position`` whose prompt
+        starts with ``head`` (stable text naming its first tokens), at ``now`` (seconds): one
+        key a prefix, a second one only past KEY_RATE calls a minute on the first, and so on
+        (a hosted API sends one key's overflow to other machines, which hold no cache)."""
+        keys = self._keys
+        times = keys.pop((position, head), None) or deque()
+        keys[(position, head)] = times  # the most recent last; the least recent forgotten
+        while times and times[0] <= now - 60.0:
+            times.popleft()
+        spread = len(times) // self.KEY_RATE
+        times.append(now)
+        while len(keys) > self.KEYS:
+            del keys[next(iter(keys))]
+        return f"rrcli-{head}" if not spread else f"rrcli-{head}-{spread}"
 
     def sent(self, position: int, chain: Sequence[int]) -> None:
         """A prompt with prefix blocks ``chain`` went to the backend at ``position``."""

@@ -260,7 +260,7 @@ class Engine:
         call may move on when the budget here is spent. Returns with the slot released."""
         backend = lease.state.backend
         provider = self.providers[backend.id]
-        call = self._request(job, messages, backend)
+        call = self._request(job, messages, backend, lease.cache_key)
         estimate = estimate_call_tokens(messages, call.params, job.input, call.input_tokens)
         echo = echo_for(call.stream, self.on_text, backend.id)
         number, first_try, paused, continued = before, time.monotonic(), None, 0
@@ -306,11 +306,16 @@ class Engine:
             return False
         return True
 
-    def _request(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
+    def _request(
+        self, job: Job, messages: list[dict[str, Any]], backend: Backend, key: str | None = None
+    ) -> Call:
         """The call as sent to ``backend``: its params under the job's (the job wins), merged
-        once; streamed with --stream, the job's ``stream`` or the backend's ``stream = true``
-        unless its endpoint has no streamed form; in the job's dialect; its input tokens counted."""
+        once, ``key`` the prompt_cache_key unless they name one; streamed with --stream, the
+        job's ``stream`` or the backend's ``stream = true`` unless its endpoint has no streamed
+        form; in the job's dialect; its input tokens counted."""
         params = {**backend.params, **job.params}
+        if key is not None:
+            params.setdefault("prompt_cache_key", key)
         if self.caps:
             with_cap(params, job.endpoint, backend, self.caps)
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
