@@ -12,7 +12,7 @@ from rrcli.config.models import cap_param, image_tokens, output_ceiling
 from rrcli.config.prices import pool_prices, unpriced_budget
 from rrcli.config.profile import Backend, Price, Profile
 from rrcli.errors import UsageError
-from rrcli.providers.anthropic import DEFAULT_MAX_TOKENS
+from rrcli.providers.registry import ANTHROPIC_MAX_TOKENS
 from rrcli.records.spend import traces_cost
 from rrcli.routing.budget import Budget, Ledger, LocalLedger
 from rrcli.routing.control import Halt, RunControl
@@ -96,7 +96,7 @@ def output_caps(profile: Profile) -> tuple[dict[str, int], frozenset[str]]:
     for backend in profile.backends:
         if output_cap(backend.params) is not None:
             continue
-        cap = DEFAULT_MAX_TOKENS if backend.provider == "anthropic" else output_ceiling(backend)
+        cap = ANTHROPIC_MAX_TOKENS if backend.provider == "anthropic" else output_ceiling(backend)
         if cap is None:
             unknown.add(backend.id)
         else:
