@@ -3,7 +3,9 @@
 The revision is installed into a temporary venv (``git archive`` of it, ``pip install --no-deps``
 into a venv that sees this interpreter's packages), so only its command line is used and its
 package layout does not matter. Each side runs as a child process; its wall time is taken from
-start to exit, its peak RSS from the kernel's resource usage of that child (``os.wait4``).
+start to exit, its CPU time and peak RSS from the kernel's resource usage of that child
+(``os.wait4``). On a shared machine the wall time moves with the other processes' load; the CPU
+ratio, printed beside it, moves less.
 """
 
 from __future__ import annotations
@@ -69,8 +71,8 @@ def child_env(pythonpath: Path | None) -> dict[str, str]:
 
 def timed_run(
     python: Path, env: dict[str, str], jobs: Path, n: int, tmp: Path
-) -> tuple[float, float]:
-    """One whole `rrcli run` of ``jobs``; its wall seconds and peak RSS in MB."""
+) -> tuple[float, float, float]:
+    """One whole `rrcli run` of ``jobs``; its wall seconds, CPU seconds and peak RSS in MB."""
     out, traces = tmp / "r.jsonl", tmp / "t.jsonl"
     out.unlink(missing_ok=True)
     traces.unlink(missing_ok=True)
@@ -87,7 +89,7 @@ def timed_run(
         lines = sum(1 for _ in f)
     if lines != n:
         sys.exit(f"{' '.join(argv)} wrote {lines} results, not {n}")
-    return elapsed, usage.ru_maxrss / 1024
+    return elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def load() -> str:
@@ -112,24 +114,31 @@ def against(argv: list[str]) -> None:
         print(f"{args.jobs:,} jobs, 3 sim backends at 0 ms, 64 in flight; load {load()}")
         times: dict[str, list[float]] = {name: [] for name in sides}
         peaks: dict[str, list[float]] = {name: [] for name in sides}
+        cpu: dict[str, list[float]] = {name: [] for name in sides}
         ratios = []
         for r in range(args.rounds):
             order = list(sides) if r % 2 == 0 else list(sides)[::-1]
             for name in order:
-                seconds, peak = timed_run(*sides[name], jobs, args.jobs, tmp)
+                seconds, used, peak = timed_run(*sides[name], jobs, args.jobs, tmp)
                 times[name].append(seconds)
+                cpu[name].append(used)
                 peaks[name].append(peak)
             ratios.append(times["this tree"][-1] / times[args.rev][-1])
             print(
                 f"round {r + 1}: {args.rev} {times[args.rev][-1]:.2f} s "
                 f"({peaks[args.rev][-1]:.0f} MB) | this tree {times['this tree'][-1]:.2f} s "
-                f"({peaks['this tree'][-1]:.0f} MB) | ratio {ratios[-1]:.3f} | load {load()}",
+                f"({peaks['this tree'][-1]:.0f} MB) | ratio {ratios[-1]:.3f} "
+                f"(CPU {cpu['this tree'][-1] / cpu[args.rev][-1]:.3f}) | load {load()}",
                 flush=True,
             )
         rss = max(peaks["this tree"]) / max(peaks[args.rev])
+        cpu_ratio = statistics.median(
+            a / b for a, b in zip(cpu["this tree"], cpu[args.rev], strict=True)
+        )
         print(
             f"median ratio this tree / {args.rev}: {statistics.median(ratios):.3f} "
             f"(time per run {statistics.median(times['this tree']):.2f} s against "
-            f"{statistics.median(times[args.rev]):.2f} s); peak RSS {max(peaks['this tree']):.0f} "
-            f"MB against {max(peaks[args.rev]):.0f} MB (ratio {rss:.2f}); load {load()}"
+            f"{statistics.median(times[args.rev]):.2f} s; CPU {cpu_ratio:.3f}); "
+            f"peak RSS {max(peaks['this tree']):.0f} MB against {max(peaks[args.rev]):.0f} MB "
+            f"(ratio {rss:.2f}); load {load()}"
         )

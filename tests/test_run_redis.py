@@ -164,7 +164,7 @@ def test_unreachable_redis_at_start_is_exit_2_naming_the_url(tmp_path, sim_serve
 def test_four_processes_share_one_budget_and_spend_no_more(tmp_path, sim_server, redis_gate):
     """Four processes on one Redis gate with one budget of $1: together they spend no more than
     it (the cost of every trace's call records), each one that was refused exits 3, and the
-    budget's keys are gone once the last process left."""
+    budget's keys stay once the last process left (the spend is the results files')."""
     import redis
     from test_run_budget import PRICE, traces_cost, write_capped_jobs
 
@@ -187,4 +187,4 @@ def test_four_processes_share_one_budget_and_spend_no_more(tmp_path, sim_server,
     assert 0.5 < spent <= 1.0
     done = sum(len(read_jsonl(tmp_path / f"r{i}.jsonl")) for i in range(4))
     assert 0 < done < 200
-    assert [] == redis.Redis.from_url(redis_gate.url).keys("rrcli:{budget:*")
+    assert [] != redis.Redis.from_url(redis_gate.url).keys("rrcli:{budget:*")

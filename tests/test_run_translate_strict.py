@@ -133,6 +133,7 @@ def test_a_mixed_pool_sends_each_job_where_it_can_be_said_and_validate_counts_th
         lines = SAYABLE + unsayable_lines() + [FIVE_STOPS, FOUR_STOPS]
         jobs = write_lines(tmp_path / "jobs.jsonl", lines)
         checked = rrcli("validate", profile, "--jobs", jobs, "--json", cwd=tmp_path)
+        text = rrcli("validate", profile, "--jobs", jobs, cwd=tmp_path)
         run = rrcli("run", jobs, "-p", profile, cwd=tmp_path)
         assert 0 == run.returncode, run.stderr
         assert ([], []) == (openai.refused, anthropic.refused)
@@ -145,3 +146,4 @@ def test_a_mixed_pool_sends_each_job_where_it_can_be_said_and_validate_counts_th
         report["narrowed"],
         report["invalid"],
     )
+    assert f"{len(UNSAYABLE) + 1} only for the backends that can say them" in text.stdout

@@ -252,6 +252,8 @@ class Hub:
         from redis.exceptions import ConnectionError, TimeoutError
 
         channels = {g.keys["wake"]: g for g in self.gates.values()}
+        if not channels:  # a budget's own connection: no gate to wake
+            return
         delay = BACKOFF_INITIAL
         while True:
             try:

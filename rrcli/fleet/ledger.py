@@ -1,130 +1,213 @@
-"""One budget for every process on a Redis gate (SPEC §13): spend reserved and settled
-atomically in Redis, one Lua script a step (as the gate's own steps: ``_scripts``).
+"""One budget for every process sharing it (SPEC §13): spend reserved and settled atomically in
+Redis, one Lua script a step (as the gate's own steps: ``_scripts``).
 
-Keys of the budget of one profile (hash tag ``{budget:<profile>}``, so one slot on a cluster)::
+Keys of the budget named ``<name>`` (the profile's label, or the queue's; hash tag
+``{budget:<name>}``, so one slot on a cluster)::
 
-    spent    STR   USD settled by every process
-    held     ZSET  reservation token -> expiry   the reservations of the attempts in flight
-    amounts  HASH  reservation token -> USD
-    procs    ZSET  process -> expiry             the processes sharing the budget now
+    shares   HASH  owner -> USD     what each results file's runs settled (owner: its path)
+    held     ZSET  token -> expiry  the reservations of the attempts in flight
+    amounts  HASH  token -> USD
+    procs    ZSET  process -> expiry
 
-A process joins with the spend of its own earlier runs (``--resume``: read from its traces);
-the first to join while no other is alive starts from zero, so a budget lives as long as some
-process uses it and the next run starts afresh. A reservation (and a process's membership)
-expires ``ttl`` after its last step: longer than any attempt may take (the gate's lease plus
-the longest backend timeout), so only a dead process's reservations ever expire. Numbers cross
-the script boundary as strings.
+The spend is the sum of the shares. A process joins with its results file's own earlier spend
+(``--resume``: read from its traces; a run that starts the file afresh: 0), which REPLACES that
+file's share: nothing else is reset, so a process that joins after every other one ended still
+counts what they spent. A Redis that restarts empty never resets the spend either: each live
+process puts its share and its reservations back every ``interval`` (as the gate puts back its
+leases) and with each step; what is lost without persistence is the share of a results file
+whose processes all ended before the restart. The keys expire ``KEEP_S`` after the budget's last
+step. A reservation (and a process's membership) expires ``ttl`` after its last step: longer
+than any attempt may take, so only a dead process's reservations ever expire. Numbers cross the
+script boundary as strings.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Mapping
 
-from rrcli.config.profile import Profile
-from rrcli.fleet._hub import Hub
+from rrcli.config.profile import GateSettings, Profile
+from rrcli.fleet._hub import Hub, RedisDown
 from rrcli.fleet._scripts import Script
 
-__all__ = ["RedisLedger"]
+__all__ = ["KEEP_S", "RedisLedger", "budget_hub"]
 
-KEY_NAMES = ("spent", "held", "amounts", "procs")
+KEY_NAMES = ("shares", "held", "amounts", "procs")
+KEEP_S = 7 * 24 * 3600  # seconds a budget outlives its last step
 
-_EXPIRE = """
+_COMMON = """
 for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
   redis.call('HDEL', KEYS[3], dead)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-"""
+redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), ARGV[1])
+local function keep()
+  for i = 1, 4 do redis.call('EXPIRE', KEYS[i], KEEP_S) end
+end
+local function total(hash)
+  local sum = 0
+  for _, v in ipairs(redis.call('HVALS', hash)) do sum = sum + tonumber(v) end
+  return sum
+end
+local function restore(owner, mine)
+  local had = tonumber(redis.call('HGET', KEYS[1], owner) or 0)
+  if mine > had then redis.call('HSET', KEYS[1], owner, fmt(mine)) end
+end
+""".replace("KEEP_S", str(KEEP_S))
 
-# ARGV process ttl earlier. Returns the spend after joining.
+# ARGV process ttl owner earlier. Returns the spend after joining.
 JOIN = Script(
     KEY_NAMES,
-    _EXPIRE
+    _COMMON
     + """
-if redis.call('ZCARD', KEYS[4]) == 0 then redis.call('DEL', KEYS[1], KEYS[2], KEYS[3]) end
-redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), ARGV[1])
-return redis.call('INCRBYFLOAT', KEYS[1], ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[3], ARGV[4])
+keep()
+return fmt(total(KEYS[1]))
 """,
 )
 
-# ARGV process ttl token cost limit. Sets ``cost`` aside unless the spend, the reservations in
-# flight and it would pass ``limit``. Returns {1 if reserved else 0, spent, held}: held the
-# reservations in flight, this one's included when it was made.
+# ARGV process ttl owner mine token cost limit. Sets ``cost`` aside unless the spend, the
+# reservations in flight and it would pass ``limit``; ``mine``: the owner's share as this
+# process knows it (put back if Redis lost it). Returns {1 if reserved else 0, spent, held}.
 RESERVE = Script(
     KEY_NAMES,
-    _EXPIRE
+    _COMMON
     + """
-local held = 0
-for _, amount in ipairs(redis.call('HVALS', KEYS[3])) do held = held + tonumber(amount) end
-local spent = tonumber(redis.call('GET', KEYS[1]) or 0)
-local cost = tonumber(ARGV[4])
-redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), ARGV[1])
-if spent + held + cost > tonumber(ARGV[5]) + 1e-12 then return {0, fmt(spent), fmt(held)} end
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[3])
-redis.call('HSET', KEYS[3], ARGV[3], ARGV[4])
+restore(ARGV[3], tonumber(ARGV[4]))
+keep()
+local held = total(KEYS[3])
+local spent = total(KEYS[1])
+local cost = tonumber(ARGV[6])
+if spent + held + cost > tonumber(ARGV[7]) + 1e-12 then return {0, fmt(spent), fmt(held)} end
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[5])
+redis.call('HSET', KEYS[3], ARGV[5], ARGV[6])
 return {1, fmt(spent), fmt(held + cost)}
 """,
 )
 
-# ARGV process ttl token actual. Drops the reservation, adds what the attempt cost. Returns the
-# spend.
+# ARGV process ttl owner mine token. Drops the reservation; the owner's share becomes ``mine``
+# (what this process settled, the attempt's charge included). Returns the spend.
 SETTLE = Script(
     KEY_NAMES,
-    """
-redis.call('ZREM', KEYS[2], ARGV[3])
-redis.call('HDEL', KEYS[3], ARGV[3])
-redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), ARGV[1])
-return redis.call('INCRBYFLOAT', KEYS[1], ARGV[4])
+    _COMMON
+    + """
+redis.call('ZREM', KEYS[2], ARGV[5])
+redis.call('HDEL', KEYS[3], ARGV[5])
+redis.call('HSET', KEYS[1], ARGV[3], ARGV[4])
+keep()
+return fmt(total(KEYS[1]))
 """,
 )
 
-# ARGV process. The last process to leave ends the budget.
+# ARGV process ttl owner mine token amount token amount ... Puts back what Redis lost.
+RESTORE = Script(
+    KEY_NAMES,
+    _COMMON
+    + """
+restore(ARGV[3], tonumber(ARGV[4]))
+for i = 5, #ARGV, 2 do
+  if redis.call('HEXISTS', KEYS[3], ARGV[i]) == 0 then
+    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[i])
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  end
+end
+keep()
+return 0
+""",
+)
+
+# ARGV process. A process leaves; the spend stays.
 LEAVE = Script(
     KEY_NAMES,
     """
 redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-if redis.call('ZCARD', KEYS[4]) == 0 then redis.call('DEL', KEYS[1], KEYS[2], KEYS[3]) end
 return 0
 """,
 )
 
 
+def budget_hub(url: str) -> Hub:
+    """A connection of its own to the Redis at ``url``, for a budget on no Redis gate (a
+    queue's, with a local gate); the ledger closes it."""
+    import random
+    import time
+
+    settings = GateSettings(kind="redis", url=url)
+    return Hub(settings, rng=random.Random(), clock=time.monotonic, sleep=asyncio.sleep)
+
+
 def budget_keys(name: str) -> dict[str, str]:
-    """The Redis keys of the budget named ``name`` (the profile's label)."""
+    """The Redis keys of the budget named ``name``."""
     return {key: f"rrcli:{{budget:{name}}}:{key}" for key in KEY_NAMES}
 
 
 class RedisLedger:
-    """A ``budget.Ledger`` shared through Redis; ``spent`` is everyone's, as last seen."""
+    """A ``budget.Ledger`` shared through Redis; ``spent`` and ``reserved`` are everyone's, as
+    last seen; ``mine`` is this results file's share, as this process settled it."""
 
-    def __init__(self, hub: Hub, keys: Mapping[str, str], limit: float, ttl: float) -> None:
-        self.spent = self.reserved = 0.0
+    def __init__(
+        self, hub: Hub, keys: Mapping[str, str], limit: float, ttl: float, owner: str
+    ) -> None:
+        self.spent = self.reserved = self.mine = 0.0
         self._hub, self._keys, self._limit, self._ttl = hub, dict(keys), limit, ttl
+        self._owner = owner
+        self._held: dict[str, float] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.owns_hub = False  # a hub of its own (``budget_hub``): closed with the ledger
 
     @classmethod
-    async def join(cls, hub: Hub, profile: Profile, limit: float, earlier: float) -> RedisLedger:
-        """Join the budget of ``profile`` on ``hub``'s Redis, adding ``earlier`` spend."""
+    async def join(
+        cls, hub: Hub, profile: Profile, limit: float, earlier: float, name: str, owner: str
+    ) -> RedisLedger:
+        """Join the budget ``name`` on ``hub``'s Redis as ``owner`` (a results file), whose
+        earlier spend is ``earlier``."""
         ttl = hub.lease + max((b.timeout for b in profile.backends), default=60.0)
-        ledger = cls(hub, budget_keys(profile.label), limit, ttl)
-        spent = await hub.run_until_up(JOIN, ledger._keys, hub.process, ttl, repr(earlier))
+        ledger = cls(hub, budget_keys(name), limit, ttl, owner)
+        ledger.mine = earlier
+        spent = await hub.run_until_up(JOIN, ledger._keys, *ledger._me(), repr(earlier))
         ledger.spent = float(spent)
+        ledger._task = asyncio.create_task(ledger._restoring(), name="rrcli.budget.restore")
         return ledger
+
+    def _me(self) -> tuple[str, float, str]:
+        return self._hub.process, self._ttl, self._owner
 
     async def reserve(self, cost: float) -> str | None:
         hub, token = self._hub, self._hub.token()
+        await hub.wait_admissible()  # after an outage, the others' shares come back first
         ok, spent, held = await hub.run_until_up(
-            RESERVE, self._keys, hub.process, self._ttl, token, repr(cost), repr(self._limit)
-        )
+            RESERVE, self._keys, *self._me(), repr(self.mine), token, repr(cost),
+            repr(self._limit),
+        )  # fmt: skip
         self.spent, self.reserved = float(spent), float(held)
-        return token if int(ok) else None
+        if not int(ok):
+            return None
+        self._held[token] = cost
+        return token
 
     async def settle(self, token: str, reserved: float, actual: float) -> None:
-        hub = self._hub
-        spent = await hub.run_until_up(
-            SETTLE, self._keys, hub.process, self._ttl, token, repr(actual)
+        self._held.pop(token, None)
+        self.mine += actual
+        spent = await self._hub.run_until_up(
+            SETTLE, self._keys, *self._me(), repr(self.mine), token
         )
         self.spent = float(spent)
 
+    async def _restoring(self) -> None:
+        """Every renewal period, put back this process's share and reservations."""
+        while True:
+            await asyncio.sleep(self._hub.interval)
+            held = [x for token, cost in self._held.items() for x in (token, repr(cost))]
+            with contextlib.suppress(RedisDown):
+                await self._hub.run(RESTORE, self._keys, *self._me(), repr(self.mine), *held)
+
     async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
         await self._hub.best_effort("budget", LEAVE, self._keys, self._hub.process)
+        if self.owns_hub:
+            await self._hub.close()

@@ -147,8 +147,8 @@ class QueueStore:
 
     def full(self) -> QueueFullError:
         return QueueFullError(
-            f"Redis at {redacted_url(self.url)} is out of memory: it refused to store queue "
-            f"{self.name!r}'s jobs or results (its used memory passed maxmemory, and its "
+            f"Redis at {redacted_url(self.url)} is out of memory: it refused to store the jobs "
+            f"or results of queue {self.name!r} (its used memory passed maxmemory, and its "
             "maxmemory-policy evicts nothing)",
             "this worker's --out holds every result it wrote; give Redis more memory (maxmemory "
             "in its config, or CONFIG SET maxmemory) or free some (collect finished queues: "

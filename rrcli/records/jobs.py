@@ -10,7 +10,9 @@ What a line may hold, and how it becomes a request, is ``_jobshapes``: ``prompt`
 input lines) and ``anthropic_batch`` (Anthropic Message Batches request lines) for chat; a line
 naming another ``endpoint`` (embeddings, responses, completions, moderations) carries its
 ``input``. Numbers keep their exact value, integers beyond 64 bits included (in metadata; a
-request cannot carry one).
+request cannot carry one). ``Job`` and ``InvalidJob`` are frozen ``msgspec.Struct`` records:
+one is made a line, and a frozen dataclass would set each of its fields through
+``object.__setattr__``.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import json
 import zlib
 from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+import msgspec
 import orjson
 
 from rrcli.errors import UsageError
@@ -62,8 +64,7 @@ _DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0000000000")
 _LONG_RUN = b"0" * 19
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
+class Job(msgspec.Struct, frozen=True):
     """One valid line of the jobs file.
 
     ``id`` is the id as the user wrote it (str or int; ``line-N`` when absent) and results echo it
@@ -91,8 +92,7 @@ class Job:
     input: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class InvalidJob:
+class InvalidJob(msgspec.Struct, frozen=True):
     """A line that cannot run: its result has status ``invalid`` and this ``id``: the line's own
     when it has a readable one not taken by an earlier line, else ``line-N``.
 

@@ -61,8 +61,9 @@ async def make_budget(
     gates: Mapping[str, Any],
 ) -> Budget | None:
     """The run's budget at ``prices`` (``budget_prices``; None: no budget). With ``--resume``
-    the spend of the earlier runs in the traces counts; on a Redis gate the ledger is
-    shared."""
+    the spend of the earlier runs in the traces counts. The ledger is shared in Redis on a
+    Redis gate (the profile's budget), and always in queue mode (the queue's budget, on the
+    queue's Redis whatever the gate), each results file its own share."""
     limit = _limit(profile, options)
     if prices is None or limit is None:
         return None
@@ -71,12 +72,18 @@ async def make_budget(
     images = {b.id: image_tokens(b) for b in profile.backends}
     hub = getattr(gates, "hub", None)
     ledger: LocalLedger | Ledger
-    if hub is None:
+    if hub is None and options.queue is None:
         ledger = LocalLedger(limit, earlier)
     else:
-        from rrcli.fleet.ledger import RedisLedger
+        from rrcli.fleet.ledger import RedisLedger, budget_hub
 
-        ledger = await RedisLedger.join(hub, profile, limit, earlier)
+        own = hub is None
+        if hub is None:
+            hub = budget_hub(profile.queue_url)
+        name = profile.label if options.queue is None else f"queue:{options.queue}"
+        owner = str(options.out.resolve()) if options.out is not None else hub.process
+        ledger = await RedisLedger.join(hub, profile, limit, earlier, name, owner)
+        ledger.owns_hub = own
     return Budget(limit, prices, ledger, control, uncapped, images)
 
 

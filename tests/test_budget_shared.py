@@ -1,0 +1,91 @@
+"""One budget shared through Redis against a server that bills every token (tests/billing.py):
+processes that do not overlap in time, a Redis restarted empty mid-run, and queue workers on a
+local gate all keep what was billed within the one limit.
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import pytest
+from billing import GPT_4O
+from runkit import popen, read_jsonl, rrcli, write_profile
+from test_redis_gate import _server
+
+
+@pytest.fixture
+def redis_server():
+    yield from _server()
+
+
+def shared_profile(tmp_path, server, url, gate="redis"):
+    entry = {"id": "b0", "base_url": server.openai_url, "model": "gpt-4o", "price": GPT_4O,
+             "max_concurrency": 8}  # fmt: skip
+    top = {"gate": {"kind": "redis", "url": url, "lease": 2.0}} if gate == "redis" else {}
+    if gate != "redis":
+        top["queue"] = {"url": url}
+    return write_profile(tmp_path / "p.toml", [entry], **top)
+
+
+def write_jobs(path, n):
+    lines = [{"id": f"j{i}", "prompt": f"q{i}", "params": {"max_tokens": 500}} for i in range(n)]
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    return path
+
+
+def shard(tmp_path, profile, jobs, i, n, *extra):
+    return ("run", jobs, "-p", profile, "-q", "--shard", f"{i}/{n}", "--out",
+            tmp_path / f"r{i}.jsonl", "--traces", tmp_path / f"t{i}.jsonl", *extra)  # fmt: skip
+
+
+def test_shards_that_do_not_overlap_share_one_budget(tmp_path, billing_server, redis_server):
+    """Four shards run one after the other on one Redis budget of $0.5: each later one counts
+    what the earlier ones spent (no process alive between them resets it), so together they
+    were billed no more than the limit."""
+    server = billing_server(writes=500)
+    profile = shared_profile(tmp_path, server, redis_server.url)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 400)
+    codes = [
+        rrcli(*shard(tmp_path, profile, jobs, i, 4, "--max-cost", "0.5"), cwd=tmp_path).returncode
+        for i in range(4)
+    ]
+    assert 3 in codes
+    assert 0.4 < server.billed() <= 0.5
+
+
+def test_a_redis_restarted_empty_never_resets_the_spend(tmp_path, billing_server, redis_server):
+    """Four processes on one budget of $1, Redis killed and restarted empty mid-run: the live
+    processes put their shares and reservations back, so what was billed stays within it."""
+    server = billing_server(writes=500, latency_s=0.05)
+    profile = shared_profile(tmp_path, server, redis_server.url)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 800)
+    procs = [popen(*shard(tmp_path, profile, jobs, i, 4, "--max-cost", "1"), cwd=tmp_path)
+             for i in range(4)]  # fmt: skip
+    deadline = time.monotonic() + 30
+    while server.billed() < 0.4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    redis_server.stop()
+    time.sleep(0.3)
+    redis_server.start()
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode in (0, 3), err
+    assert 0.6 < server.billed() <= 1.0
+
+
+def test_queue_workers_on_a_local_gate_share_the_queues_budget(
+    tmp_path, billing_server, redis_server
+):
+    """Two queue workers on a local gate with `--max-cost 0.5` each: the budget is the
+    queue's, one for both, so together they were billed no more than it."""
+    server = billing_server(writes=500)
+    profile = shared_profile(tmp_path, server, redis_server.url, gate="local")
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 400)
+    args = ("run", "-p", profile, "-q", "--queue", "q1", "--max-cost", "0.5")
+    procs = [popen(*args[:1], jobs, *args[1:], cwd=tmp_path), popen(*args, cwd=tmp_path)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode in (0, 3), err
+    assert 0.4 < server.billed() <= 0.5
+    assert read_jsonl  # the results are the queue's; the bill is what is checked
