@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +18,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from rrcli.stats.cells import DEFAULT, Column, key_cell
+from rrcli.stats.cells import DEFAULT, Column, key_cell, plain_table
 from rrcli.stats.text import cost_line
 
 if TYPE_CHECKING:
@@ -30,7 +28,7 @@ if TYPE_CHECKING:
     from rrcli.routing.router import Router
     from rrcli.running.checks import CheckReport
     from rrcli.running.plan import Plan
-    from rrcli.running.summary import Progress, RunSummary
+    from rrcli.running.summary import RunSummary
 
 _PIPE_WIDTH = 160  # columns for tables written to a pipe (no terminal to measure)
 
@@ -113,7 +111,7 @@ class RunDisplay:
     def _render(self) -> Group:
         summary, router = self.summary, self.router
         assert summary is not None and router is not None
-        head = f"jobs {progress_text(summary.progress())}  ok {summary.ok:,}"
+        head = f"jobs {summary.progress().line()}  ok {summary.ok:,}"
         head += f"  error {summary.error:,}  invalid {summary.invalid:,}"
         if summary.skipped:
             head += f"  skipped {summary.skipped:,}"
@@ -143,27 +141,10 @@ class RunDisplay:
             )
         lines = [Text(head, style="bold"), table]
         if summary.failures:
-            lines.append(Text(failures_text(summary.failures), style="red"))
+            lines.append(Text(summary.failures_line(), style="red"))
         if self.control is not None and self.control.stopping:
             lines.append(Text(_stopping(self.control, router), style="yellow"))
         return Group(*lines)
-
-
-def progress_text(progress: Progress) -> str:
-    """``812/2,000  55.1/s  ETA 0m21s``: the total marked ``~`` while it is an estimate."""
-    text = f"{progress.done:,}"
-    if progress.total is not None:
-        text += f"/{'~' if progress.estimated else ''}{progress.total:,}"
-    text += f"  {progress.rate:,.1f}/s"
-    if progress.eta_s is not None:
-        text += f"  ETA {_duration(progress.eta_s)}"
-    return text
-
-
-def failures_text(failures: Mapping[str, int]) -> str:
-    """``failed jobs: 170 http_500, 7 timeout (each kind logged once)``."""
-    kinds = ", ".join(f"{count:,} {kind}" for kind, count in Counter(failures).most_common())
-    return f"failed jobs: {kinds} (each kind logged once; the results file has every one)"
 
 
 def _stopping(control: RunControl, router: Router) -> str:
@@ -176,13 +157,6 @@ def _stopping(control: RunControl, router: Router) -> str:
     if control.halted is not None:
         return f"stopping ({control.halted.reason}): letting {calls} finish"
     return f"stopping: letting {calls} finish (Ctrl-C again to cancel them)"
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def print_summary(summary: RunSummary, out: Path | None, traces: Path | None) -> None:
@@ -275,7 +249,7 @@ def render_stats(summary: dict[str, Any], columns: tuple[Column, ...] = DEFAULT)
     console = _console()
     title = f"rrcli stats by {summary['by']}"
     if len(summary["groups"]) > _RICH_ROWS:
-        _plain_stats(console, title, summary, columns)
+        console.file.write(plain_table(title, summary, columns))
         _print_footer(console, summary, ())
         return
     hidden: tuple[Column, ...] = ()
@@ -337,28 +311,6 @@ def _needed(console: Console, table: Table, summary: dict[str, Any]) -> int:
 
 def _stats_console(width: int) -> Console:
     return Console(soft_wrap=True, width=width)
-
-
-def _plain_stats(
-    console: Console, title: str, summary: dict[str, Any], columns: tuple[Column, ...]
-) -> None:
-    """The stats table as aligned plain text: the key left, the numbers right."""
-    head = [summary["by"], *(column.head.replace("\n", " ") for column in columns)]
-
-    def cells(group: dict[str, Any]) -> list[str]:
-        return [key_cell(group), *(column.cell(group) for column in columns)]
-
-    rows = [cells(group) for group in summary["groups"]]
-    total = cells(summary["total"])
-    widths = [max(map(len, column)) for column in zip(head, total, *rows, strict=True)]
-
-    def line(cells: list[str]) -> str:
-        key = cells[0].ljust(widths[0])
-        return "  ".join([key, *(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))])
-
-    rule = "  ".join("-" * w for w in widths)
-    text = "\n".join([title, line(head), rule, *map(line, rows), rule, line(total)])
-    console.file.write(text + "\n")
 
 
 def _print_footer(console: Console, summary: dict[str, Any], hidden: tuple[Column, ...]) -> None:

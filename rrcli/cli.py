@@ -152,7 +152,7 @@ def run(
     import os
 
     from rrcli import _render
-    from rrcli._logging import ProgressLines, configure_logging, log_level
+    from rrcli._logging import configure_logging, log_level
     from rrcli.config.load import load_profile, resolve_profile_path
     from rrcli.running.runner import RunControl, RunOptions, run_sync
 
@@ -178,11 +178,7 @@ def run(
         _render.print_plan(profile, asyncio.run(plan(profile, options)))
         return
     control = RunControl()
-    live = tty and not quiet and answers is None
-    display: Any = _render.RunDisplay(enabled=live, control=control)
-    if not (live or quiet):
-        display = ProgressLines(progress_s)
-    with display:
+    with _watcher(tty and not quiet and answers is None, quiet, control, progress_s) as display:
         summary = run_sync(
             profile, options, environ=os.environ, on_start=display.start, control=control
         )
@@ -191,6 +187,17 @@ def run(
     if summary.halted is not None:  # shown even with -q: the run did not finish
         click.echo(f"rrcli: {summary.halted.message}", err=True)
     sys.exit(summary.exit_code)
+
+
+def _watcher(live: bool, quiet: bool, control: Any, progress_s: float) -> Any:
+    """What shows the run's progress: the live display on a terminal, else (unless -q) a
+    progress line every ``progress_s`` seconds."""
+    from rrcli import _render
+    from rrcli._logging import ProgressLines
+
+    if live or quiet:
+        return _render.RunDisplay(enabled=live, control=control)
+    return ProgressLines(progress_s)
 
 
 @main.command()

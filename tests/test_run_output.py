@@ -4,9 +4,10 @@ afresh, every time in the JSON outputs has the same precision."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from runkit import popen, read_jsonl, rrcli, write_jobs
+from runkit import ROOT, popen, read_jsonl, rrcli, write_jobs
 
 
 def test_overwrite_starts_the_traces_afresh_too(tmp_path):
@@ -87,3 +88,20 @@ def test_a_closed_output_stops_the_run_with_sigpipes_status(tmp_path):
     [end] = [r for r in read_jsonl(tmp_path / "jobs.traces.jsonl") if r["event"] == "run_end"]
     assert "output_closed" == end["halted"]
     assert end["jobs"]["ok"] < 2000
+
+
+def test_the_readmes_quick_start_and_stats_examples_run(tmp_path):
+    """The README's quick start twice (`run profiles/demo-jobs.jsonl -p demo --overwrite`),
+    then its `rrcli stats demo-jobs.traces.jsonl` and `--plot`: one run of the demo's jobs
+    read, every job ok, the plot a strip per backend."""
+    demo = ROOT / "profiles" / "demo-jobs.jsonl"
+    for _ in range(2):
+        result = rrcli("run", demo, "-p", "demo", "--overwrite", cwd=tmp_path)
+        assert 0 == result.returncode, result.stderr
+    jobs = len([line for line in demo.read_text().splitlines() if line.strip()])
+    table = rrcli("stats", "demo-jobs.traces.jsonl", cwd=tmp_path)
+    assert 0 == table.returncode, table.stderr
+    assert f"jobs: {jobs} ok · 0 error" in table.stdout
+    assert "runs: 1 " in table.stdout
+    plot = rrcli("stats", "demo-jobs.traces.jsonl", "--plot", cwd=tmp_path)
+    assert 3 == len([line for line in plot.stdout.splitlines() if re.search(r" peak \d", line)])

@@ -17,8 +17,9 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import ClassVar, Protocol
+
+import msgspec
 
 from rrcli.config.profile import Backend, Profile
 from rrcli.tokens import BLOCK_TOKENS, PrefixBlocks
@@ -37,9 +38,9 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One eligible backend as a strategy sees it.
+class Candidate(msgspec.Struct, frozen=True):
+    """One eligible backend as a strategy sees it (a load-aware strategy's router makes one per
+    backend a decision: a frozen Struct, which builds many times faster than a frozen dataclass).
 
     ``position``: index in profile order. ``in_flight``/``waiting``/``cap``: its gate's calls in
     flight, requests queued, effective cap. ``ewma_latency_ms``: None until a call succeeded.

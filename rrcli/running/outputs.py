@@ -12,15 +12,26 @@ from typing import TYPE_CHECKING, Any
 from rrcli.records.claim import STDIN, OutputClaim, refuse_same_files
 from rrcli.records.results import ResultWriter, ResumeState, prepare_output
 from rrcli.records.trace import TraceWriter
+from rrcli.routing.control import Halt, RunControl
 from rrcli.running.engine import ResultSink
 from rrcli.running.options import RunOptions
+from rrcli.running.summary import RunSummary
 from rrcli.running.telemetry import JobEnds
 
 if TYPE_CHECKING:
     from rrcli.otel.live import SpanProcess
     from rrcli.running.workers import SharedQueue
 
-__all__ = ["CallbackWriter", "open_outputs", "prepare_results", "refuse_clobbering"]
+__all__ = [
+    "OUTPUT_CLOSED",
+    "CallbackWriter",
+    "open_outputs",
+    "output_closed",
+    "prepare_results",
+    "refuse_clobbering",
+]
+
+OUTPUT_CLOSED = 141  # exit status when the results' reader went away: 128 + SIGPIPE, as a shell
 
 
 class CallbackWriter:
@@ -84,3 +95,19 @@ def open_outputs(
     if sender is not None:
         results = JobEnds(results, sender)
     return results, traces
+
+
+def output_closed(control: RunControl, summary: RunSummary) -> Callable[[], None]:
+    """What the run does when the reader of its results goes away (``--out - | head``): it
+    stops at once, calls in flight cancelled (their answers have nowhere to go), and exits as a
+    program killed by SIGPIPE would (OUTPUT_CLOSED)."""
+
+    def stop() -> None:
+        message = (
+            f"the results output was closed (broken pipe) after {summary.done:,} results: "
+            "the run stopped; jobs not finished have no result line"
+        )
+        control.halt(Halt(OUTPUT_CLOSED, "output_closed", message))
+        control.cancel()
+
+    return stop

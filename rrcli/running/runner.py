@@ -32,7 +32,7 @@ from rrcli.records.formatfit import refuse_unfit, unfit_invalid
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.records.results import ResumeState
 from rrcli.records.trace import new_run_id
-from rrcli.routing.control import Halt, RunControl
+from rrcli.routing.control import RunControl
 from rrcli.routing.router import Router
 from rrcli.running.cached import ResponseCache, open_cache
 from rrcli.running.engine import Engine
@@ -40,7 +40,7 @@ from rrcli.running.failures import log_repeated
 from rrcli.running.lookahead import Lookahead
 from rrcli.running.money import budget_prices, final_halt, make_budget, output_caps
 from rrcli.running.options import RunOptions
-from rrcli.running.outputs import open_outputs, prepare_results, refuse_clobbering
+from rrcli.running.outputs import open_outputs, output_closed, prepare_results, refuse_clobbering
 from rrcli.running.quiet import quiet_unless_configured
 from rrcli.running.summary import RunSummary
 from rrcli.running.telemetry import close_sender, open_sender, otlp_url
@@ -63,7 +63,6 @@ log = structlog.get_logger("rrcli")
 
 FLUSH_INTERVAL = 0.2  # seconds between flushes of results and traces
 DRAIN_TIMEOUT = 30.0  # seconds the first Ctrl-C lets calls in flight finish
-OUTPUT_CLOSED = 141  # exit status when the results' reader went away: 128 + SIGPIPE, as a shell
 
 
 async def run(
@@ -148,9 +147,7 @@ async def _run_open(
     rng = random.Random(seed)
     shared = None if isinstance(jobs_in, Iterator) else jobs_in
     summary = RunSummary(new_run_id(), total=total)
-    if shared is None:
-        summary.total, summary.total_estimated = planned_total(total, options.shard, options.limit)
-    else:
+    if shared is not None:
         summary.queue, summary.queue_finished = shared.label["name"], shared.finished
     cache = _open_cache(profile, options, summary, stack)  # CacheError: exit 2, nothing sent
     resume = prepare_results(options, stack)
@@ -160,7 +157,7 @@ async def _run_open(
         router.restore_bindings(resume.sessions)
     providers = make_providers(profile, start.keys, seed)
     sender = open_sender(start.otlp, summary.run_id, stack)
-    closed = _output_closed(control, summary)
+    closed = output_closed(control, summary)
     results, traces = open_outputs(options, summary.run_id, stack, sender, shared, closed)
     traces.run(profile, None if shared is None else shared.label)
     engine = Engine(
@@ -185,22 +182,6 @@ async def _run_open(
         await _close(engine, gates)
         await close_sender(sender)
     return summary
-
-
-def _output_closed(control: RunControl, summary: RunSummary) -> Callable[[], None]:
-    """What the run does when the reader of its results goes away (``--out - | head``): it
-    stops at once, calls in flight cancelled (their answers have nowhere to go), and exits as a
-    program killed by SIGPIPE would (OUTPUT_CLOSED)."""
-
-    def stop() -> None:
-        message = (
-            f"the results output was closed (broken pipe) after {summary.done:,} results: "
-            "the run stopped; jobs not finished have no result line"
-        )
-        control.halt(Halt(OUTPUT_CLOSED, "output_closed", message))
-        control.cancel()
-
-    return stop
 
 
 def _keys(profile: Profile, environ: Mapping[str, str]) -> dict[str, str | None]:
@@ -238,7 +219,10 @@ def _selected(
     resume: ResumeState | None,
     summary: RunSummary,
 ) -> Iterator[Job | InvalidJob]:
-    """The jobs this run sends: its shard, its limit, and on --resume those without an ok line."""
+    """The jobs this run sends: its shard, its limit, and on --resume those without an ok line;
+    the summary's total made theirs (an estimate for a shard until the file ends)."""
+    total = planned_total(summary.total, options.shard, options.limit)
+    summary.total, summary.total_estimated = total
     done = resume.ok if (resume is not None and options.resume) else None
     return select_jobs(lines, done=done, summary=summary, shard=options.shard, limit=options.limit)
 

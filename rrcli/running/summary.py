@@ -26,6 +26,20 @@ class Progress:
     rate: float
     eta_s: float | None
 
+    def line(self) -> str:
+        """``812/2,000  55.1/s  ETA 0m21s``: the total marked ``~`` while it is an estimate."""
+        text = f"{self.done:,}"
+        if self.total is not None:
+            text += f"/{'~' if self.estimated else ''}{self.total:,}"
+        text += f"  {self.rate:,.1f}/s"
+        if self.eta_s is not None:
+            seconds = int(self.eta_s)
+            if seconds >= 3600:
+                text += f"  ETA {seconds // 3600}h{seconds % 3600 // 60:02d}m"
+            else:
+                text += f"  ETA {seconds // 60}m{seconds % 60:02d}s"
+        return text
+
 
 @dataclass(slots=True)
 class RunSummary:
@@ -82,6 +96,11 @@ class RunSummary:
         if self.halted is not None:
             return self.halted.code
         return 1 if (self.error or self.invalid) else 0
+
+    def failures_line(self) -> str:
+        """The live display's line: ``failed jobs: 170 http_500, 7 timeout (…)``."""
+        kinds = ", ".join(f"{count:,} {kind}" for kind, count in self.failures.most_common())
+        return f"failed jobs: {kinds} (each kind logged once; the results file has every one)"
 
     def queue_done(self, done: int, now: float | None = None) -> None:
         """A worker of a shared queue saw ``done`` jobs done in the queue, by every worker."""
