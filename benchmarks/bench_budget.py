@@ -61,7 +61,9 @@ def main() -> None:
     ):
         tmp = Path(d)
         jobs = write_jobs(tmp / "jobs.jsonl", args.jobs)
-        pool = two_backend_pool(url, args.concurrency, price=Price(0.15, 0.6))
+        pool = two_backend_pool(
+            url, args.concurrency, price=Price(0.15, 0.6), params={"max_tokens": 64}
+        )
         print(f"{args.jobs} jobs, concurrency {args.concurrency}, server {args.latency_ms} ms")
         asyncio.run(timed(pool, jobs, tmp, None))  # warm up
         ratios, cpu_ratios = [], []

@@ -63,7 +63,9 @@ def cold(args: argparse.Namespace, tmp: Path) -> None:
     rates: dict[str, list[float]] = {name: [] for name in variants}
     cpus: dict[str, list[float]] = {name: [] for name in variants}
     with sim_server("--latency-ms", "50") as url:
-        profile = two_backend_pool(url, args.concurrency, price=Price(0.15, 0.6))
+        profile = two_backend_pool(
+            url, args.concurrency, price=Price(0.15, 0.6), params={"max_tokens": 64}
+        )
         asyncio.run(timed(profile, write_jobs(tmp / "warm.jsonl", 200), tmp, None))
         for round_ in range(args.rounds):
             for name, (cached, max_cost) in variants.items():

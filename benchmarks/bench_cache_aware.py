@@ -24,6 +24,9 @@ from CPU; on a shared 2-core machine the measured one is CPU-bound for cheap cal
 (a) and (b) hit rate ≥ 0.9 × the oracle's and makespan ≤ 0.5 × least_loaded's; (c) makespan
 within 3 % of least_loaded's.
 
+``--inproc``: the same replicas as in-process sim backends (the same cache and timing model, no
+HTTP): the makespans measure the scheduling, not the CPU of five processes on a loaded machine.
+
 ``--engine N,N``: the engine alone, in-process on the zero-latency sim provider (no cache): jobs
 of (c) shape with cache_aware (its lookahead on) and least_loaded, each N in a fresh process;
 jobs/s (goal: cache_aware ≥ 0.9 × least_loaded) and peak RSS (goal: flat in N).
@@ -92,12 +95,26 @@ def jobs_c(scale: float) -> list[dict]:
 SCENARIOS = {"a": jobs_a, "b": jobs_b, "c": jobs_c}
 
 
-def write_profile(path: Path, urls: list[str], contender: str) -> Path:
-    backends = [
-        {"id": f"r{i}", "provider": "openai", "model": "sim", "base_url": url, "auth": "none",
-         "allow_private": True, "max_concurrency": CAP, "prefix_cache_tokens": PREFIX_TOKENS}
-        for i, url in enumerate(urls)
-    ]  # fmt: skip
+def write_profile(path: Path, urls: list[str] | None, contender: str) -> Path:
+    """The pool: the `rrcli sim` servers at ``urls``, or (None) as many in-process sim backends
+    with the same behaviour."""
+    if urls is None:
+        sim = {
+            "latency_ms": LATENCY_MS,
+            "jitter_ms": JITTER_MS,
+            "prefix_cache_tokens": PREFIX_TOKENS,
+            "prefill_ms_per_token": PREFILL_MS,
+        }
+        backends = [
+            {"id": f"r{i}", "provider": "sim", "max_concurrency": CAP, "sim": sim}
+            for i in range(REPLICAS)
+        ]
+    else:
+        backends = [
+            {"id": f"r{i}", "provider": "openai", "model": "sim", "base_url": url, "auth": "none",
+             "allow_private": True, "max_concurrency": CAP, "prefix_cache_tokens": PREFIX_TOKENS}
+            for i, url in enumerate(urls)
+        ]  # fmt: skip
     top = {"strategy": contender, "seed": 1}
     if contender == "oracle":
         top = {"strategy": "least_loaded", "binding": "session", "seed": 1}
@@ -130,7 +147,7 @@ def measure(traces: Path) -> tuple[float, float, int, float]:
     return last - first, cached / max(1, given), calls, work / (REPLICAS * CAP)
 
 
-def scenarios(names: str, scale: float) -> None:
+def scenarios(names: str, scale: float, inproc: bool = False) -> None:
     flags = ["--latency-ms", str(LATENCY_MS), "--jitter-ms", str(JITTER_MS),
              "--prefill-ms-per-token", str(PREFILL_MS),
              "--prefix-cache-tokens", str(PREFIX_TOKENS)]  # fmt: skip
@@ -140,12 +157,14 @@ def scenarios(names: str, scale: float) -> None:
     )
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
         tmp = Path(d)
-        urls = [stack.enter_context(sim_server(*flags)) for _ in range(REPLICAS)]
+        urls = (
+            None if inproc else [stack.enter_context(sim_server(*flags)) for _ in range(REPLICAS)]
+        )
         for name in names.split(","):
             jobs = SCENARIOS[name](scale)
             figures = {}
             for contender in CONTENDERS:
-                for url in urls:
+                for url in urls or ():
                     httpx2.post(url.removesuffix("/v1") + "/stats/reset")
                 path = write_jobs(tmp / f"{name}-{contender}.jsonl", jobs, contender)
                 profile = write_profile(tmp / f"{name}-{contender}.toml", urls, contender)
@@ -222,9 +241,10 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="jobs per scenario × this")
     parser.add_argument("--only", default="a,b,c")
     parser.add_argument("--engine", default="", help="sizes for the engine part, e.g. 20000,100000")
+    parser.add_argument("--inproc", action="store_true", help="in-process sim replicas, no HTTP")
     args = parser.parse_args()
     if args.only:
-        scenarios(args.only, args.scale)
+        scenarios(args.only, args.scale, args.inproc)
     if args.engine:
         engine(args.engine)
 

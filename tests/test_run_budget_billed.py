@@ -208,3 +208,17 @@ def test_a_paused_turn_reserves_again_for_its_grown_input(tmp_path, billing_serv
     done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "1", cwd=tmp_path)
     assert 3 == done.returncode, done.stderr
     assert 0.8 < server.billed() <= 1.0
+
+
+@pytest.mark.parametrize("value", [-1.0, "nan", 20_000.0])
+def test_a_bad_price_is_refused_before_anything_is_sent(tmp_path, billing_server, value):
+    """A negative, NaN or absurd price (more than 10,000 USD a million tokens) is a profile
+    error naming the key (exit 2), and no request is sent."""
+    server = billing_server()
+    price = {"input": 2.5, "output": float(value)}
+    profile = billed_profile(tmp_path, server, price=price)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 3, max_tokens=10)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "1", cwd=tmp_path)
+    assert 2 == done.returncode, done.stderr
+    assert 'backends[0] (id "b0"): price.output:' in done.stderr
+    assert [] == server.requests

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx2
 from runkit import calls, write_profile
@@ -153,3 +154,23 @@ def test_a_rate_limited_pool_answers_429_with_retry_after(tmp_path, sim_server):
     assert 429 == second.status_code and "cooling" in second.json()["error"]["message"]
     assert 1 <= int(second.headers["retry-after"]) <= 5
     assert 1 == sim.stats()["requests"]
+
+
+def test_kill_9_leaves_every_answered_call_in_the_traces(tmp_path, sim_server):
+    """The server killed with SIGKILL right after its last answer: the traces hold a call
+    record for every request that was answered."""
+    sim = sim_server()
+    traces = tmp_path / "serve.traces.jsonl"
+    path = write_profile(tmp_path / "pool.toml", openai_backends(sim.openai_url), name="pool")
+    served = Served(path, tmp_path, "--no-auth", "--traces", str(traces))
+    with httpx2.Client(timeout=30) as client:
+        client.post(served.url + "/v1/chat/completions", json=CHAT)  # the run record's flush
+        time.sleep(0.5)
+        answered = [
+            client.post(served.url + "/v1/chat/completions", json=CHAT).status_code
+            for _ in range(5)
+        ]
+        served.proc.kill()
+    served.proc.wait(10)
+    assert [200] * 5 == answered
+    assert 6 == len(calls(traces))

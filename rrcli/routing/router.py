@@ -75,6 +75,7 @@ class Router:
         self._cooled_until = 0.0  # the latest cooldown of any backend: none cools after it
         #: the strategy that reads prompts, when it is the one
         self._prefixes = self._strategy if isinstance(self._strategy, CacheAware) else None
+        self.threshold = profile.cache_threshold  # what a lookahead's match must cover
         self._rng = rng
         self._clock = clock
         self._sleep = sleep
@@ -256,10 +257,6 @@ class Router:
         """Whether the strategy keeps a picture of what each backend holds warm (cache_aware):
         then ``free_positions``, ``recent`` and ``threshold`` serve a lookahead."""
         return self._prefixes is not None
-
-    @property
-    def threshold(self) -> float:
-        return self.profile.cache_threshold
 
     def free_positions(self) -> list[int]:
         """The positions of the backends a decision may use that have a free slot now."""

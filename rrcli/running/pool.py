@@ -216,9 +216,11 @@ class Pool:
             engine.finish(outcome)
             return outcome
         try:
-            return await engine.submit(job, exclude, on_text)
+            outcome = await engine.submit(job, exclude, on_text)
         except (Halted, NoHealthyBackend) as exc:
             raise _refused(engine, job, exc) from None
+        engine.traces.flush()  # a call answered is on disk, even if the process is killed next
+        return outcome
 
 
 def answer(outcome: CallOutcome) -> dict[str, Any]:

@@ -175,12 +175,7 @@ def group_rows(
     streamed = with_ttft & c.stream & ~np.isnan(c.latency) & (c.tokens_out > 1)
     tpot = (c.latency[streamed] - c.ttft[streamed]) / (c.tokens_out[streamed] - 1)
     tokens_in, tokens_out = np.nan_to_num(c.tokens_in), np.nan_to_num(c.tokens_out)
-    priced = ~np.isnan(price_in)
-    held = np.minimum(np.nan_to_num(c.tokens_cached), tokens_in)
-    saved = held[priced] * (price_in[priced] - price_cached[priced])
-    spent = tokens_in[priced] * price_in[priced] + tokens_out[priced] * price_out[priced] - saved
     calls = group_sums(codes, n)
-    priced_calls = group_sums(codes[priced], n)
     columns = (
         calls,
         group_sums(codes[ok], n),
@@ -192,10 +187,7 @@ def group_rows(
         group_percentiles(codes[streamed], tpot, n, (50,)),
         group_sums(codes, n, tokens_in),
         group_sums(codes, n, tokens_out),
-        np.where(priced_calls > 0, group_sums(codes[priced], n, spent), np.nan),
-        priced_calls,
-        group_sums(codes, n, held),
-        np.where(priced_calls > 0, group_sums(codes[priced], n, saved), np.nan),
+        *_money(c, codes, n, (price_in, price_out, price_cached)),
         *group_sweep(codes, c.t0, c.t1, n),
     )
     values = [column.tolist() for column in columns]  # Python numbers: 10x faster to read
@@ -203,6 +195,25 @@ def group_rows(
         (g, _row(*(column[g] for column in values), total))
         for g in (range(n) if empty else np.flatnonzero(calls + cached).tolist())
     ]
+
+
+def _money(c: Columns, codes: np.ndarray, n: int, prices: tuple[np.ndarray, ...]) -> tuple:
+    """Per group: the cost (NaN: no priced call), the priced calls, the cached input tokens,
+    and what they saved at the cached-input price (NaN: no priced call). ``prices``: USD per
+    million input, output and cached input tokens of each call."""
+    price_in, price_out, price_cached = prices
+    tokens_in, tokens_out = np.nan_to_num(c.tokens_in), np.nan_to_num(c.tokens_out)
+    priced = ~np.isnan(price_in)
+    held = np.minimum(np.nan_to_num(c.tokens_cached), tokens_in)
+    saved = held[priced] * (price_in[priced] - price_cached[priced])
+    spent = tokens_in[priced] * price_in[priced] + tokens_out[priced] * price_out[priced] - saved
+    priced_calls = group_sums(codes[priced], n)
+    return (
+        np.where(priced_calls > 0, group_sums(codes[priced], n, spent), np.nan),
+        priced_calls,
+        group_sums(codes, n, held),
+        np.where(priced_calls > 0, group_sums(codes[priced], n, saved), np.nan),
+    )
 
 
 def _row(
