@@ -5,8 +5,16 @@ unbalance the pool; pure properties of the choice, then runs through the CLI aga
 from __future__ import annotations
 
 import collections
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import time
 
+import httpx2
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from runkit import read_jsonl, rrcli, write_profile
@@ -186,3 +194,63 @@ def test_a_local_server_gets_no_prompt_cache_key(sim_server, tmp_path):
     """An OpenAI-compatible server on a private address (a local replica) is sent no key."""
     lines = [{"id": "a1", "system": SYSTEMS[0], "prompt": "one"}]
     assert {"one": None} == _keys_sent(sim_server, tmp_path, lines)
+
+
+LLAMA_SERVER = shutil.which("llama-server")
+LLAMA_MODEL = os.environ.get("RRCLI_LLAMA_MODEL", "")
+
+
+@pytest.mark.skipif(
+    not (LLAMA_SERVER and os.path.isfile(LLAMA_MODEL)),
+    reason="needs llama.cpp's llama-server on PATH and a GGUF model at $RRCLI_LLAMA_MODEL: "
+    "neither is on this machine, and building llama.cpp and fetching a model is no quick install",
+)
+def test_real_replicas_keep_each_system_prompt_on_one(tmp_path):
+    """Two llama.cpp replicas: cache_aware sends each system prompt's jobs to one replica."""
+    ports = [_free_port(), _free_port()]
+    procs = [
+        subprocess.Popen(
+            [LLAMA_SERVER, "-m", LLAMA_MODEL, "--port", str(p), "-c", "4096", "-np", "1"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for p in ports
+    ]
+    try:
+        for port in ports:
+            _wait_ready(f"http://127.0.0.1:{port}/health")
+        backends = [
+            {"id": f"l{i}", "base_url": f"http://127.0.0.1:{p}/v1", "max_concurrency": 1,
+             "prefix_cache_tokens": 4096, "params": {"max_tokens": 4}}
+            for i, p in enumerate(ports)
+        ]  # fmt: skip
+        profile = write_profile(tmp_path / "l.toml", backends, strategy="cache_aware")
+        jobs = tmp_path / "l.jsonl"
+        lines = [{"id": f"q{i}", "system": SYSTEMS[i % 2], "prompt": f"q {i}"} for i in range(8)]
+        jobs.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+        done = rrcli("run", jobs, "-p", profile, "-q", cwd=tmp_path, timeout=600)
+        assert 0 == done.returncode, done.stderr
+        served = collections.defaultdict(set)
+        for result in read_jsonl(tmp_path / "l.results.jsonl"):
+            served[int(result["id"][1:]) % 2].add(result["deployment"])
+        assert [1, 1] == [len(served[0]), len(served[1])]
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_ready(url: str) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx2.HTTPError):
+            if httpx2.get(url, timeout=2).status_code == 200:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"{url} never became ready")

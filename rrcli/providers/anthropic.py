@@ -28,13 +28,14 @@ from rrcli.providers.base import (
     redact,
     stream_error,
 )
+from rrcli.providers.registry import ANTHROPIC_MAX_TOKENS
 from rrcli.providers.translate import answer_from_forced_tool, to_anthropic
 from rrcli.providers.vocabulary import finish_reason_from_anthropic, tool_call
 
 __all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "AnthropicProvider"]
 
 ANTHROPIC_VERSION = "2023-06-01"
-DEFAULT_MAX_TOKENS = 1024
+DEFAULT_MAX_TOKENS = ANTHROPIC_MAX_TOKENS
 _INPUT_COUNTERS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 

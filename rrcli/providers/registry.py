@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 __all__ = [
+    "ANTHROPIC_MAX_TOKENS",
     "BATCH_URLS",
     "ENDPOINTS",
     "NAMES",
@@ -34,6 +35,8 @@ BATCH_URLS: dict[str, str] = {
     "/v1/completions": "completions",
     "/v1/moderations": "moderations",
 }
+#: The ``max_tokens`` an Anthropic request is sent with when the job sets none (the API requires it)
+ANTHROPIC_MAX_TOKENS = 1024
 #: Endpoints whose API has no streamed form: ``--stream`` leaves their calls plain
 UNSTREAMED = frozenset({"embeddings", "moderations"})
 

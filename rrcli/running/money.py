@@ -12,7 +12,7 @@ from rrcli.config.models import cap_param, image_tokens, output_ceiling
 from rrcli.config.prices import pool_prices, unpriced_budget
 from rrcli.config.profile import Backend, Price, Profile
 from rrcli.errors import UsageError
-from rrcli.providers.anthropic import DEFAULT_MAX_TOKENS
+from rrcli.providers.registry import ANTHROPIC_MAX_TOKENS
 from rrcli.records.spend import traces_cost
 from rrcli.routing.budget import Budget, Ledger, LocalLedger
 from rrcli.routing.control import Halt, RunControl
@@ -107,7 +107,7 @@ def output_caps(profile: Profile) -> tuple[dict[str, int], frozenset[str]]:
 def sent_cap(backend: Backend) -> int | None:
     """The most output a call on ``backend`` can have when neither it nor the backend caps it:
     Anthropic's default ``max_tokens`` (always sent), else the model's most (``None``: unknown)."""
-    return DEFAULT_MAX_TOKENS if backend.provider == "anthropic" else output_ceiling(backend)
+    return ANTHROPIC_MAX_TOKENS if backend.provider == "anthropic" else output_ceiling(backend)
 
 
 def with_cap(
