@@ -78,7 +78,7 @@ def stats(
     if as_json:
         click.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
     else:
-        _render.render_stats(summary, shown)
+        _render.render_stats(summary, shown, fit=not (columns or wide))
         if plot:
             _render.render_stats_plot(summary)
     if summary["malformed_lines"]:

@@ -18,7 +18,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from rrcli.stats.cells import DEFAULT, Column, key_cell, plain_table
+from rrcli.stats.cells import DEFAULT, Column, defaults_for, key_cell, plain_table
 from rrcli.stats.text import cost_line
 
 if TYPE_CHECKING:
@@ -242,18 +242,22 @@ _RICH_ROWS = 1000
 _KEY_MIN = 16  # a key column wider than this may wrap to fit the terminal; a number never does
 
 
-def render_stats(summary: dict[str, Any], columns: tuple[Column, ...] = DEFAULT) -> None:
+def render_stats(
+    summary: dict[str, Any], columns: tuple[Column, ...] = DEFAULT, *, fit: bool = True
+) -> None:
     """The stats table: one row per group, then the total, the jobs, the runs read and the
     malformed lines. On a terminal the default columns that do not fit are left out (and named);
     columns asked for by name, and every table written to a pipe, are drawn whole however wide."""
     console = _console()
     title = f"rrcli stats by {summary['by']}"
+    if fit:
+        columns = defaults_for(summary)
     if len(summary["groups"]) > _RICH_ROWS:
         console.file.write(plain_table(title, summary, columns))
         _print_footer(console, summary, ())
         return
     hidden: tuple[Column, ...] = ()
-    if console.is_terminal and columns == DEFAULT:
+    if console.is_terminal and fit:
         columns, hidden = _fitting(console, summary, columns)
     table = _stats_table(title, summary, columns)
     if not console.is_terminal or _needed(console, table, summary) > console.width:

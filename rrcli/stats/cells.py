@@ -11,13 +11,15 @@ lowest ``rank`` first, rather than squeeze one. Plain strings, no rich: the rend
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rrcli.errors import UsageError
 from rrcli.stats.text import cost_cell
 
-__all__ = ["COLUMNS", "DEFAULT", "Column", "key_cell", "pick", "plain_table", "short"]
+__all__ = [
+    "COLUMNS", "DEFAULT", "Column", "defaults_for", "key_cell", "pick", "plain_table", "short",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,10 @@ COLUMNS = (
     Column("peak", "peak in\nflight", _count("peak_in_flight"), 9),
 )
 DEFAULT = tuple(column for column in COLUMNS if column.rank)
+#: Columns the default table adds where the traces have something in them (the summary field
+#: that must be non-zero in the total), ranked last so a narrow terminal drops them first: a
+#: run without the response cache or a prompt cache keeps its 80 columns for the rest.
+_WHEN_PRESENT = (("cached", "cached", 10), ("hit", "cached_input_tokens", 11))
 _BY_NAME = {column.name: column for column in COLUMNS}
 
 
@@ -104,6 +110,17 @@ def pick(names: str | Iterable[str] | None, *, wide: bool = False) -> tuple[Colu
             f"{', '.join(_BY_NAME)} (comma-separated), or --wide for all"
         )
     return tuple(_BY_NAME[name] for name in dict.fromkeys(wanted))
+
+
+def defaults_for(summary: dict[str, Any]) -> tuple[Column, ...]:
+    """The default columns for ``summary``: ``DEFAULT``, and the cache's where it has any."""
+    total = summary["total"]
+    extra = {name: rank for name, field, rank in _WHEN_PRESENT if total.get(field)}
+    return tuple(
+        replace(column, rank=extra[column.name]) if column.name in extra else column
+        for column in COLUMNS
+        if column.rank or column.name in extra
+    )
 
 
 def key_cell(group: dict[str, Any]) -> str:
