@@ -222,3 +222,19 @@ def test_a_bad_price_is_refused_before_anything_is_sent(tmp_path, billing_server
     assert 2 == done.returncode, done.stderr
     assert 'backends[0] (id "b0"): price.output:' in done.stderr
     assert [] == server.requests
+
+
+def test_dry_run_takes_output_at_the_cap_rrcli_really_sends(tmp_path, billing_server):
+    """--dry-run over an Anthropic backend and jobs without max_tokens: each call's output is
+    counted at the 1,024 tokens rrcli sends by default (not 16,384), labelled as the most."""
+    server = billing_server()
+    entry = {"id": "a", "provider": "anthropic", "base_url": server.url,
+             "model": "claude-sonnet-4-5", "price": GPT_4O}  # fmt: skip
+    profile = write_profile(tmp_path / "p.toml", [entry])
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 3)
+    done = rrcli("run", jobs, "-p", profile, "--dry-run", cwd=tmp_path, env={"COLUMNS": "200"})
+    assert 0 == done.returncode, done.stderr
+    assert "3 from the cap rrcli sends or the model's most output" in done.stdout
+    assert "at most:" in done.stdout
+    assert "3,072" in done.stdout
+    assert [] == server.requests

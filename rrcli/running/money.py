@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from rrcli.running.options import RunOptions
     from rrcli.running.summary import RunSummary
 
-__all__ = ["budget_prices", "final_halt", "make_budget", "output_caps", "with_cap"]
+__all__ = ["budget_prices", "final_halt", "make_budget", "output_caps", "sent_cap", "with_cap"]
 
 
 def final_halt(budget: Budget, summary: RunSummary, rest: Iterator[object] | None) -> Halt:
@@ -96,12 +96,18 @@ def output_caps(profile: Profile) -> tuple[dict[str, int], frozenset[str]]:
     for backend in profile.backends:
         if output_cap(backend.params) is not None:
             continue
-        cap = ANTHROPIC_MAX_TOKENS if backend.provider == "anthropic" else output_ceiling(backend)
+        cap = sent_cap(backend)
         if cap is None:
             unknown.add(backend.id)
         else:
             caps[backend.id] = cap
     return caps, frozenset(unknown)
+
+
+def sent_cap(backend: Backend) -> int | None:
+    """The most output a call on ``backend`` can have when neither it nor the backend caps it:
+    Anthropic's default ``max_tokens`` (always sent), else the model's most (``None``: unknown)."""
+    return ANTHROPIC_MAX_TOKENS if backend.provider == "anthropic" else output_ceiling(backend)
 
 
 def with_cap(

@@ -10,8 +10,9 @@ either: with ``--resume`` it still plans every selected job (the run skips those
 
 A call's output is taken at its cap, the most it may cost (as a budget reserves it): the job's
 ``max_tokens`` / ``max_completion_tokens`` / ``max_output_tokens``, else the backend's params',
-else ``tokens.UNCAPPED_OUTPUT`` (16,384); embeddings and moderations have none. ``output_from``
-counts the calls by which of the three it was.
+else the cap rrcli sends or the model cannot pass (Anthropic's default ``max_tokens``, the
+model's documented most output), else ``tokens.UNCAPPED_OUTPUT`` (16,384); embeddings and
+moderations have none. ``output_from`` counts the calls by which it was.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.routing.costs import NO_OUTPUT
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
+from rrcli.running.money import sent_cap
 from rrcli.running.runner import RunOptions, make_router
 from rrcli.running.summary import RunSummary
 from rrcli.running.workers import open_jobs, select_jobs
@@ -73,9 +75,10 @@ class Plan:
     def output_note(self) -> str:
         """The line under the plan: where each call's output estimate came from."""
         parts = {"job": "the job's max tokens", "backend": "the backend's params",
+                 "model": "the cap rrcli sends or the model's most output",
                  "default": f"the default of {UNCAPPED_OUTPUT:,} (no cap set)"}  # fmt: skip
         counted = [f"{n:,} from {parts[k]}" for k, n in self.output_from.items() if n]
-        note = "output estimated at each call's cap, the most it may cost: " + (
+        note = "at most: output estimated at each call's cap, the most it may cost: " + (
             "; ".join(counted) or "no call"
         )
         if self.input_cost is not None and len(self.input_cost) < len(self.calls):
@@ -84,7 +87,7 @@ class Plan:
 
 
 #: where a call's output estimate came from: the job's cap, the backend's, or the default
-OUTPUT_FROM = ("job", "backend", "default")
+OUTPUT_FROM = ("job", "backend", "model", "default")
 
 
 async def plan(profile: Profile, options: RunOptions) -> Plan:
@@ -160,6 +163,10 @@ def _output(job: Job, backend: Backend, output_from: dict[str, int]) -> int:
         if cap is not None:
             output_from[where] += 1
             return cap
+    sent = sent_cap(backend)
+    if sent is not None:
+        output_from["model"] += 1
+        return sent
     output_from["default"] += 1
     return UNCAPPED_OUTPUT
 
