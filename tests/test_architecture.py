@@ -242,6 +242,7 @@ MAY_DO = {
     "rrcli.providers.registry": set(),
     "rrcli.providers.translate": set(),
     "rrcli.providers._to_anthropic": set(),
+    "rrcli.providers._anthropic_sayable": set(),
     "rrcli.providers._to_openai": set(),
     "rrcli.routing.eligibility": set(),
     "rrcli.routing.strategies": set(),

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from rrcli.providers import _to_anthropic, _to_openai
+from rrcli.providers import _anthropic_sayable, _to_openai
 from rrcli.providers._to_anthropic import answer_name, to_anthropic
 from rrcli.providers._to_openai import to_openai
 from rrcli.providers.registry import info
@@ -63,7 +63,7 @@ ANTHROPIC_FIELDS = frozenset(
      "tool_choice", "tools", "top_k", "top_p"]
 )  # fmt: skip
 _FIELDS = {"openai": OPENAI_FIELDS, "anthropic": ANTHROPIC_FIELDS}
-_LIMITS = {"openai": _to_openai.EXPRESSIBLE, "anthropic": _to_anthropic.EXPRESSIBLE}
+_LIMITS = {"openai": _to_openai.EXPRESSIBLE, "anthropic": _anthropic_sayable.EXPRESSIBLE}
 #: rrcli's own: the call says whether to stream and which model (the backend's)
 _OWN = frozenset({"model", "messages", "stream", "stream_options"})
 
@@ -86,7 +86,7 @@ def unexpressible(
         return ()
     names = list(_unexpressible_params(target, params))
     if target == "anthropic" and messages:
-        names.extend(_to_anthropic.unsayable(messages))
+        names.extend(_anthropic_sayable.unsayable(messages))
     return tuple(names)
 
 
