@@ -13,11 +13,10 @@ routed. ``runner.py`` sets the run up around the workers (outputs, signals, flus
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import structlog
@@ -28,7 +27,7 @@ from rrcli.errors import NoBackendError, ProviderError
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.providers.registry import UNSTREAMED
 from rrcli.providers.translate import dialect_of
-from rrcli.records.attempt import Attempt, CallOutcome, Decision
+from rrcli.records.attempt import Attempt, CallOutcome
 from rrcli.records.jobs import InvalidJob, Job
 from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
@@ -43,13 +42,17 @@ from rrcli.routing.serving import RouteRules
 from rrcli.running.cached import ResponseCache
 from rrcli.running.failures import log_failure
 from rrcli.running.money import with_cap
+from rrcli.running.quiet import debug_logged
 from rrcli.running.summary import RunSummary
 from rrcli.running.turns import (
+    MOVES,
     REQUEST_TEXT,
     assistant_message,
     bounded,
+    decide,
     echo_for,
     join_paused,
+    paused_call,
     sent,
 )
 from rrcli.tokens import estimate_call_tokens, estimate_prompt_tokens
@@ -100,7 +103,7 @@ class Engine:
         self.rules = RouteRules(self.profile.backends)
         self.health = Health(self.router, self.traces, self.control)
         self.origins = ResponseOrigins()
-        self._log_calls = _debug_logged()
+        self._log_calls = debug_logged()
         self._continuations = self.profile.retry.max_continuations
 
     async def worker(self, jobs: Iterator[Job | InvalidJob]) -> None:
@@ -241,7 +244,7 @@ class Engine:
             finally:
                 if lease.held:  # cancelled while holding the slot
                     await asyncio.shield(self.router.release(lease))
-            if outcome.attempt is None or outcome.attempt.decision not in _MOVES:
+            if outcome.attempt is None or outcome.attempt.decision not in MOVES:
                 return outcome
             tried |= {lease.state.backend.id}
 
@@ -275,7 +278,7 @@ class Engine:
             reply, error, continued = bounded(reply, error, continued, self._continuations)
             printed = echo is not None and echo.printed
             backoff = self._backoff(error, number - before, ended - first_try, printed)
-            decision = _decide(error, backoff, failover and not printed)
+            decision = decide(error, backoff, failover and not printed)
             attempt = Attempt(  # positional: keywords would cost 2 % of a zero-latency run
                 job.id, job.session, turn, number, backend, lease.binding, call.stream,
                 job.endpoint, ts_start, started, ended, started - queued, estimate, reply, error,
@@ -293,8 +296,7 @@ class Engine:
                 return self._outcome(job, attempt, reply)
             # Anthropic pause_turn: the same turn goes on, on the same backend and slot
             paused = reply
-            call = replace(call, messages=[*call.messages, reply.continuation], input_tokens=None)
-            estimate = estimate_call_tokens(call.messages, call.params, job.input)  # grown
+            call, estimate = paused_call(call, reply, job.input)
             queued = time.monotonic()
 
     async def _admitted(self, lease: Lease, estimate: int, call: Call) -> bool:
@@ -383,25 +385,3 @@ class Engine:
         """The session a result line names: when bindings must survive --resume, and always
         for a session."""
         return job.session if (self.session_binding or job.kind == "session") else None
-
-
-#: a call's last decisions here after which it is routed again (its backend down, failover)
-_MOVES = ("failover", "retry")
-
-
-def _decide(error: ProviderError | None, backoff: float | None, failover: bool) -> Decision:
-    """What follows an attempt: ``failover`` when the backend went down with it, or when this
-    backend's budget is spent on a transient error and another backend may take the call."""
-    if error is None:
-        return "ok"
-    if backoff is not None:
-        return "retry"
-    return "failover" if error.backend_down or (failover and error.transient) else "error"
-
-
-def _debug_logged() -> bool:
-    """Whether a debug event per attempt would be shown (structlog's filtering loggers, or the
-    stdlib's a library run logs to): checked once per run, so at info level attempts pay nothing."""
-    bound = log.bind()
-    enabled = getattr(bound, "is_enabled_for", None) or getattr(bound, "isEnabledFor", None)
-    return structlog.is_configured() and (enabled is None or bool(enabled(logging.DEBUG)))

@@ -14,7 +14,7 @@ import logging
 
 import structlog
 
-__all__ = ["quiet_unless_configured"]
+__all__ = ["debug_logged", "quiet_unless_configured"]
 
 
 def quiet_unless_configured() -> None:
@@ -35,3 +35,11 @@ def quiet_unless_configured() -> None:
         logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=False,
     )
+
+
+def debug_logged() -> bool:
+    """Whether a debug event per attempt would be shown (structlog's filtering loggers, or the
+    stdlib's a library run logs to): checked once per run, so at info level attempts pay nothing."""
+    bound = structlog.get_logger("rrcli").bind()
+    enabled = getattr(bound, "is_enabled_for", None) or getattr(bound, "isEnabledFor", None)
+    return structlog.is_configured() and (enabled is None or bool(enabled(logging.DEBUG)))

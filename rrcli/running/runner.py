@@ -151,10 +151,7 @@ async def _run_open(
         summary.queue, summary.queue_finished = shared.label["name"], shared.finished
     cache = _open_cache(profile, options, summary, stack)  # CacheError: exit 2, nothing sent
     resume = prepare_results(options, stack)
-    router, gates = make_router(profile, rng)
-    router.budget = await make_budget(profile, options, start.prices, control, gates)
-    if resume is not None and resume.sessions:
-        router.restore_bindings(resume.sessions)
+    router, gates = await _routing(profile, options, start, rng, resume)
     providers = make_providers(profile, start.keys, seed)
     sender = open_sender(start.otlp, summary.run_id, stack)
     closed = output_closed(control, summary)
@@ -182,6 +179,21 @@ async def _run_open(
         await _close(engine, gates)
         await close_sender(sender)
     return summary
+
+
+async def _routing(
+    profile: Profile,
+    options: RunOptions,
+    start: _Start,
+    rng: random.Random,
+    resume: ResumeState | None,
+) -> tuple[Router, Any]:
+    """The run's router and gates, its budget on them, and the sessions a resumed file bound."""
+    router, gates = make_router(profile, rng)
+    router.budget = await make_budget(profile, options, start.prices, start.control, gates)
+    if resume is not None and resume.sessions:
+        router.restore_bindings(resume.sessions)
+    return router, gates
 
 
 def _keys(profile: Profile, environ: Mapping[str, str]) -> dict[str, str | None]:

@@ -16,17 +16,21 @@ from typing import Any
 
 from rrcli.errors import ProviderError
 from rrcli.providers.base import Call, Provider, Reply
+from rrcli.records.attempt import Decision
 from rrcli.routing.costs import NO_OUTPUT
-from rrcli.tokens import estimate_value_tokens, output_cap
+from rrcli.tokens import estimate_call_tokens, estimate_value_tokens, output_cap
 
 __all__ = [
+    "MOVES",
     "REQUEST_TEXT",
     "Echo",
     "assistant_message",
     "bounded",
+    "decide",
     "echo_for",
     "estimated_usage",
     "join_paused",
+    "paused_call",
     "sent",
     "too_many_continuations",
 ]
@@ -169,3 +173,24 @@ def too_many_continuations(limit: int, status: int | None) -> ProviderError:
         transient=False,
         status_code=status,
     )
+
+
+#: a call's last decisions here after which it is routed again (its backend down, failover)
+MOVES = ("failover", "retry")
+
+
+def decide(error: ProviderError | None, backoff: float | None, failover: bool) -> Decision:
+    """What follows an attempt: ``failover`` when the backend went down with it, or when this
+    backend's budget is spent on a transient error and another backend may take the call."""
+    if error is None:
+        return "ok"
+    if backoff is not None:
+        return "retry"
+    return "failover" if error.backend_down or (failover and error.transient) else "error"
+
+
+def paused_call(call: Call, reply: Reply, job_input: Any) -> tuple[Call, int]:
+    """The call that goes on with an Anthropic paused turn (``reply.continuation`` appended),
+    and its estimate, for the input it has grown to."""
+    call = replace(call, messages=[*call.messages, reply.continuation], input_tokens=None)
+    return call, estimate_call_tokens(call.messages, call.params, job_input)
