@@ -245,14 +245,28 @@ def _anthropic_assistant(
         blocks.append({"type": "text", "text": message["refusal"]})
     blocks = [b for b in blocks if not _empty_text(b)]
     blocks.extend(_tool_use(call, f"{where}.tool_calls[{j}]") for j, call in enumerate(calls or ()))
-    if final and blocks and blocks[-1].get("type") == "text":
+    if final and blocks and _text_block(blocks[-1]):
         blocks[-1] = {**blocks[-1], "text": blocks[-1]["text"].rstrip()}
         blocks = [b for b in blocks if not _empty_text(b)]
     if not blocks:
         return {"role": "assistant", "content": ""} if final else None
-    if len(blocks) == 1 and set(blocks[0]) == {"type", "text"} and not calls:
+    if (
+        len(blocks) == 1
+        and _text_block(blocks[0])
+        and blocks[0].keys() == {"type", "text"}
+        and not calls
+    ):
         return {"role": "assistant", "content": blocks[0]["text"]}
     return {"role": "assistant", "content": blocks}
+
+
+def _text_block(block: Any) -> bool:
+    """A text block whose text is a string (content parts arrive unchecked: any JSON)."""
+    return (
+        isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+    )
 
 
 def _empty_text(block: Any) -> bool:
