@@ -13,6 +13,8 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strict_anthropic import ANTHROPIC_FIELDS
+from strict_openai import OPENAI_FIELDS
 
 from rrcli.config.profile import Backend
 from rrcli.errors import UntranslatableError
@@ -27,21 +29,9 @@ from rrcli.routing.eligibility import Eligibility, eligible_backends
 
 SETTINGS = settings(max_examples=150, deadline=None)
 
-#: POST /v1/chat/completions request body fields (platform.openai.com API reference)
-OPENAI_REQUEST = {
-    "messages", "model", "audio", "frequency_penalty", "function_call", "functions",
-    "logit_bias", "logprobs", "max_completion_tokens", "max_tokens", "metadata", "modalities",
-    "n", "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key",
-    "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier", "stop",
-    "store", "stream", "stream_options", "temperature", "tool_choice", "tools", "top_logprobs",
-    "top_p", "user", "verbosity", "web_search_options",
-}  # fmt: skip
-#: POST /v1/messages request body fields (docs.anthropic.com API reference)
-ANTHROPIC_REQUEST = {
-    "model", "messages", "max_tokens", "container", "context_management", "mcp_servers",
-    "metadata", "service_tier", "stop_sequences", "stream", "system", "temperature", "thinking",
-    "tool_choice", "tools", "top_k", "top_p",
-}  # fmt: skip
+#: the request body fields of each API, as the strict test servers accept them
+OPENAI_REQUEST = OPENAI_FIELDS
+ANTHROPIC_REQUEST = ANTHROPIC_FIELDS
 OPENAI_ROLES = {"system", "developer", "user", "assistant", "tool"}
 OPENAI_PARTS = {"text", "image_url", "input_audio", "file", "refusal"}
 ANTHROPIC_BLOCKS = {"text", "image", "tool_use", "tool_result"}
