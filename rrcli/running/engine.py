@@ -32,6 +32,7 @@ from rrcli.records.jobs import InvalidJob, Job
 from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter
+from rrcli.routing.budget import Unaffordable
 from rrcli.routing.control import Halted, RunControl
 from rrcli.routing.down import BackendDown, NoHealthyBackend
 from rrcli.routing.health import Health
@@ -146,11 +147,15 @@ class Engine:
         if refusal is not None:  # no backend serves its endpoint or can express its params
             invalid = InvalidJob(job.id, job.line, f"line {job.line}: {refusal}")
             return CallOutcome(invalid, "invalid")
-        if job.kind == "session":
-            return await self._run_session(job, excluded)
-        if job.endpoint == "responses" and "previous_response_id" in job.params:
-            return await self._continue_response(job, excluded)
-        return await self._call(job, list(job.messages), 0, excluded)
+        try:
+            if job.kind == "session":
+                return await self._run_session(job, excluded)
+            if job.endpoint == "responses" and "previous_response_id" in job.params:
+                return await self._continue_response(job, excluded)
+            return await self._call(job, list(job.messages), 0, excluded)
+        except Unaffordable as exc:  # its worst case alone is more than the whole budget
+            invalid = InvalidJob(job.id, job.line, f"line {job.line}: {exc}")
+            return CallOutcome(invalid, "invalid")
 
     def finish(self, outcome: CallOutcome) -> None:
         """A job ended: its one result line, the counters, a failure logged, and a binding no
