@@ -35,9 +35,11 @@ __all__ = [
     "rfc3339",
 ]
 
-Outcome = Literal["ok", "retry", "error", "cached"]
+Outcome = Literal["ok", "retry", "error", "cached", "cancelled"]
 #: ok; retry (failed, another attempt follows); error (failed, final); cached (answered from the
-#: response cache: no HTTP call, zero latency, never counted against caps, limits or budgets)
+#: response cache: no HTTP call, zero latency, never counted against caps, limits or budgets);
+#: cancelled (the call was dropped while it was sent, its ``error_type`` saying why, such as
+#: ``client_disconnected``: no answer, charged as a call whose usage is unknown)
 OUTCOMES: tuple[str, ...] = Outcome.__args__
 
 #: the call record, one per HTTP attempt: (field, type) in the SPEC's order. ``turn`` counts

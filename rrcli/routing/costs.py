@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NO_OUTPUT", "Charge", "attempt_ceiling", "attempt_cost", "billed_nothing", "choices",
-    "reply_cost",
+    "over_limit", "reply_cost",
 ]  # fmt: skip
 
 NO_OUTPUT = frozenset({"embeddings", "moderations"})  # endpoints whose answers have no tokens
@@ -72,6 +72,26 @@ def attempt_ceiling(
     else:
         out = (output_cap(call.params) or cap or UNCAPPED_OUTPUT) * choices(call.params)
     return (given * price.input + out * price.output) / 1e6
+
+
+def over_limit(price: Price, call: Call, limit: float, image: int, backend: str) -> str:
+    """What is wrong and the fix, for a call whose worst case at ``price`` (``attempt_ceiling``)
+    is more than the whole ``limit``: its input's share and its output's, and the largest
+    output cap that would fit when the input alone does."""
+    given = input_bound(call.messages, call.params, call.input, image)
+    spend_in = given * price.input / 1e6
+    spend_out = attempt_ceiling(price, call, None, image) - spend_in
+    head = (
+        f"its worst case on backend {backend} is ${spend_in + spend_out:.4f} (input "
+        f"${spend_in:.4f}: at most {given:,} tokens, a token a character and each image, audio "
+        f"or file at its most; output ${spend_out:.4f} at its cap), more than the whole budget "
+        f"of ${limit:.4f}, so it is never sent"
+    )
+    room = (limit - spend_in) * 1e6 / (price.output * choices(call.params)) if price.output else 0
+    fix = f"lower its max_tokens to {int(room):,} or less"
+    if spend_in >= limit or room < 1:
+        fix = "shorten its input"
+    return f"{head}: {fix}, or raise the budget (--max-cost)"
 
 
 def reply_cost(price: Price, reply: Reply) -> float | None:
