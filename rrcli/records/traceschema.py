@@ -25,6 +25,7 @@ __all__ = [
     "CALL_TYPES",
     "EVENTS",
     "JOB_COUNTS",
+    "MAX_CALL_COST_USD",
     "OUTCOMES",
     "PROFILE_FIELDS",
     "RESULT_STATUSES",
@@ -76,6 +77,9 @@ CALL: tuple[tuple[str, Any], ...] = (
     ("endpoint", str),  # chat | embeddings | responses | completions | moderations
 )
 CALL_FIELDS: tuple[str, ...] = tuple(name for name, _ in CALL)
+#: a ``cost_usd`` at or past this (or negative) is no call's charge: whoever reads the record
+#: (``--resume``, ``stats``) prices its tokens instead
+MAX_CALL_COST_USD = 1e6
 CALL_TYPES: dict[str, Any] = dict(CALL)
 
 #: the run record, once when a run starts: the pool as routed, never credentials or headers;
