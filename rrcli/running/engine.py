@@ -48,6 +48,7 @@ from rrcli.running.summary import RunSummary
 from rrcli.running.turns import (
     MOVES,
     REQUEST_TEXT,
+    Cancelled,
     assistant_message,
     bounded,
     decide,
@@ -299,8 +300,7 @@ class Engine:
             if reply is None or reply.continuation is None:
                 await self.router.release(lease)
                 return self._outcome(job, attempt, reply)
-            # Anthropic pause_turn: the same turn goes on, on the same backend and slot
-            paused = reply
+            paused = reply  # Anthropic pause_turn: the turn goes on, on this backend and slot
             call, estimate = paused_call(call, reply, job.input)
             queued = time.monotonic()
 
@@ -377,9 +377,13 @@ class Engine:
         await asyncio.sleep(delay)
 
     def _outcome(self, job: Job, attempt: Attempt, reply: Reply | None) -> CallOutcome:
+        """How the call ended at ``attempt``; a cancelled call (traced, its slot given back)
+        has no outcome: its cancellation goes on."""
         session = self._session_of(job)
         if reply is None:
             assert attempt.error is not None
+            if isinstance(attempt.error, Cancelled):
+                raise attempt.error.cancel
             error = attempt.error.as_dict()
             return CallOutcome(job, "error", attempt, error=error, session=session)
         if reply.response_id is not None:  # a Responses answer: its continuations come here
