@@ -143,6 +143,7 @@ def join_paused(first: Reply, rest: Reply) -> Reply:
         input_tokens=add(first.input_tokens, rest.input_tokens),
         output_tokens=add(first.output_tokens, rest.output_tokens),
         cached_input_tokens=add(first.cached_input_tokens, rest.cached_input_tokens),
+        cache_write_tokens=add(first.cache_write_tokens, rest.cache_write_tokens),
         usage_estimated=first.usage_estimated or rest.usage_estimated,
         reasoning_content=reasoning,
         ttft_ms=first.ttft_ms if rest.ttft_ms is None else rest.ttft_ms,
