@@ -34,6 +34,17 @@ def test_a_known_api_and_model_are_priced_by_genai_prices():
     assert anthropic.price.output > anthropic.price.input > 0
 
 
+def test_genai_prices_gives_the_cache_prices_where_the_provider_has_them():
+    """Anthropic bills cache reads and writes (claude-sonnet-4-5: $0.30 and $3.75 a million
+    against $3 for input); OpenAI bills cache reads only (gpt-4o: $1.25 against $2.50)."""
+    claude = price_of(Backend("c", provider="anthropic", base_url="https://api.anthropic.com",
+                              model="claude-sonnet-4-5"))  # fmt: skip
+    gpt = price_of(Backend("o", base_url="https://api.openai.com/v1", model="gpt-4o"))
+    assert claude is not None and gpt is not None
+    assert Price(3.0, 15.0, 0.3, 3.75) == claude.price
+    assert Price(2.5, 10.0, 1.25, None) == gpt.price
+
+
 @pytest.mark.parametrize(
     "backend",
     [

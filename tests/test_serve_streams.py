@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 
@@ -73,7 +74,8 @@ def test_the_first_text_comes_as_soon_as_straight_from_the_backend(tmp_path, sim
 
 def test_a_client_that_leaves_mid_stream_cancels_the_call(tmp_path, sim_server):
     """A client that closes a stream after its first text: the backend's stream is dropped
-    at once, not read to its end, and the server serves the next request."""
+    at once, not read to its end, the call is traced ``cancelled`` by the client on the
+    deployment that served it, and the server serves the next request."""
     sim = sim_server(ttft_ms=20, tokens_per_s=8, output_tokens=64)
     traces = tmp_path / "serve.traces.jsonl"
     served = _served(tmp_path, sim, "--traces", str(traces))
@@ -90,4 +92,26 @@ def test_a_client_that_leaves_mid_stream_cancels_the_call(tmp_path, sim_server):
     finally:
         served.stop()
     assert (0, 200) == (left, after.status_code)
-    assert 1 == len(calls(traces))  # the cancelled call got no answer: only the next is traced
+    seen = [(c["outcome"], c["error_type"], c["deployment"], c["stream"]) for c in calls(traces)]
+    expected = [("cancelled", "client_disconnected", "b0", True), ("ok", None, "b0", False)]
+    assert expected == seen
+
+
+def test_a_client_that_leaves_a_plain_call_cancels_it(tmp_path, sim_server):
+    """A client that gives up on a plain call before the answer: the backend's call is
+    dropped, its slot freed, and the trace holds it as ``cancelled`` by the client."""
+    sim = sim_server(ttft_ms=3000)
+    traces = tmp_path / "serve.traces.jsonl"
+    served = _served(tmp_path, sim, "--traces", str(traces))
+    try:
+        url = served.url + "/v1/chat/completions"
+        with httpx2.Client(timeout=0.5) as client, contextlib.suppress(httpx2.ReadTimeout):
+            client.post(url, json={**CHAT, "stream": False})
+        deadline = time.monotonic() + 5
+        while (sim.stats()["concurrency"] or not calls(traces)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = sim.stats()["concurrency"]
+    finally:
+        served.stop()
+    seen = [(c["outcome"], c["error_type"], c["deployment"]) for c in calls(traces)]
+    assert (0, [("cancelled", "client_disconnected", "b0")]) == (left, seen)

@@ -84,7 +84,7 @@ async def make_budget(
         owner = str(options.out.resolve()) if options.out is not None else hub.process
         ledger = await RedisLedger.join(hub, profile, limit, earlier, name, owner)
         ledger.owns_hub = own
-    return Budget(limit, prices, ledger, control, uncapped, images)
+    return Budget(limit, prices, ledger, control, uncapped, images, options.queue)
 
 
 def output_caps(profile: Profile) -> tuple[dict[str, int], frozenset[str]]:

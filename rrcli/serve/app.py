@@ -28,7 +28,7 @@ from starlette.routing import Route
 
 from rrcli.errors import CallError
 from rrcli.records.attempt import CallOutcome
-from rrcli.running.pool import Pool, answer
+from rrcli.running.pool import CLIENT_LEFT, Pool, answer
 from rrcli.serve.metrics import CONTENT_TYPE, Metrics
 from rrcli.serve.sessions import Idle, session_of
 from rrcli.serve.wires import ANTHROPIC, OPENAI, Wire
@@ -283,7 +283,7 @@ async def _streamed(
     task.add_done_callback(lambda _: texts.put_nowait(None))
     first = asyncio.ensure_future(texts.get())
     if await _client_left(request, first):
-        task.cancel()
+        task.cancel(CLIENT_LEFT)
         return Response(status_code=499)
     item = first.result()
     head = wire.stream_head(model)
@@ -321,7 +321,7 @@ async def _relay(
         yield wire.stream_end(head, record, False)
     finally:
         if not task.done():
-            task.cancel()
+            task.cancel(CLIENT_LEFT)
 
 
 async def _client_left(request: Request, task: asyncio.Future[Any]) -> bool:
@@ -333,7 +333,7 @@ async def _client_left(request: Request, task: asyncio.Future[Any]) -> bool:
         gone.cancel()
     if task.done():
         return False
-    task.cancel()
+    task.cancel(CLIENT_LEFT)
     return True
 
 

@@ -30,7 +30,7 @@ from rrcli.serve.app import Gateway, Settings, build_app, pool_name
 
 __all__ = ["ServeOptions", "client_keys", "serve"]
 
-SWEEP_INTERVAL = 30.0  # seconds between looks for idle sessions
+SWEEP_INTERVAL = 30.0  # the most seconds between looks for idle sessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,10 +187,13 @@ def _name(sock: socket.socket) -> str:
 
 def _reopen(gateway: Gateway) -> None:
     for pool in gateway.pools:
-        pool.engine.traces.reopen()
+        pool.reopen()
 
 
 async def _sweep(gateway: Gateway) -> None:
+    """Forget the idle sessions, looking often enough that none outlives its idle time by more
+    than half of it."""
+    interval = min(SWEEP_INTERVAL, gateway.settings.session_idle / 2)
     while True:
-        await asyncio.sleep(SWEEP_INTERVAL)
+        await asyncio.sleep(interval)
         gateway.forget_idle()
