@@ -177,6 +177,22 @@ def test_images_are_reserved_at_their_most_not_their_url(tmp_path, billing_serve
     assert 0.4 < server.billed() <= 0.5
 
 
+def test_files_are_reserved_at_their_most_not_their_id(tmp_path, billing_server):
+    """Jobs with a file part named by a short id, billed as a 20-page PDF is (52,000 tokens):
+    each call is reserved at a file's most (100 pages), so what was billed stays within the
+    limit (reserved at its JSON text, 64 calls in flight would pass it threefold)."""
+    server = billing_server(writes=10)
+    profile = billed_profile(tmp_path, server)
+    document = {"type": "file", "file": {"file_id": "file-abc123"}}
+    content = [{"type": "text", "text": "summarise it"}, document]
+    lines = [{"id": f"j{i}", "messages": [{"role": "user", "content": content}],
+              "params": {"max_tokens": 10}} for i in range(60)]  # fmt: skip
+    jobs = write_lines(tmp_path / "jobs.jsonl", lines)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "3", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    assert 1.5 < server.billed() <= 3.0
+
+
 @pytest.mark.parametrize(
     "job",
     [
