@@ -145,6 +145,10 @@ async def _run(
     if sock is None:
         family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
         sock = socket.create_server((options.host, options.port), family=family)
+    # the accepted connections inherit TCP_NODELAY; asyncio sets it only on sockets made with
+    # proto=IPPROTO_TCP, and without it a stream's first event waits ~40 ms behind its head
+    # for the client's delayed ACK (Nagle), as does a plain answer's body
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     names = ", ".join(pool_name(p) for p in gateway.pools)
     echo(f"rrcli serve: http://{_name(sock)} (pools: {names})")
     try:
