@@ -34,13 +34,12 @@ import threading
 import time
 from pathlib import Path
 
-import structlog
-
 from rrcli.errors import CacheError
+from rrcli.logs import get_logger
 
 __all__ = ["FORMAT", "CacheFile"]
 
-log = structlog.get_logger("rrcli")
+log = get_logger("rrcli")
 
 FORMAT = 2  # the table layout's version, in the meta table as ("format", "2")
 #: the layouts this rrcli reads and writes: 1 kept its answers in the key's B-tree (WITHOUT

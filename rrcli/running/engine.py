@@ -19,11 +19,11 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import structlog
 from msgspec import structs
 
 from rrcli.config.profile import Backend, Profile
 from rrcli.errors import NoBackendError, ProviderError
+from rrcli.logs import get_logger
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.providers.registry import UNSTREAMED
 from rrcli.providers.translate import dialect_of
@@ -59,7 +59,7 @@ from rrcli.tokens import estimate_call_tokens, estimate_prompt_tokens
 
 __all__ = ["Engine", "ResultSink"]
 
-log = structlog.get_logger("rrcli")
+log = get_logger("rrcli")
 
 
 class ResultSink(Protocol):
