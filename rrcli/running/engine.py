@@ -33,7 +33,7 @@ from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter
 from rrcli.routing.control import Halted, RunControl
-from rrcli.routing.down import BackendDown, NoHealthyBackend
+from rrcli.routing.down import NoHealthyBackend
 from rrcli.routing.health import Health
 from rrcli.routing.lease import Lease
 from rrcli.routing.retry import RetryPolicy
@@ -47,6 +47,7 @@ from rrcli.running.summary import RunSummary
 from rrcli.running.turns import (
     MOVES,
     REQUEST_TEXT,
+    admitted,
     assistant_message,
     bounded,
     decide,
@@ -123,6 +124,10 @@ class Engine:
             except (Halted, NoHealthyBackend):  # the job has no result line: --resume runs it
                 return
             self.finish(outcome)
+
+    def ahead(self, jobs: Iterator[Job | InvalidJob]) -> Iterator[Job | InvalidJob]:
+        """``jobs`` looked up in the cache by chunks as they are pulled (one SELECT a chunk)."""
+        return jobs if self.cache is None else self.cache.ahead(jobs, self._keyed)
 
     async def submit(
         self, job: Job, exclude: frozenset[str], on_text: Callable[[str, str], None] | None
@@ -203,12 +208,12 @@ class Engine:
         cache = self.cache
         if cache is None:
             return await self._routed(job, messages, turn, excluded)
-        hit, keys = cache.lookup(job, messages, turn, excluded, self._request)
+        hit, keys = cache.lookup(job, messages, turn, excluded, self._keyed)
         if hit is not None:
             self.traces.call(hit, None)
             return self._outcome(job, hit, hit.reply)
         outcome = await self._routed(job, messages, turn, excluded)
-        cache.keep(outcome, keys, messages, self._request)
+        cache.keep(outcome, keys, messages, self._keyed)
         return outcome
 
     async def _routed(
@@ -270,7 +275,7 @@ class Engine:
         attempt: Attempt | None = None
         while True:
             number += 1
-            if not await self._admitted(lease, estimate, call):
+            if not await admitted(self.router, lease, estimate, call):
                 assert attempt is not None  # only a retry waits for its backend's slot again
                 return self._outcome(job, attempt, None)
             started, ts_start = time.monotonic(), time.time()
@@ -299,17 +304,18 @@ class Engine:
             call, estimate = paused_call(call, reply, job.input)
             queued = time.monotonic()
 
-    async def _admitted(self, lease: Lease, estimate: int, call: Call) -> bool:
-        """The router's admission of an attempt; False when, while a retry waited for it, its
-        backend left the pool."""
-        try:
-            await self.router.admit(lease, estimate, call)
-        except BackendDown:
-            return False
-        return True
+    def _keyed(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
+        """The call as ``_request`` makes it, for its cache key only: its tokens not counted."""
+        return self._request(job, messages, backend, count=False)
 
     def _request(
-        self, job: Job, messages: list[dict[str, Any]], backend: Backend, key: str | None = None
+        self,
+        job: Job,
+        messages: list[dict[str, Any]],
+        backend: Backend,
+        key: str | None = None,
+        *,
+        count: bool = True,
     ) -> Call:
         """The call as sent to ``backend``: its params under the job's (the job wins), merged
         once, ``key`` the prompt_cache_key unless they name one; streamed with --stream, the
@@ -322,7 +328,8 @@ class Engine:
             with_cap(params, job.endpoint, backend, self.caps)
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
         stream = stream and job.endpoint not in UNSTREAMED
-        prompt, dialect = estimate_prompt_tokens(messages, job.input), dialect_of(job.kind)
+        prompt = estimate_prompt_tokens(messages, job.input) if count else 0
+        dialect = dialect_of(job.kind)
         return Call(messages, params, stream, dialect, job.endpoint, job.input, prompt)
 
     def _backoff(

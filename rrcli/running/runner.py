@@ -337,7 +337,7 @@ async def _drive(
     if not isinstance(jobs, Iterator):  # a shared queue
         filling: Awaitable[None] = feed.fill(jobs.fetch)
     else:
-        filling = feed.pull(jobs) if reader is None else feed.read(jobs, reader)
+        filling = feed.pull(engine.ahead(jobs)) if reader is None else feed.read(jobs, reader)
     everything = asyncio.ensure_future(filling)
     control._cancel = everything.cancel
     flusher = asyncio.create_task(_flush_periodically(engine))
