@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rrcli.stats.cells import DEFAULT, Column, defaults_for, key_cell, plain_table
-from rrcli.stats.text import cost_line
+from rrcli.stats.text import cost_line, estimated_line
 
 if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
@@ -325,6 +325,9 @@ def _print_footer(console: Console, summary: dict[str, Any], hidden: tuple[Colum
     cost = cost_line(summary["total"])
     if cost is not None:
         parts.append(Text(cost, "" if summary["total"]["cost_usd"] is not None else "yellow"))
+    estimated = estimated_line(summary["total"])
+    if estimated is not None:
+        parts.append(Text(estimated, "yellow"))
     parts.append(_runs_part(summary))
     malformed = summary["malformed_lines"]
     parts.append(Text(f"malformed lines: {malformed:,}", "red" if malformed else ""))

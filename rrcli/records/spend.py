@@ -18,6 +18,7 @@ from pathlib import Path
 import orjson
 
 from rrcli.config.profile import Price
+from rrcli.records.traceschema import MAX_CALL_COST_USD
 
 __all__ = ["traces_cost"]
 
@@ -40,7 +41,7 @@ def traces_cost(path: Path | None, fallback: Mapping[str, Price | None]) -> floa
                 prices.update(_run_prices(record))
             elif record.get("event") == "call" and record.get("outcome") != "cached":
                 charged = record.get("cost_usd")
-                if type(charged) in (int, float) and 0 <= charged < 1e6:
+                if type(charged) in (int, float) and 0 <= charged < MAX_CALL_COST_USD:
                     total += charged * 1e6
                     continue
                 price = prices.get((record.get("run_id"), record.get("deployment")))

@@ -32,6 +32,7 @@ from rrcli.records.jobs import InvalidJob, Job
 from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter
+from rrcli.routing.budget import Unaffordable
 from rrcli.routing.control import Halted, RunControl
 from rrcli.routing.down import NoHealthyBackend
 from rrcli.routing.health import Health
@@ -47,6 +48,7 @@ from rrcli.running.summary import RunSummary
 from rrcli.running.turns import (
     MOVES,
     REQUEST_TEXT,
+    Cancelled,
     admitted,
     assistant_message,
     bounded,
@@ -150,11 +152,15 @@ class Engine:
         if refusal is not None:  # no backend serves its endpoint or can express its params
             invalid = InvalidJob(job.id, job.line, f"line {job.line}: {refusal}")
             return CallOutcome(invalid, "invalid")
-        if job.kind == "session":
-            return await self._run_session(job, excluded)
-        if job.endpoint == "responses" and "previous_response_id" in job.params:
-            return await self._continue_response(job, excluded)
-        return await self._call(job, list(job.messages), 0, excluded)
+        try:
+            if job.kind == "session":
+                return await self._run_session(job, excluded)
+            if job.endpoint == "responses" and "previous_response_id" in job.params:
+                return await self._continue_response(job, excluded)
+            return await self._call(job, list(job.messages), 0, excluded)
+        except Unaffordable as exc:  # its worst case alone is more than the whole budget
+            invalid = InvalidJob(job.id, job.line, f"line {job.line}: {exc}")
+            return CallOutcome(invalid, "invalid")
 
     def finish(self, outcome: CallOutcome) -> None:
         """A job ended: its one result line, the counters, a failure logged, and a binding no
@@ -299,28 +305,22 @@ class Engine:
             if reply is None or reply.continuation is None:
                 await self.router.release(lease)
                 return self._outcome(job, attempt, reply)
-            # Anthropic pause_turn: the same turn goes on, on the same backend and slot
-            paused = reply
+            paused = reply  # Anthropic pause_turn: the turn goes on, on this backend and slot
             call, estimate = paused_call(call, reply, job.input)
             queued = time.monotonic()
 
     def _keyed(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
         """The call as ``_request`` makes it, for its cache key only: its tokens not counted."""
-        return self._request(job, messages, backend, count=False)
+        return self._request(job, messages, backend, None, False)
 
     def _request(
-        self,
-        job: Job,
-        messages: list[dict[str, Any]],
-        backend: Backend,
-        key: str | None = None,
-        *,
+        self, job: Job, messages: list[dict[str, Any]], backend: Backend, key: str | None = None,
         count: bool = True,
-    ) -> Call:
+    ) -> Call:  # fmt: skip
         """The call as sent to ``backend``: its params under the job's (the job wins), merged
         once, ``key`` the prompt_cache_key unless they name one; streamed with --stream, the
         job's ``stream`` or the backend's ``stream = true`` unless its endpoint has no streamed
-        form; in the job's dialect; its input tokens counted."""
+        form; in the job's dialect; its input tokens counted unless not ``count``."""
         params = {**backend.params, **job.params}
         if key is not None:
             params.setdefault("prompt_cache_key", key)
@@ -329,8 +329,7 @@ class Engine:
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
         stream = stream and job.endpoint not in UNSTREAMED
         prompt = estimate_prompt_tokens(messages, job.input) if count else 0
-        dialect = dialect_of(job.kind)
-        return Call(messages, params, stream, dialect, job.endpoint, job.input, prompt)
+        return Call(messages, params, stream, dialect_of(job.kind), job.endpoint, job.input, prompt)
 
     def _backoff(
         self, error: ProviderError | None, retry: int, elapsed: float, printed: bool
@@ -379,9 +378,13 @@ class Engine:
         await asyncio.sleep(delay)
 
     def _outcome(self, job: Job, attempt: Attempt, reply: Reply | None) -> CallOutcome:
+        """How the call ended at ``attempt``; a cancelled call (traced, its slot given back)
+        has no outcome: its cancellation goes on."""
         session = self._session_of(job)
         if reply is None:
             assert attempt.error is not None
+            if isinstance(attempt.error, Cancelled):
+                raise attempt.error.cancel
             error = attempt.error.as_dict()
             return CallOutcome(job, "error", attempt, error=error, session=session)
         if reply.response_id is not None:  # a Responses answer: its continuations come here
