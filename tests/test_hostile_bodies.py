@@ -85,11 +85,14 @@ def test_a_stream_of_keep_alive_comments_ends_at_the_timeout(tmp_path, hostile_s
     server = hostile_server(
         lambda _: Canned(200, STREAM_HEADERS, chunks=itertools.repeat(KEEP_ALIVE), gap=0.1)
     )
-    result, took, [line] = run_against(tmp_path, server, timeout=2, params={"stream": True})
+    result, _, [line] = run_against(tmp_path, server, timeout=2, params={"stream": True})
     assert 1 == result.returncode, result.stderr
     assert "timeout" == line["error"]["type"]
     assert "`timeout`" in line["error"]["message"]
-    assert took < 3 * 2.0
+    # the attempt's own time, as the run measured it: the process's start-up, which a loaded
+    # machine stretches, is no part of the deadline
+    [call] = calls(tmp_path / "jobs.traces.jsonl")
+    assert 2000 <= call["latency_ms"] < 3 * 2000
 
 
 def test_a_stream_that_stalls_after_its_text_ends_at_stream_idle_timeout(tmp_path, hostile_server):
