@@ -39,7 +39,8 @@ profile_option = click.option(
     "--columns",
     metavar="NAMES",
     help="The table's columns, comma-separated (calls, ok, retried, errors, cached, share, p50, "
-    "p95, p99, ttft, ttft_p95, tpot, tokens_in, tokens_out, cost, tok_s, peak).",
+    "p95, p99, ttft, ttft_p95, tpot, tokens_in, tokens_out, estimated, cost, hit, saved, tok_s, "
+    "peak).",
 )
 @click.option(
     "--run",

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rrcli.stats.cells import DEFAULT, Column, defaults_for, key_cell, plain_table
-from rrcli.stats.text import cost_line
+from rrcli.stats.text import cost_line, estimated_line
 
 if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
@@ -182,7 +182,7 @@ def print_check(report: CheckReport) -> None:
         stdout.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def print_plan(profile: Profile, plan: Plan) -> None:
+def print_plan(profile: Profile, plan: Plan, traces: Path | None = None) -> None:
     """``run --dry-run``: the plan's table (each deployment, then the total) and its notes."""
     head, rows = plan.rows(profile.backends)
     table = Table(title=f"plan: {plan.jobs:,} jobs ({plan.invalid:,} invalid), nothing sent")
@@ -194,6 +194,9 @@ def print_plan(profile: Profile, plan: Plan) -> None:
     table.add_row(*rows[-1], style="bold")
     stdout.print(table)
     stdout.print(plan.output_note(), markup=False, highlight=False)
+    likely = plan.likely_note(traces)
+    if likely is not None:
+        stdout.print(likely, markup=False, highlight=False)
     for message in plan.refused:
         stdout.print(f"invalid: {message}", markup=False, highlight=False)
 
@@ -325,6 +328,9 @@ def _print_footer(console: Console, summary: dict[str, Any], hidden: tuple[Colum
     cost = cost_line(summary["total"])
     if cost is not None:
         parts.append(Text(cost, "" if summary["total"]["cost_usd"] is not None else "yellow"))
+    estimated = estimated_line(summary["total"])
+    if estimated is not None:
+        parts.append(Text(estimated, "yellow"))
     parts.append(_runs_part(summary))
     malformed = summary["malformed_lines"]
     parts.append(Text(f"malformed lines: {malformed:,}", "red" if malformed else ""))

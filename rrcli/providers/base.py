@@ -112,6 +112,7 @@ class Reply:
     logprobs: Any = None
     choices: list[dict[str, Any]] | None = None
     cached_input_tokens: int | None = None
+    cache_write_tokens: int | None = None  # input written to the prompt cache (Anthropic bills it)
     reasoning_tokens: int | None = None
     system_fingerprint: str | None = None
     embeddings: list[list[float]] | None = None

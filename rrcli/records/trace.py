@@ -98,11 +98,15 @@ class TraceWriter:
         self._path = path
         self._out = None if path is None else LineFile(path, append=append, what="traces")
 
-    def reopen(self) -> None:
-        """Close the file and open its path again, appending (after a log rotation moved it)."""
-        if self._out is not None and self._path is not None:
-            self._out.close()
-            self._out = LineFile(self._path, append=True, what="traces")
+    def reopen(self) -> bool:
+        """Close the file (its lines written) and open its path again, appending (after a log
+        rotation moved it); True when that is a new, empty file."""
+        if self._out is None or self._path is None:
+            return False
+        self._out.close()
+        fresh = not self._path.exists() or self._path.stat().st_size == 0
+        self._out = LineFile(self._path, append=True, what="traces")
+        return fresh
 
     def _put(self, record: dict[str, Any]) -> None:
         line = orjson.dumps(record, option=_NEWLINE)

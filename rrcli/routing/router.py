@@ -213,7 +213,8 @@ class Router:
         AIMD, a server-given pause (a 429's Retry-After; a success's rate-limit headers saying a
         budget is spent until its reset; never longer than ``max_server_pause``), the tpm
         booking corrected by the reply's usage (never above what the call could have cost), and
-        the budget's reservation settled at ``charged`` (``charge``; None: the reservation)."""
+        the budget's reservation settled at ``charged`` (``charge``; None: the reservation); a
+        cancelled attempt settles its reservation only."""
         if self.budget is not None and lease is not None:
             shared = self.budget.settle(lease, charged)
             if shared is not None:
@@ -222,7 +223,8 @@ class Router:
         reply, error = attempt.reply, attempt.error
         if reply is None:
             assert error is not None  # an attempt has its reply or its error
-            self._failed(state, error)
+            if attempt.decision != "cancelled":  # a caller that left says nothing of the backend
+                self._failed(state, error)
             return
         state.done += 1
         state.failures_in_a_row = 0

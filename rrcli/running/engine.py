@@ -32,6 +32,7 @@ from rrcli.records.jobs import InvalidJob, Job
 from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter
+from rrcli.routing.budget import Unaffordable
 from rrcli.routing.control import Halted, RunControl
 from rrcli.routing.down import BackendDown, NoHealthyBackend
 from rrcli.routing.health import Health
@@ -47,6 +48,7 @@ from rrcli.running.summary import RunSummary
 from rrcli.running.turns import (
     MOVES,
     REQUEST_TEXT,
+    Cancelled,
     assistant_message,
     bounded,
     decide,
@@ -145,11 +147,15 @@ class Engine:
         if refusal is not None:  # no backend serves its endpoint or can express its params
             invalid = InvalidJob(job.id, job.line, f"line {job.line}: {refusal}")
             return CallOutcome(invalid, "invalid")
-        if job.kind == "session":
-            return await self._run_session(job, excluded)
-        if job.endpoint == "responses" and "previous_response_id" in job.params:
-            return await self._continue_response(job, excluded)
-        return await self._call(job, list(job.messages), 0, excluded)
+        try:
+            if job.kind == "session":
+                return await self._run_session(job, excluded)
+            if job.endpoint == "responses" and "previous_response_id" in job.params:
+                return await self._continue_response(job, excluded)
+            return await self._call(job, list(job.messages), 0, excluded)
+        except Unaffordable as exc:  # its worst case alone is more than the whole budget
+            invalid = InvalidJob(job.id, job.line, f"line {job.line}: {exc}")
+            return CallOutcome(invalid, "invalid")
 
     def finish(self, outcome: CallOutcome) -> None:
         """A job ended: its one result line, the counters, a failure logged, and a binding no
@@ -294,8 +300,7 @@ class Engine:
             if reply is None or reply.continuation is None:
                 await self.router.release(lease)
                 return self._outcome(job, attempt, reply)
-            # Anthropic pause_turn: the same turn goes on, on the same backend and slot
-            paused = reply
+            paused = reply  # Anthropic pause_turn: the turn goes on, on this backend and slot
             call, estimate = paused_call(call, reply, job.input)
             queued = time.monotonic()
 
@@ -372,9 +377,13 @@ class Engine:
         await asyncio.sleep(delay)
 
     def _outcome(self, job: Job, attempt: Attempt, reply: Reply | None) -> CallOutcome:
+        """How the call ended at ``attempt``; a cancelled call (traced, its slot given back)
+        has no outcome: its cancellation goes on."""
         session = self._session_of(job)
         if reply is None:
             assert attempt.error is not None
+            if isinstance(attempt.error, Cancelled):
+                raise attempt.error.cancel
             error = attempt.error.as_dict()
             return CallOutcome(job, "error", attempt, error=error, session=session)
         if reply.response_id is not None:  # a Responses answer: its continuations come here

@@ -27,7 +27,7 @@ from typing import IO, Annotated, Any
 import msgspec
 import numpy as np
 
-from rrcli.records.traceschema import CALL, EVENTS, OUTCOMES, parse_rfc3339
+from rrcli.records.traceschema import CALL, EVENTS, MAX_CALL_COST_USD, OUTCOMES, parse_rfc3339
 from rrcli.tokens import MAX_USAGE_TOKENS
 
 _BLOCK_BYTES = 1 << 22
@@ -51,7 +51,8 @@ _ABSENT = {"endpoint": "chat"}
 # writer's: msgspec matches each key fastest when it comes where the struct expects it.
 _REQUIRED = ("run_id", "deployment", "outcome", "ts_start", "ts_end")
 _READ = _REQUIRED + tuple(KEY_FIELDS.values()) + (
-    "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens", "stream",
+    "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens",
+    "usage_estimated", "cost_usd", "cost_estimated", "stream",
 )  # fmt: skip
 #: a count no call reaches (MAX_USAGE_TOKENS or more, or negative) makes its record malformed:
 #: it would overflow every sum made with it
@@ -145,6 +146,9 @@ class Columns:
     tokens_in: np.ndarray
     tokens_out: np.ndarray
     tokens_cached: np.ndarray  # input tokens a server's cache held
+    cost: np.ndarray  # USD the call was charged, as its record says (NaN: not said, unbelievable)
+    cost_estimated: np.ndarray  # the charge stands for a usage rrcli did not know
+    usage_estimated: np.ndarray  # the server reported no usage: the counts are rrcli's estimate
 
     def take(self, index: np.ndarray) -> Columns:
         """The rows at ``index`` (an integer or boolean array)."""
@@ -211,7 +215,9 @@ class TraceReader:
         """Every call read so far."""
         if not self._blocks:
             ints = [np.zeros(0, np.int32)] * 3
-            return Columns(*ints, np.zeros(0, np.int8), np.zeros(0, bool), *[np.zeros(0)] * 7)
+            flags = [np.zeros(0, bool)] * 2
+            empty = (np.zeros(0, np.int8), np.zeros(0, bool), *[np.zeros(0)] * 8, *flags)
+            return Columns(*ints, *empty)
         if len(self._blocks) > 1:
             self._blocks = [tuple(map(np.concatenate, zip(*self._blocks, strict=True)))]
         return Columns(*self._blocks[0])
@@ -264,6 +270,9 @@ class TraceReader:
             t0,
             t1,
             *numbers,
+            _charges(list(map(attrgetter("cost_usd"), calls))),
+            np.array(list(map(attrgetter("cost_estimated"), calls)), dtype=bool),
+            np.array(list(map(attrgetter("usage_estimated"), calls)), dtype=bool),
         ]
         cols[2] = {"run": cols[0], "deployment": cols[1]}.get(self.by)
         if cols[2] is None:
@@ -296,6 +305,15 @@ def _float(value: float | None) -> float:
         return math.nan if value is None else float(value)
     except OverflowError:
         return math.inf
+
+
+def _charges(values: list[float | None]) -> np.ndarray:
+    """The USD each call record says it was charged, NaN where it says none or a charge that
+    cannot be one (negative, not finite, MAX_CALL_COST_USD or more): its tokens are priced."""
+    charged = np.array(values, dtype=float)  # typed float: msgspec refused any past a float
+    with np.errstate(invalid="ignore"):
+        charged[~((charged >= 0) & (charged < MAX_CALL_COST_USD))] = math.nan
+    return charged
 
 
 def _sane(t0: np.ndarray, t1: np.ndarray, numbers: np.ndarray) -> np.ndarray:

@@ -187,6 +187,7 @@ def group_rows(
         group_percentiles(codes[streamed], tpot, n, (50,)),
         group_sums(codes, n, tokens_in),
         group_sums(codes, n, tokens_out),
+        group_sums(codes[c.usage_estimated], n),
         *_money(c, codes, n, (price_in, price_out, price_cached)),
         *group_sweep(codes, c.t0, c.t1, n),
     )
@@ -198,27 +199,35 @@ def group_rows(
 
 
 def _money(c: Columns, codes: np.ndarray, n: int, prices: tuple[np.ndarray, ...]) -> tuple:
-    """Per group: the cost (NaN: no priced call), the priced calls, the cached input tokens,
-    and what they saved at the cached-input price (NaN: no priced call). ``prices``: USD per
-    million input, output and cached input tokens of each call."""
+    """Per group: the cost (NaN: no priced call), the priced calls, those whose cost is an
+    estimate, the cached input tokens, and what they saved at the cached-input price (NaN: no
+    call with a price). A call costs what its record says it was charged, else its tokens at
+    its price; ``prices``: USD per million input, output and cached input tokens of each call."""
     price_in, price_out, price_cached = prices
     tokens_in, tokens_out = np.nan_to_num(c.tokens_in), np.nan_to_num(c.tokens_out)
-    priced = ~np.isnan(price_in)
+    known = ~np.isnan(price_in)
     held = np.minimum(np.nan_to_num(c.tokens_cached), tokens_in)
-    saved = held[priced] * (price_in[priced] - price_cached[priced])
-    spent = tokens_in[priced] * price_in[priced] + tokens_out[priced] * price_out[priced] - saved
+    saved = held[known] * (price_in[known] - price_cached[known])
+    charged = ~np.isnan(c.cost)
+    spent = tokens_in[known] * price_in[known] + tokens_out[known] * price_out[known] - saved
+    costs = np.zeros(len(codes))
+    costs[known] = spent
+    priced = known | charged
+    costs[charged] = c.cost[charged] * 1e6  # in USD per million, as the prices are
     priced_calls = group_sums(codes[priced], n)
+    known_calls = group_sums(codes[known], n)
     return (
-        np.where(priced_calls > 0, group_sums(codes[priced], n, spent), np.nan),
+        np.where(priced_calls > 0, group_sums(codes[priced], n, costs[priced]), np.nan),
         priced_calls,
+        group_sums(codes[charged & c.cost_estimated], n),
         group_sums(codes, n, held),
-        np.where(priced_calls > 0, group_sums(codes[priced], n, saved), np.nan),
+        np.where(known_calls > 0, group_sums(codes[known], n, saved), np.nan),
     )
 
 
 def _row(
-    calls, ok, retried, errors, cached, latency, ttft, tpot, tokens_in, tokens_out, spent, priced,
-    held, saved, peak, busy, total,
+    calls, ok, retried, errors, cached, latency, ttft, tpot, tokens_in, tokens_out, guessed,
+    spent, priced, estimated, held, saved, peak, busy, total,
 ) -> dict[str, Any]:  # fmt: skip
     """One group's SPEC §10 fields from its numbers (NaN: no sample, no price)."""
     return {
@@ -233,8 +242,10 @@ def _row(
         "tpot_ms": _percentiles(tpot, (50,)),
         "input_tokens": int(tokens_in),
         "output_tokens": int(tokens_out),
+        "usage_estimated_calls": int(guessed),
         "cost_usd": None if isnan(spent) else round(spent / 1e6, 6),
         "priced_calls": int(priced),
+        "cost_estimated_calls": int(estimated),
         "cached_input_tokens": int(held),
         "cache_hit_rate": round(held / tokens_in, 4) if tokens_in else None,
         "cache_saved_usd": None if isnan(saved) else round(saved / 1e6, 6),

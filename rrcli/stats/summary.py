@@ -17,9 +17,13 @@ Definitions (where SPEC §10 is silent):
 - peak in flight: the most calls of the group whose [ts_start, ts_end) overlap at one instant;
 - output tokens per second: the group's output tokens over the time it had at least one call in
   flight (the union of its call intervals), so idle gaps between runs do not count;
-- cost (USD): tokens × the price the run record gives the deployment, per million tokens, over
-  the calls that have a price (``priced_calls`` counts them: a call without a price is never
-  counted as free); None when no call of the group has a price;
+- cost (USD): what each call record says the call was charged (``cost_usd``, the sum the budget
+  and ``--resume`` count), else its tokens × the price the run record gives the deployment, per
+  million tokens, over the calls that have either (``priced_calls`` counts them: a call without
+  a price is never counted as free; ``cost_estimated_calls`` those charged for a usage rrcli did
+  not know); None when no call of the group has a price;
+- ``usage_estimated_calls``: calls whose server reported no usage, so their tokens are rrcli's
+  estimate;
 - ``--since`` keeps the runs that started at or after a time (a run's start is its run record's
   ``ts``, else its first call); ``--run`` keeps runs by id, unique id prefix or ``latest`` (the
   last to start).
