@@ -182,7 +182,7 @@ def print_check(report: CheckReport) -> None:
         stdout.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def print_plan(profile: Profile, plan: Plan) -> None:
+def print_plan(profile: Profile, plan: Plan, traces: Path | None = None) -> None:
     """``run --dry-run``: the plan's table (each deployment, then the total) and its notes."""
     head, rows = plan.rows(profile.backends)
     table = Table(title=f"plan: {plan.jobs:,} jobs ({plan.invalid:,} invalid), nothing sent")
@@ -194,6 +194,9 @@ def print_plan(profile: Profile, plan: Plan) -> None:
     table.add_row(*rows[-1], style="bold")
     stdout.print(table)
     stdout.print(plan.output_note(), markup=False, highlight=False)
+    likely = plan.likely_note(traces)
+    if likely is not None:
+        stdout.print(likely, markup=False, highlight=False)
     for message in plan.refused:
         stdout.print(f"invalid: {message}", markup=False, highlight=False)
 

@@ -175,7 +175,7 @@ def run(
         from rrcli import _render
         from rrcli.running.plan import plan
 
-        _render.print_plan(profile, asyncio.run(plan(profile, options)))
+        _render.print_plan(profile, asyncio.run(plan(profile, options)), options.traces)
         return
     control = RunControl()
     with _watcher(tty and not quiet and answers is None, quiet, control, progress_s) as display:
