@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 from runkit import calls, write_profile
 from servekit import Served, openai_backends
@@ -147,3 +148,19 @@ def test_pydantic_ai_agent_calls_a_tool_over_several_steps(served):
 
     assert asyncio.run(streamed())
     assert 2 == len(asked)
+
+
+def test_anthropic_sdk_counts_tokens(served):
+    """``messages.count_tokens`` is answered with rrcli's estimate, four characters a token and
+    four a message, the system text and the tools counted too; an unknown model is a 404."""
+    client = anthropic.Anthropic(base_url=served.url, api_key="none", max_retries=0)
+    text = [{"role": "user", "content": "x" * 400}]
+    plain = client.messages.count_tokens(model="pool", messages=text)
+    tool = {"name": "weather", "input_schema": WEATHER["function"]["parameters"]}
+    fuller = client.messages.count_tokens(
+        model="pool", messages=text, system="y" * 40, tools=[tool]
+    )
+    tools = len(orjson.dumps(tool)) // 4
+    assert (104, 104 + 10 + tools) == (plain.input_tokens, fuller.input_tokens)
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.count_tokens(model="nope", messages=HI)

@@ -113,7 +113,8 @@ def _reply(
 ) -> Reply:
     """A message (as received, or folded from a stream) → Reply: text blocks joined, thinking
     blocks as ``reasoning_content``, ``tool_use`` blocks as OpenAI-shaped tool calls (the input
-    as compact JSON text), cache reads as ``cached_input_tokens``. A message with no block at
+    as compact JSON text), cache reads as ``cached_input_tokens``, cache writes as
+    ``cache_write_tokens``. A message with no block at
     all is no answer (invalid, never an ok result with no output)."""
     if not content:
         raise invalid_answer("the message has no content blocks", body, key)
@@ -129,7 +130,7 @@ def _reply(
         elif kind == "tool_use":
             calls = calls or []
             calls.append(_tool_call(block, len(calls)))
-    cached = usage.get("cache_read_input_tokens")
+    cached, written = usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens")
     return Reply(
         output="".join(texts),
         finish_reason=finish_reason_from_anthropic(stop_reason),
@@ -144,6 +145,7 @@ def _reply(
         ),
         tool_calls=calls,
         cached_input_tokens=cached if isinstance(cached, int) else None,
+        cache_write_tokens=written if isinstance(written, int) else None,
     )
 
 

@@ -154,6 +154,13 @@ class Pool:
         finally:
             self._stack.close()
 
+    def reopen(self) -> None:
+        """The trace file opened again at its path (after a log rotation moved it); a new
+        file starts with the pool's ``run`` record, so it reads on its own."""
+        traces = self.engine.traces
+        if traces.reopen():
+            traces.run(self.profile)
+
     # -- calls ------------------------------------------------------------------------------
 
     async def chat(

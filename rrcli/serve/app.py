@@ -128,6 +128,8 @@ def build_app(gateway: Gateway) -> Starlette:
         routes.append(
             Route(f"{prefix}/v1/messages", _api(gateway, ANTHROPIC, "chat"), methods=["POST"])
         )
+        counting = _api(gateway, ANTHROPIC, "count_tokens")
+        routes.append(Route(f"{prefix}/v1/messages/count_tokens", counting, methods=["POST"]))
         routes.append(Route(f"{prefix}/v1/models", _models(gateway)))
     return Starlette(routes=routes)
 
@@ -210,6 +212,8 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
         return _error(
             wire, 404, f"model {body.get('model')!r} is not served here; served: {served}"
         )
+    if endpoint == "count_tokens":
+        return _counted(body)
     pool, exclude = chosen
     wait = gateway.cooling(pool, exclude)
     if wait is not None:
@@ -232,6 +236,14 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
 
 
 _NOT_JSON = "the request body is not a JSON object"
+
+
+def _counted(body: dict[str, Any]) -> Response:
+    """An Anthropic token count, estimated here (no backend is asked, nothing is spent)."""
+    counted = ANTHROPIC.count_tokens(body)
+    if counted is None:
+        return _error(ANTHROPIC, 400, "messages: expected a list of message objects")
+    return Response(orjson.dumps(counted), media_type=_JSON, headers={"x-rrcli-estimate": "1"})
 
 
 async def _body(request: Request, limit: int) -> dict[str, Any] | Response | None:
