@@ -6,10 +6,11 @@ completions and completions and Anthropic Messages. It keeps a ledger of what it
 (``server.billed()``: input and output tokens, calls), so a test compares what rrcli spent with
 what the provider would charge. How it bills is the worst a provider may do within the rules:
 input at one token a character of text (a tokenizer can do no worse), ``IMAGE_TOKENS`` an image
-whatever its URL's length, tool definitions as their JSON text; output as many tokens as the
-model writes (``writes``, cut at the request's ``max_tokens``) for each of ``n`` (and
-``best_of``) answers. ``Billing`` says how it misbehaves: no usage in its answers, streams cut
-after ``cut_after`` generated tokens, an Anthropic ``pause_turn`` before every final answer.
+whatever its URL's length, ``FILE_TOKENS`` a file whatever its id's length, tool definitions
+as their JSON text; output as many tokens as the model writes (``writes``, cut at the
+request's ``max_tokens``) for each of ``n`` (and ``best_of``) answers. ``Billing`` says how it
+misbehaves: no usage in its answers, streams cut after ``cut_after`` generated tokens, an
+Anthropic ``pause_turn`` before every final answer.
 With ``prompt_cache`` its Anthropic answers cache the system text as Anthropic's prompt cache
 does: the first request with a system text writes it (``cache_creation_input_tokens``), later
 ones read it (``cache_read_input_tokens``), each billed at its own price.
@@ -34,6 +35,7 @@ from starlette.routing import Route
 from rrcli.sim.server import listen
 
 IMAGE_TOKENS = 1_100  # what a provider bills one image, however short its URL
+FILE_TOKENS = 20 * 2_600  # what it bills a file (a PDF of 20 pages), however short its id
 GPT_4O = {"input": 2.5, "output": 10.0}  # USD per million tokens
 
 
@@ -82,7 +84,8 @@ class Ledger:
 
 
 def _text_tokens(value: Any) -> int:
-    """Input tokens of a request part at one a character; an image IMAGE_TOKENS."""
+    """Input tokens of a request part at one a character; an image IMAGE_TOKENS, a file
+    FILE_TOKENS."""
     if isinstance(value, str):
         return len(value)
     if isinstance(value, list):
@@ -90,6 +93,8 @@ def _text_tokens(value: Any) -> int:
     if isinstance(value, dict):
         if value.get("type") in ("image_url", "image", "input_image"):
             return IMAGE_TOKENS
+        if value.get("type") in ("file", "input_file", "document"):
+            return FILE_TOKENS
         return sum(_text_tokens(v) for k, v in value.items() if k in ("content", "text"))
     return 0
 
@@ -127,6 +132,7 @@ class BillingServer:
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/completions", self._completions, methods=["POST"]),
             Route("/v1/messages", self._messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
         ]
         import uvicorn
 
@@ -222,6 +228,11 @@ class BillingServer:
                       "cache_read_input_tokens": read, "cache_creation_input_tokens": written},
         }  # fmt: skip
         return JSONResponse(answer)
+
+    async def _count_tokens(self, request: Request) -> Response:
+        """Anthropic's token count: the input as it would bill it, billing nothing."""
+        body = await self._body(request)
+        return JSONResponse({"input_tokens": _input(body)})
 
     def _cache(self, body: dict[str, Any]) -> tuple[int, int]:
         """(input tokens read from the prompt cache, written to it): with ``prompt_cache``, a

@@ -25,11 +25,11 @@ from collections import deque
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from rrcli.config.models import IMAGE_TOKENS
+from rrcli.config.models import MEDIA
 from rrcli.config.profile import Price
 from rrcli.routing.control import Halt, Halted, RunControl
 from rrcli.routing.costs import NO_OUTPUT, Charge, attempt_ceiling, attempt_cost, over_limit
-from rrcli.tokens import output_cap
+from rrcli.tokens import MediaTokens, output_cap
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Call
@@ -89,8 +89,9 @@ class Budget:
     attempt. ``refused`` counts the jobs a refused attempt ended (they have no result);
     ``reserved_peak`` the most set aside at once. ``uncapped``: the backends whose model's
     most output nothing tells (a call there without its own cap is refused: exit 2);
-    ``images``: by backend id, the tokens an image is reserved at; ``queue``: the queue whose
-    budget it is, in queue mode (its halt then says how a worker runs the jobs left)."""
+    ``media``: by backend id, the tokens an image, file or audio part is reserved at;
+    ``queue``: the queue whose budget it is, in queue mode (its halt then says how a worker
+    runs the jobs left)."""
 
     def __init__(
         self,
@@ -99,7 +100,7 @@ class Budget:
         ledger: LocalLedger | Ledger,
         control: RunControl,
         uncapped: frozenset[str] = frozenset(),
-        images: Mapping[str, int] | None = None,
+        media: Mapping[str, MediaTokens] | None = None,
         queue: str | None = None,
     ) -> None:
         self.limit = limit
@@ -108,7 +109,7 @@ class Budget:
         self.refused = 0
         self.reserved_peak = 0.0
         self.uncapped = uncapped
-        self.images = dict(images or {})
+        self.media = dict(media or {})
         self._prices = prices
         self._control = control
         self._local = ledger if isinstance(ledger, LocalLedger) else None
@@ -128,11 +129,11 @@ class Budget:
         if uncapped and output_cap(call.params) is None:
             self._control.halt(uncapped_halt(backend))
             raise Halted
-        image = self.images.get(backend, IMAGE_TOKENS)
-        cost = attempt_ceiling(self._prices[backend], call, None, image)
+        media = self.media.get(backend, MEDIA)
+        cost = attempt_ceiling(self._prices[backend], call, None, media)
         if cost > self.limit + _EPSILON:
             price = self._prices[backend]
-            raise Unaffordable(over_limit(price, call, self.limit, image, backend))
+            raise Unaffordable(over_limit(price, call, self.limit, media, backend))
         return cost
 
     def reserve(self, lease: Lease, tokens: int, call: Call) -> Awaitable[None] | None:

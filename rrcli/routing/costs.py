@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rrcli.config.models import IMAGE_TOKENS
+from rrcli.config.models import MEDIA
 from rrcli.config.profile import Price
-from rrcli.tokens import UNCAPPED_OUTPUT, input_bound, output_cap
+from rrcli.tokens import UNCAPPED_OUTPUT, MediaTokens, input_bound, output_cap
 
 if TYPE_CHECKING:
     from rrcli.errors import ProviderError
@@ -48,6 +48,8 @@ _UNSENT = frozenset(
 def choices(params: Mapping[str, Any]) -> int:
     """How many answers a request asks for: ``n`` (any numeric spelling: 2, 2.0, "2") times
     ``best_of`` (completions generate that many and bill them all); at least 1."""
+    if "n" not in params and "best_of" not in params:
+        return 1
     return max(1, _count(params.get("n"))) * max(1, _count(params.get("best_of")))
 
 
@@ -62,13 +64,13 @@ def _count(value: object) -> int:
 
 
 def attempt_ceiling(
-    price: Price, call: Call, cap: int | None = None, image: int = IMAGE_TOKENS
+    price: Price, call: Call, cap: int | None = None, media: MediaTokens = MEDIA
 ) -> float:
     """USD: the most one attempt of ``call`` may cost at ``price``: its input at its bound
-    (``tokens.input_bound``, ``image`` tokens an image) at ``input_most``, and its output cap
-    (``cap`` when the request sets none, else ``tokens.UNCAPPED_OUTPUT``) times the answers it
-    asks for."""
-    given = input_bound(call.messages, call.params, call.input, image)
+    (``tokens.input_bound``, each image, file or audio part at ``media``) at ``input_most``,
+    and its output cap (``cap`` when the request sets none, else ``tokens.UNCAPPED_OUTPUT``)
+    times the answers it asks for."""
+    given = input_bound(call.messages, call.params, call.input, media)
     if call.endpoint in NO_OUTPUT:
         out = 0
     else:
@@ -83,13 +85,13 @@ def input_most(price: Price) -> float:
     return price.input if write is None or write <= price.input else write
 
 
-def over_limit(price: Price, call: Call, limit: float, image: int, backend: str) -> str:
+def over_limit(price: Price, call: Call, limit: float, media: MediaTokens, backend: str) -> str:
     """What is wrong and the fix, for a call whose worst case at ``price`` (``attempt_ceiling``)
     is more than the whole ``limit``: its input's share and its output's, and the largest
     output cap that would fit when the input alone does."""
-    given = input_bound(call.messages, call.params, call.input, image)
+    given = input_bound(call.messages, call.params, call.input, media)
     spend_in = given * input_most(price) / 1e6
-    spend_out = attempt_ceiling(price, call, None, image) - spend_in
+    spend_out = attempt_ceiling(price, call, None, media) - spend_in
     head = (
         f"its worst case on backend {backend} is ${spend_in + spend_out:.4f} (input "
         f"${spend_in:.4f}: at most {given:,} tokens, a token a character and each image, audio "
