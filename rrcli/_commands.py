@@ -260,6 +260,7 @@ def sim_command(ctx: click.Context, host: str, port: int, **options: object) -> 
     help="Variable holding the client keys, comma-separated [default: [serve] keys_env].",
 )
 @click.option("--no-auth", is_flag=True, help="Take requests without a key (loopback only).")
+@click.option("-q", "--quiet", is_flag=True, help="No live display on a terminal.")
 def serve_command(
     profiles: tuple[str, ...],
     host: str | None,
@@ -267,12 +268,15 @@ def serve_command(
     traces: Path | None,
     key_env: str | None,
     no_auth: bool,
+    quiet: bool,
 ) -> None:
     """Serve the OpenAI and Anthropic APIs in front of the profiles' pools."""
     import asyncio
     import os
 
+    from rrcli import _render
     from rrcli.config.load import load_profile, resolve_profile_path
+    from rrcli.serve.metrics import Activity
     from rrcli.serve.server import ServeOptions, client_keys, serve
 
     paths = profiles or (None,)
@@ -289,8 +293,16 @@ def serve_command(
         session_idle=table.session_idle,
     )
     keys = client_keys(options, os.environ, lambda s: click.echo(s))
+
+    def watch(gateway: Any) -> None:
+        activity = Activity(gateway)
+        display.watch(activity.line, activity.rows)
+
+    display = _render.RunDisplay(enabled=sys.stderr.isatty() and not quiet)
     try:
-        asyncio.run(serve(loaded, options, keys=keys, echo=lambda s: click.echo(s)))
+        with display:
+            run = serve(loaded, options, keys=keys, echo=lambda s: click.echo(s), on_start=watch)
+            asyncio.run(run)
     except KeyboardInterrupt:
         pass
     except OSError as exc:

@@ -151,13 +151,26 @@ def input_bound(
     its text (audio data is billed at fewer tokens than its base64 has characters) and
     ``media.file``, a token array its length, framing per message, and its tool definitions
     (and output schema) as JSON text; never more than ``media.window``."""
-    total = _bound(messages if value is None else value, media)
+    total = _messages_bound(messages, media) if value is None else _bound(value, media)
     total += TOKENS_PER_MESSAGE * len(messages)
     for name in _INPUT_PARAMS:
         if name in params:
             total += len(orjson.dumps(params[name], default=str))
     window = media.window
     return max(1, total if window is None or total < window else window)
+
+
+def _messages_bound(messages: Sequence[Mapping[str, Any]], media: MediaTokens) -> int:
+    """``_bound`` of ``messages``, a message of a role and a text read without the walk (a
+    budget bounds every attempt)."""
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        if type(content) is str and len(message) == 2 and "role" in message:
+            total += len(content) if content.isascii() else len(content.encode())
+        else:
+            total += _bound(message, media)
+    return total
 
 
 def _bound(value: object, media: MediaTokens) -> int:

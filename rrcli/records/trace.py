@@ -148,7 +148,8 @@ class TraceWriter:
         if self._out is None and self._tap is None:
             return
         reply, error, backend = attempt.reply, attempt.error, attempt.backend
-        ts_start = attempt.ts_start
+        ts_start, took = attempt.ts_start, attempt.ended - attempt.started
+        start = rfc3339(ts_start)
         self._put(
             {
                 "event": "call",
@@ -169,8 +170,8 @@ class TraceWriter:
                 "retry_after_ms": None if error is None else _ms(error.retry_after),
                 "backoff_ms": None if error is None else _ms(attempt.backoff_s),
                 "queue_ms": round(attempt.queue_s * 1000.0, 3),
-                "ts_start": rfc3339(ts_start),
-                "ts_end": rfc3339(ts_start + (attempt.ended - attempt.started)),
+                "ts_start": start,
+                "ts_end": rfc3339(ts_start + took) if took else start,  # a cached answer: 0
                 "latency_ms": attempt.latency_ms,
                 "ttft_ms": None if reply is None else _rounded(reply.ttft_ms),
                 "input_tokens": None if reply is None else reply.input_tokens,

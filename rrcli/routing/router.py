@@ -21,11 +21,10 @@ import random
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from rrcli.config.prices import pool_prices
 from rrcli.config.profile import Profile
 from rrcli.errors import ProviderError
+from rrcli.logs import get_logger
 from rrcli.routing.costs import Charge, attempt_cost
 from rrcli.routing.down import BackendDown, no_backend
 from rrcli.routing.gate import Clock, Gate, Sleep, WaitEnded
@@ -44,7 +43,7 @@ __all__ = ["EWMA_ALPHA", "Router"]
 _Prompt = tuple[Sequence[int], int]  # a prompt's prefix blocks and its tokens
 _KEY_CHARS = 256 * CHARS_PER_TOKEN  # a hosted API routes a prompt by its first 256 tokens
 
-log = structlog.get_logger()
+log = get_logger()
 
 EWMA_ALPHA = 0.3  # weight of the newest latency sample
 

@@ -13,19 +13,25 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rrcli.errors import ProviderError
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.records.attempt import Decision
 from rrcli.routing.costs import NO_OUTPUT
+from rrcli.routing.down import BackendDown
 from rrcli.tokens import estimate_call_tokens, estimate_value_tokens, output_cap
+
+if TYPE_CHECKING:
+    from rrcli.routing.lease import Lease
+    from rrcli.routing.router import Router
 
 __all__ = [
     "MOVES",
     "REQUEST_TEXT",
     "Cancelled",
     "Echo",
+    "admitted",
     "assistant_message",
     "bounded",
     "decide",
@@ -214,3 +220,13 @@ def paused_call(call: Call, reply: Reply, job_input: Any) -> tuple[Call, int]:
     and its estimate, for the input it has grown to."""
     call = replace(call, messages=[*call.messages, reply.continuation], input_tokens=None)
     return call, estimate_call_tokens(call.messages, call.params, job_input)
+
+
+async def admitted(router: Router, lease: Lease, estimate: int, call: Call) -> bool:
+    """The router's admission of an attempt; False when, while a retry waited for it, its
+    backend left the pool."""
+    try:
+        await router.admit(lease, estimate, call)
+    except BackendDown:
+        return False
+    return True

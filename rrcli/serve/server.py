@@ -102,8 +102,10 @@ async def serve(
     environ: Mapping[str, str] | None = None,
     echo: Callable[[str], None] = print,
     sock: socket.socket | None = None,
+    on_start: Callable[[Gateway], None] | None = None,
 ) -> None:
-    """Serve the pools of ``profiles`` until SIGTERM or Ctrl-C, then drain and return."""
+    """Serve the pools of ``profiles`` until SIGTERM or Ctrl-C, then drain and return;
+    ``on_start`` is handed the gateway once it listens (the live display reads it)."""
     environ = os.environ if environ is None else environ
     paths = _trace_paths(profiles, options.traces)
     pools = [Pool(p, environ=environ, traces=t) for p, t in zip(profiles, paths, strict=True)]
@@ -114,7 +116,7 @@ async def serve(
             await pool.open()
             opened.append(pool)
         gateway = Gateway(pools, settings)
-        await _run(gateway, options, echo, sock)
+        await _run(gateway, options, echo, sock, on_start)
     finally:
         for pool in opened:
             await pool.close()
@@ -125,6 +127,7 @@ async def _run(
     options: ServeOptions,
     echo: Callable[[str], None],
     sock: socket.socket | None,
+    on_start: Callable[[Gateway], None] | None,
 ) -> None:
     config = uvicorn.Config(
         build_app(gateway),
@@ -151,6 +154,8 @@ async def _run(
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     names = ", ".join(pool_name(p) for p in gateway.pools)
     echo(f"rrcli serve: http://{_name(sock)} (pools: {names})")
+    if on_start is not None:
+        on_start(gateway)
     try:
         await server.serve(sockets=[sock])
     finally:
