@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import statistics
 import time
 
 import httpx2
@@ -58,7 +57,7 @@ async def _first_texts(url: str, n: int) -> list[float]:
 
 def test_the_first_text_comes_as_soon_as_straight_from_the_backend(tmp_path, sim_server):
     """Streamed answers one after the other, read whole: through serve the first text
-    reaches the client about when it does straight from the backend (medians of seven), not
+    reaches the client about when it does straight from the backend (the fastest of seven), not
     a delayed ACK (~40 ms) later, which is what a server that leaves Nagle's algorithm on adds
     (the margin is for a loaded machine: the hop itself costs a few ms)."""
     sim = sim_server(ttft_ms=100, tokens_per_s=20, output_tokens=4)
@@ -68,8 +67,8 @@ def test_the_first_text_comes_as_soon_as_straight_from_the_backend(tmp_path, sim
         through = asyncio.run(_first_texts(served.url + "/v1", 7))
     finally:
         served.stop()
-    added = statistics.median(through) - statistics.median(direct)
-    assert added < 0.03, f"{added * 1000:.1f} ms added: through {through}, direct {direct}"
+    added = min(through) - min(direct)  # the fastest of each: a loaded machine only adds
+    assert added < 0.025, f"{added * 1000:.1f} ms added: through {through}, direct {direct}"
 
 
 def test_a_client_that_leaves_mid_stream_cancels_the_call(tmp_path, sim_server):
