@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -30,9 +30,10 @@ from rrcli.routing.costs import Charge, attempt_cost
 from rrcli.routing.down import BackendDown, no_backend
 from rrcli.routing.gate import Clock, Gate, Sleep, WaitEnded
 from rrcli.routing.lease import BackendState, Lease
+from rrcli.routing.prompts import Prompt, PromptBlocks
 from rrcli.routing.strategies import CacheAware, Candidate, FirstAvailable, make_strategy
 from rrcli.routing.waiting import Waiting
-from rrcli.tokens import CHARS_PER_TOKEN, plausible_call_tokens, prefix_blocks, rendered_prompt
+from rrcli.tokens import CHARS_PER_TOKEN, plausible_call_tokens, rendered_prompt
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Call
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = ["EWMA_ALPHA", "Router"]
 
-_Prompt = tuple[Sequence[int], int]  # a prompt's prefix blocks and its tokens
 _KEY_CHARS = 256 * CHARS_PER_TOKEN  # a hosted API routes a prompt by its first 256 tokens
 
 log = structlog.get_logger()
@@ -76,6 +76,7 @@ class Router:
         #: the strategy that reads prompts, when it is the one
         self._prefixes = self._strategy if isinstance(self._strategy, CacheAware) else None
         self.threshold = profile.cache_threshold  # what a lookahead's match must cover
+        self.prompts = PromptBlocks()  # the blocks a lookahead hashed, for the call's decision
         self._rng = rng
         self._clock = clock
         self._sleep = sleep
@@ -122,8 +123,9 @@ class Router:
         sent to, the backend that takes the call."""
         assert self._prefixes is not None
         prompt = rendered_prompt(messages, params.get("tools"), params.get("system"))
-        chain = prefix_blocks(prompt)
-        lease = await self._acquire(session, exclude, (chain, len(prompt) // CHARS_PER_TOKEN))
+        blocks = self.prompts.of(prompt)
+        chain = blocks[0]
+        lease = await self._acquire(session, exclude, blocks)
         position = lease.state.position
         self._prefixes.sent(position, chain)
         if chain and lease.state.backend.sets_cache_key and "prompt_cache_key" not in params:
@@ -132,7 +134,7 @@ class Router:
         return lease
 
     async def _acquire(
-        self, session: str | None, exclude: frozenset[str], prompt: _Prompt | None
+        self, session: str | None, exclude: frozenset[str], prompt: Prompt | None
     ) -> Lease:
         if not (self._sessions and session is not None):
             return self._grant(await self._route(exclude, prompt), None)
@@ -255,7 +257,8 @@ class Router:
     @property
     def warm(self) -> bool:
         """Whether the strategy keeps a picture of what each backend holds warm (cache_aware):
-        then ``free_positions``, ``recent`` and ``threshold`` serve a lookahead."""
+        then ``free_positions``, ``recents``, ``recent_heads``, ``threshold`` and ``prompts`` serve
+        a lookahead."""
         return self._prefixes is not None
 
     def free_positions(self) -> list[int]:
@@ -270,6 +273,10 @@ class Router:
         """For each backend in profile order, the prefix blocks of the last prompts sent to
         it (newest last)."""
         return self._prefixes.recents if self._prefixes is not None else ()
+
+    def recent_heads(self) -> Collection[int]:
+        """The first blocks of those prompts."""
+        return self._prefixes.recent_heads if self._prefixes is not None else ()
 
     @property
     def healthy(self) -> int:
@@ -360,7 +367,7 @@ class Router:
             for s in states
         ]  # fmt: skip
 
-    async def _route(self, exclude: frozenset[str], prompt: _Prompt | None = None) -> BackendState:
+    async def _route(self, exclude: frozenset[str], prompt: Prompt | None = None) -> BackendState:
         """Choose a backend (for ``prompt``'s prefix blocks and tokens, when the strategy reads
         it) and take one slot on its gate."""
         while True:
