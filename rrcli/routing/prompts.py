@@ -11,19 +11,27 @@ grow with the number of jobs.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 
 from rrcli.tokens import CHARS_PER_TOKEN, prefix_blocks
 
-__all__ = ["Prompt", "PromptBlocks", "blocks_of"]
+__all__ = ["Prompt", "PromptBlocks", "blocks_of", "cache_key_head"]
 
 Prompt = tuple[Sequence[int], int]  # a prompt's prefix blocks and its tokens
+_KEY_CHARS = 256 * CHARS_PER_TOKEN  # a hosted API routes a prompt by its first 256 tokens
 
 
 def blocks_of(text: str) -> Prompt:
     """The prefix blocks and the tokens of the rendered prompt ``text``."""
     return prefix_blocks(text), len(text) // CHARS_PER_TOKEN
+
+
+def cache_key_head(text: str) -> str:
+    """Stable text naming the first tokens of the rendered prompt ``text``, that a hosted API
+    routes it by (the same in every process, unlike the blocks' hashes)."""
+    return hashlib.blake2b(text[:_KEY_CHARS].encode(), digest_size=8).hexdigest()
 
 
 class PromptBlocks:

@@ -16,7 +16,6 @@ clock, rng and sleep are passed in.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -30,10 +29,10 @@ from rrcli.routing.costs import Charge, attempt_cost
 from rrcli.routing.down import BackendDown, no_backend
 from rrcli.routing.gate import Clock, Gate, Sleep, WaitEnded
 from rrcli.routing.lease import BackendState, Lease
-from rrcli.routing.prompts import Prompt, PromptBlocks
+from rrcli.routing.prompts import Prompt, PromptBlocks, cache_key_head
 from rrcli.routing.strategies import CacheAware, Candidate, FirstAvailable, make_strategy
 from rrcli.routing.waiting import Waiting
-from rrcli.tokens import CHARS_PER_TOKEN, plausible_call_tokens, rendered_prompt
+from rrcli.tokens import plausible_call_tokens, rendered_prompt
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Call
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = ["EWMA_ALPHA", "Router"]
 
-_KEY_CHARS = 256 * CHARS_PER_TOKEN  # a hosted API routes a prompt by its first 256 tokens
 
 log = structlog.get_logger()
 
@@ -123,13 +121,11 @@ class Router:
         sent to, the backend that takes the call."""
         assert self._prefixes is not None
         prompt = rendered_prompt(messages, params.get("tools"), params.get("system"))
-        blocks = self.prompts.of(prompt)
-        chain = blocks[0]
-        lease = await self._acquire(session, exclude, blocks)
-        position = lease.state.position
-        self._prefixes.sent(position, chain)
+        chain, tokens = self.prompts.of(prompt)
+        lease = await self._acquire(session, exclude, (chain, tokens))
+        self._prefixes.sent(position := lease.state.position, chain)
         if chain and lease.state.backend.sets_cache_key and "prompt_cache_key" not in params:
-            head = hashlib.blake2b(prompt[:_KEY_CHARS].encode(), digest_size=8).hexdigest()
+            head = cache_key_head(prompt)
             lease.cache_key = self._prefixes.cache_key(position, head, self._clock())
         return lease
 
@@ -256,9 +252,8 @@ class Router:
 
     @property
     def warm(self) -> bool:
-        """Whether the strategy keeps a picture of what each backend holds warm (cache_aware):
-        then ``free_positions``, ``recents``, ``recent_heads``, ``threshold`` and ``prompts`` serve
-        a lookahead."""
+        """Whether the strategy pictures what each backend holds warm (cache_aware): then the
+        free positions, recents, recent heads, threshold and prompts serve a lookahead."""
         return self._prefixes is not None
 
     def free_positions(self) -> list[int]:
@@ -270,13 +265,12 @@ class Router:
         ]
 
     def recents(self) -> Sequence[Sequence[Sequence[int]]]:
-        """For each backend in profile order, the prefix blocks of the last prompts sent to
-        it (newest last)."""
+        """For each backend in profile order, the prefix blocks of the last prompts sent to it
+        (newest last)."""
         return self._prefixes.recents if self._prefixes is not None else ()
 
     def recent_heads(self) -> Collection[int]:
-        """The first blocks of those prompts."""
-        return self._prefixes.recent_heads if self._prefixes is not None else ()
+        return self._prefixes.recent_heads if self._prefixes is not None else ()  # their heads
 
     @property
     def healthy(self) -> int:
