@@ -13,6 +13,7 @@ lines.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -21,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 RRCLI = """
 import json, resource, sys, time
@@ -55,10 +56,14 @@ print(json.dumps({"wall": wall, "rss": rss, "child_rss": 0.0,
 
 
 def trace_file(n: int) -> Path:
-    """A cached trace of n lines: runs of 80,000 jobs, a day apart."""
+    """A cached trace of n lines: runs of 80,000 jobs, a day apart. Its name holds a digest of
+    the call record's fields, so a trace written before the schema changed is written again."""
     from stats_tracegen import lines, run_records
 
-    path = Path(tempfile.gettempdir()) / f"rrcli-bench-stats-{n}.jsonl"
+    from rrcli.records.traceschema import CALL_FIELDS
+
+    schema = hashlib.sha256(",".join(CALL_FIELDS).encode()).hexdigest()[:8]
+    path = Path(tempfile.gettempdir()) / f"rrcli-bench-stats-{n}-{schema}.jsonl"
     if path.exists():
         return path
     print(f"writing {n:,} trace lines to {path} (once) ...", flush=True)
