@@ -2,7 +2,8 @@
 
 The revision is installed into a temporary venv (``git archive`` of it, ``pip install --no-deps``
 into a venv that sees this interpreter's packages), so only its command line is used and its
-package layout does not matter. Each side runs as a child process; its wall time is taken from
+package layout does not matter; this working tree is installed the same way into a second venv,
+so both start from compiled bytecode. Each side runs as a child process; its wall time is taken from
 start to exit, its CPU time and peak RSS from the kernel's resource usage of that child
 (``os.wait4``). On a shared machine the wall time moves with the other processes' load; the CPU
 ratio, printed beside it, moves less.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,14 +41,28 @@ sim = {{ latency_ms = 0 }}
 """
 
 
-def install(rev: str, tmp: Path) -> Path:
-    """Installs ``rev`` of this repository into a venv under ``tmp``; the venv's python."""
+def install(rev: str | None, tmp: Path) -> Path:
+    """Installs ``rev`` of this repository (None: this working tree, uncommitted changes
+    included) into a venv under ``tmp``; the venv's python. Both sides are installed the same
+    way, so both start from the bytecode pip compiles (a tree run from its sources under
+    PYTHONDONTWRITEBYTECODE compiles every module at each start)."""
+    tmp.mkdir()
     src, venv = tmp / "src", tmp / "venv"
     src.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    if rev is None:
+        listed = subprocess.run(
+            ["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard", "-z"],
+            check=True, capture_output=True, text=True,
+        ).stdout.split("\0")  # fmt: skip
+        for name in filter(None, listed):
+            if (ROOT / name).is_file():
+                (src / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / name, src / name)
+    else:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     python = venv / "bin" / "python"
     subprocess.run(
@@ -55,18 +71,15 @@ def install(rev: str, tmp: Path) -> Path:
     )
     where = subprocess.run(
         [str(python), "-c", "import rrcli; print(rrcli.__file__)"],
-        cwd=tmp, env=child_env(None), check=True, capture_output=True, text=True,
+        cwd=tmp, env=child_env(), check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
     if not where.startswith(str(venv)):
         sys.exit(f"the venv imports rrcli from {where.strip()}, not from its own install")
     return python
 
 
-def child_env(pythonpath: Path | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    if pythonpath is not None:
-        env["PYTHONPATH"] = str(pythonpath)
-    return env
+def child_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
 def timed_run(
@@ -105,8 +118,8 @@ def against(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         sides = {
-            args.rev: (install(args.rev, tmp), child_env(None)),
-            "this tree": (Path(sys.executable), child_env(ROOT)),
+            args.rev: (install(args.rev, tmp / "rev"), child_env()),
+            "this tree": (install(None, tmp / "tree"), child_env()),
         }
         jobs = write_jobs(tmp / "jobs.jsonl", args.jobs)
         backends = "\n".join(BACKEND.format(i=i) for i in range(3))

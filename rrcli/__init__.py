@@ -26,6 +26,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CallError",
     "Pool",
+    "PoolTransport",
     "ProfileError",
     "ProviderError",
     "RRCLIError",
@@ -43,6 +44,7 @@ __all__ = [
 _LAZY = {
     "CallError": "rrcli.errors",
     "Pool": "rrcli.running.pool",
+    "PoolTransport": "rrcli.serve.transport",
     "ProfileError": "rrcli.errors",
     "ProviderError": "rrcli.errors",
     "RRCLIError": "rrcli.errors",

@@ -17,7 +17,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-import structlog
+from rrcli import logs
 
 if TYPE_CHECKING:
     from rrcli.routing.router import Router
@@ -45,13 +45,21 @@ def log_level(*, verbose: bool, quiet: bool, tty: bool) -> str:
 
 
 def configure_logging(*, level: str = "info", fmt: str = "console") -> None:
-    """Send rrcli's events to stderr as ``fmt`` ("console" or "json") at ``level`` and above."""
+    """Send rrcli's events to stderr as ``fmt`` ("console" or "json") at ``level`` and above.
+    structlog is set up at the first event shown (``rrcli.logs``); colours are decided now, while
+    stderr is still the terminal's, not the live display's proxy."""
     for name in ("httpx", "httpx2", "httpcore", "httpcore2", "uvicorn.access"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    colors = fmt != "json" and sys.stderr.isatty() and "NO_COLOR" not in os.environ
+    logs.set_level(level, lambda: _configure_structlog(level, fmt, colors=colors))
+
+
+def _configure_structlog(level: str, fmt: str, *, colors: bool) -> None:
+    import structlog
+
     if fmt == "json":
         renderer: structlog.typing.Processor = structlog.processors.JSONRenderer()
     else:
-        colors = sys.stderr.isatty() and "NO_COLOR" not in os.environ
         renderer = structlog.dev.ConsoleRenderer(colors=colors)
     structlog.configure(
         processors=[
@@ -111,7 +119,7 @@ class ProgressLines:
             self._thread.start()
 
     def _run(self, summary: RunSummary, router: Router) -> None:
-        log = structlog.get_logger("rrcli")
+        log = logs.get_logger("rrcli")
         while not self._stop.wait(self.every):
             progress = summary.progress()
             log.info(

@@ -151,7 +151,6 @@ def run(
     """Send JOBS (a .jsonl file, or - for standard input) across the profile's pool."""
     import os
 
-    from rrcli import _render
     from rrcli._logging import configure_logging, log_level
     from rrcli.config.load import load_profile, resolve_profile_path
     from rrcli.running.runner import RunControl, RunOptions, run_sync
@@ -162,7 +161,7 @@ def run(
     configure_logging(level=log_level(verbose=verbose, quiet=quiet, tty=tty), fmt=log_format)
     profile = load_profile(resolve_profile_path(profile_path, os.environ), environ=os.environ)
     stream = fields["stream"]
-    answers = _render.PromptPrinter(stream=stream) if (prompts and not fields["out"]) else None
+    answers = _prompt_printer(stream) if (prompts and not fields["out"]) else None
     options = RunOptions(  # the other options are RunOptions fields by name
         jobs=None if jobs is None or (jobs == "-" and not fields["queue"]) else Path(jobs),
         prompts=prompts,
@@ -173,9 +172,10 @@ def run(
     if dry_run:
         import asyncio
 
+        from rrcli import _render
         from rrcli.running.plan import plan
 
-        _render.print_plan(profile, asyncio.run(plan(profile, options)))
+        _render.print_plan(profile, asyncio.run(plan(profile, options)), options.traces)
         return
     control = RunControl()
     with _watcher(tty and not quiet and answers is None, quiet, control, progress_s) as display:
@@ -183,21 +183,31 @@ def run(
             profile, options, environ=os.environ, on_start=display.start, control=control
         )
     if not quiet and answers is None:
+        from rrcli import _render
+
         _render.print_summary(summary, options.out_file, options.traces)
     if summary.halted is not None:  # shown even with -q: the run did not finish
         click.echo(f"rrcli: {summary.halted.message}", err=True)
     sys.exit(summary.exit_code)
 
 
+def _prompt_printer(stream: bool) -> Any:
+    from rrcli import _render
+
+    return _render.PromptPrinter(stream=stream)
+
+
 def _watcher(live: bool, quiet: bool, control: Any, progress_s: float) -> Any:
     """What shows the run's progress: the live display on a terminal, else (unless -q) a
-    progress line every ``progress_s`` seconds."""
-    from rrcli import _render
+    progress line every ``progress_s`` seconds; ``-q`` off a terminal shows none (and loads
+    no display)."""
     from rrcli._logging import ProgressLines
 
-    if live or quiet:
+    if live:
+        from rrcli import _render
+
         return _render.RunDisplay(enabled=live, control=control)
-    return ProgressLines(progress_s)
+    return ProgressLines(0 if quiet else progress_s)
 
 
 @main.command()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -20,6 +20,7 @@ __all__ = [
     "BLOCK_TOKENS",
     "MAX_USAGE_TOKENS",
     "UNCAPPED_OUTPUT",
+    "MediaTokens",
     "PrefixBlocks",
     "estimate_call_tokens",
     "estimate_input_tokens",
@@ -114,36 +115,79 @@ def input_token_bound(estimate: int) -> int:
 
 #: content parts billed by what they show, not by their text: an image at the provider's most
 MEDIA_PARTS = frozenset({"image_url", "image", "input_image"})
+#: parts billed by what they hold: a file (a PDF's pages as text and images), an audio clip
+FILE_PARTS = frozenset({"file", "input_file", "document"})
+AUDIO_PARTS = frozenset({"input_audio", "audio"})
+
+
+class MediaTokens(Protocol):
+    """The most input tokens a part billed by what it holds can cost: ``image`` an image,
+    ``file`` a file or an audio clip; ``window``: the most input one call can have (the
+    model's context window, which no provider bills past: it refuses such a request), None
+    when unknown. ``config.models.Media`` is one."""
+
+    @property
+    def image(self) -> int: ...
+    @property
+    def file(self) -> int: ...
+    @property
+    def window(self) -> int | None: ...
+
+
 #: request parameters the provider reads as input: tool definitions and output schemas
 _INPUT_PARAMS = ("tools", "functions", "response_format", "text", "tool_choice")
 _NOT_TEXT = frozenset({"role", "type"})
 
 
 def input_bound(
-    messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any], value: object, image: int
+    messages: Sequence[Mapping[str, Any]],
+    params: Mapping[str, Any],
+    value: object,
+    media: MediaTokens,
 ) -> int:
     """The most input tokens a call can be billed: one a UTF-8 byte of its text (no tokenizer
-    makes more), ``image`` tokens an image part whatever its URL's length, a token array its
-    length, framing per message, and its tool definitions (and output schema) as JSON text."""
-    total = _bound(messages if value is None else value, image)
+    makes more), an image part ``media.image`` tokens whatever its URL's length, a file part
+    ``media.file`` (its bytes do not bound a compressed PDF's text), an audio part the less of
+    its text (audio data is billed at fewer tokens than its base64 has characters) and
+    ``media.file``, a token array its length, framing per message, and its tool definitions
+    (and output schema) as JSON text; never more than ``media.window``."""
+    total = _messages_bound(messages, media) if value is None else _bound(value, media)
     total += TOKENS_PER_MESSAGE * len(messages)
     for name in _INPUT_PARAMS:
         if name in params:
             total += len(orjson.dumps(params[name], default=str))
-    return max(1, total)
+    window = media.window
+    return max(1, total if window is None or total < window else window)
 
 
-def _bound(value: object, image: int) -> int:
+def _messages_bound(messages: Sequence[Mapping[str, Any]], media: MediaTokens) -> int:
+    """``_bound`` of ``messages``, a message of a role and a text read without the walk (a
+    budget bounds every attempt)."""
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        if type(content) is str and len(message) == 2 and "role" in message:
+            total += len(content) if content.isascii() else len(content.encode())
+        else:
+            total += _bound(message, media)
+    return total
+
+
+def _bound(value: object, media: MediaTokens) -> int:
     if type(value) is str:
         return len(value) if value.isascii() else len(value.encode())
     if type(value) is list:
         if value and all(type(v) is int for v in value):
             return len(value)
-        return sum(_bound(item, image) for item in value)
+        return sum(_bound(item, media) for item in value)
     if type(value) is dict:
-        if value.get("type") in MEDIA_PARTS:
-            return image
-        return sum(_bound(v, image) for k, v in value.items() if k not in _NOT_TEXT)
+        kind = value.get("type")
+        if kind in MEDIA_PARTS:
+            return media.image
+        if kind in FILE_PARTS:
+            return media.file
+        text = sum(_bound(v, media) for k, v in value.items() if k not in _NOT_TEXT)
+        return min(text, media.file) if kind in AUDIO_PARTS else text
     if value is None or type(value) is bool:
         return 0
     return len(orjson.dumps(value, default=str))

@@ -6,10 +6,14 @@ completions and completions and Anthropic Messages. It keeps a ledger of what it
 (``server.billed()``: input and output tokens, calls), so a test compares what rrcli spent with
 what the provider would charge. How it bills is the worst a provider may do within the rules:
 input at one token a character of text (a tokenizer can do no worse), ``IMAGE_TOKENS`` an image
-whatever its URL's length, tool definitions as their JSON text; output as many tokens as the
-model writes (``writes``, cut at the request's ``max_tokens``) for each of ``n`` (and
-``best_of``) answers. ``Billing`` says how it misbehaves: no usage in its answers, streams cut
-after ``cut_after`` generated tokens, an Anthropic ``pause_turn`` before every final answer.
+whatever its URL's length, ``FILE_TOKENS`` a file whatever its id's length, tool definitions
+as their JSON text; output as many tokens as the model writes (``writes``, cut at the
+request's ``max_tokens``) for each of ``n`` (and ``best_of``) answers. ``Billing`` says how it
+misbehaves: no usage in its answers, streams cut after ``cut_after`` generated tokens, an
+Anthropic ``pause_turn`` before every final answer.
+With ``prompt_cache`` its Anthropic answers cache the system text as Anthropic's prompt cache
+does: the first request with a system text writes it (``cache_creation_input_tokens``), later
+ones read it (``cache_read_input_tokens``), each billed at its own price.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from starlette.routing import Route
 from rrcli.sim.server import listen
 
 IMAGE_TOKENS = 1_100  # what a provider bills one image, however short its URL
+FILE_TOKENS = 20 * 2_600  # what it bills a file (a PDF of 20 pages), however short its id
 GPT_4O = {"input": 2.5, "output": 10.0}  # USD per million tokens
 
 
@@ -47,6 +52,7 @@ class Billing:
     pause: bool = False
     latency_s: float = 0.005
     fail_every: int = 0  # every so many chat requests answer 503 (billed nothing)
+    prompt_cache: bool = False  # Anthropic answers cache the system text (read, written)
 
 
 @dataclass
@@ -54,21 +60,32 @@ class Ledger:
     input_tokens: int = 0
     output_tokens: int = 0
     calls: int = 0
+    cache_read: int = 0  # of the input tokens, those read from the prompt cache
+    cache_written: int = 0  # and those written to it
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def bill(self, given: int, made: int) -> None:
+    def bill(self, given: int, made: int, read: int = 0, written: int = 0) -> None:
         with self.lock:
             self.input_tokens += given
             self.output_tokens += made
+            self.cache_read += read
+            self.cache_written += written
             self.calls += 1
 
     def usd(self, price: dict[str, float] = GPT_4O) -> float:
-        """What the tokens billed cost at ``price`` (USD per million)."""
-        return (self.input_tokens * price["input"] + self.output_tokens * price["output"]) / 1e6
+        """What the tokens billed cost at ``price`` (USD per million; cache reads at its
+        ``cached_input``, writes at its ``cache_write``, each the input price when absent)."""
+        fresh = self.input_tokens - self.cache_read - self.cache_written
+        cached = self.cache_read * price.get("cached_input", price["input"])
+        written = self.cache_written * price.get("cache_write", price["input"])
+        return (
+            fresh * price["input"] + cached + written + self.output_tokens * price["output"]
+        ) / 1e6
 
 
 def _text_tokens(value: Any) -> int:
-    """Input tokens of a request part at one a character; an image IMAGE_TOKENS."""
+    """Input tokens of a request part at one a character; an image IMAGE_TOKENS, a file
+    FILE_TOKENS."""
     if isinstance(value, str):
         return len(value)
     if isinstance(value, list):
@@ -76,6 +93,8 @@ def _text_tokens(value: Any) -> int:
     if isinstance(value, dict):
         if value.get("type") in ("image_url", "image", "input_image"):
             return IMAGE_TOKENS
+        if value.get("type") in ("file", "input_file", "document"):
+            return FILE_TOKENS
         return sum(_text_tokens(v) for k, v in value.items() if k in ("content", "text"))
     return 0
 
@@ -108,10 +127,12 @@ class BillingServer:
         self.billing = billing
         self.ledger = Ledger()
         self.requests: list[dict[str, Any]] = []
+        self._cached: set[bytes] = set()  # the system texts the prompt cache holds
         routes = [
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/completions", self._completions, methods=["POST"]),
             Route("/v1/messages", self._messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
         ]
         import uvicorn
 
@@ -130,9 +151,9 @@ class BillingServer:
                 raise RuntimeError("the billing server did not start")
             time.sleep(0.002)
 
-    def billed(self) -> float:
-        """USD billed so far at gpt-4o prices."""
-        return self.ledger.usd()
+    def billed(self, price: dict[str, float] = GPT_4O) -> float:
+        """USD billed so far at ``price`` (gpt-4o's unless told)."""
+        return self.ledger.usd(price)
 
     async def _body(self, request: Request) -> dict[str, Any]:
         body = orjson.loads(await request.body())
@@ -195,16 +216,36 @@ class BillingServer:
     async def _messages(self, request: Request) -> Response:
         body = await self._body(request)
         given, made = _input(body), _writes(body, self.billing)
-        self.ledger.bill(given, made)
+        read, written = self._cache(body)
+        self.ledger.bill(given, made, read, written)
         last = (body.get("messages") or [{}])[-1]
         paused = self.billing.pause and last.get("role") != "assistant"
         answer = {
             "id": "m1", "type": "message", "role": "assistant", "model": body.get("model"),
             "content": [{"type": "text", "text": "w " * made}],
             "stop_reason": "pause_turn" if paused else "end_turn",
-            "usage": {"input_tokens": given, "output_tokens": made},
+            "usage": {"input_tokens": given - read - written, "output_tokens": made,
+                      "cache_read_input_tokens": read, "cache_creation_input_tokens": written},
         }  # fmt: skip
         return JSONResponse(answer)
+
+    async def _count_tokens(self, request: Request) -> Response:
+        """Anthropic's token count: the input as it would bill it, billing nothing."""
+        body = await self._body(request)
+        return JSONResponse({"input_tokens": _input(body)})
+
+    def _cache(self, body: dict[str, Any]) -> tuple[int, int]:
+        """(input tokens read from the prompt cache, written to it): with ``prompt_cache``, a
+        request's system text is written by the first request with it, read by later ones."""
+        system = body.get("system")
+        if not self.billing.prompt_cache or not system:
+            return 0, 0
+        key, tokens = orjson.dumps(system), _text_tokens(system)
+        with self.ledger.lock:
+            if key in self._cached:
+                return tokens, 0
+            self._cached.add(key)
+        return 0, tokens
 
     def stop(self) -> None:
         self._server.should_exit = self._server.force_exit = True

@@ -19,12 +19,12 @@ def redis_server():
     yield from _server()
 
 
-def shared_profile(tmp_path, server, url, gate="redis"):
+def shared_profile(tmp_path, server, url, gate="redis", **queue):
     entry = {"id": "b0", "base_url": server.openai_url, "model": "gpt-4o", "price": GPT_4O,
              "max_concurrency": 8}  # fmt: skip
     top = {"gate": {"kind": "redis", "url": url, "lease": 2.0}} if gate == "redis" else {}
     if gate != "redis":
-        top["queue"] = {"url": url}
+        top["queue"] = {"url": url, **queue}
     return write_profile(tmp_path / "p.toml", [entry], **top)
 
 
@@ -92,3 +92,25 @@ def test_queue_workers_on_a_local_gate_share_the_queues_budget(
         _, err = proc.communicate(timeout=120)
         assert proc.returncode in (0, 3), err
     assert 0.4 < server.billed() <= 0.5
+
+
+def test_a_queue_worker_halted_by_the_budget_says_how_the_jobs_left_run(
+    tmp_path, billing_server, redis_server
+):
+    """A queue worker stopped by the queue's budget: its message says the jobs it took stay in
+    the queue and that a worker started with a higher `--max-cost` runs them (never
+    `--resume`, which a queue does not read); such a worker does, counting what the first
+    one spent: together they were billed within its limit."""
+    server = billing_server(writes=500)
+    profile = shared_profile(tmp_path, server, redis_server.url, gate="local", lease=1.0)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 200)
+    args = ("run", "-p", profile, "-q", "--queue", "q2")
+    first = rrcli(*args[:1], jobs, *args[1:], "--max-cost", "0.1", cwd=tmp_path, timeout=60)
+    assert 3 == first.returncode, first.stderr
+    assert "--resume" not in first.stderr
+    assert "jobs taken here not run (they stay in queue q2)" in first.stderr
+    assert "start a worker on queue q2 with a higher --max-cost" in first.stderr
+    second = rrcli(*args, "--max-cost", "2", cwd=tmp_path, timeout=60)
+    assert 0 == second.returncode, second.stderr
+    assert 200 == server.ledger.calls
+    assert 1.0 < server.billed() <= 2.0

@@ -27,16 +27,17 @@ def test_log_level(verbose, quiet, tty, level):
 
 
 DISPLAY_SCRIPT = """
-import random, time, structlog
+import random, time
 from rrcli import _render
 from rrcli._logging import configure_logging, log_level
+from rrcli.logs import get_logger
 from rrcli.config.load import demo_profile_path, load_profile
 from rrcli.running.engine import RunSummary
 from rrcli.running.runner import make_router
 
 configure_logging(level=log_level(verbose=False, quiet=False, tty=True))
 router, _ = make_router(load_profile(demo_profile_path(), environ={}), random.Random(0), local=True)
-log = structlog.get_logger("rrcli")
+log = get_logger("rrcli")
 with _render.RunDisplay(enabled=True) as display:
     display.start(RunSummary("r"), router)
     time.sleep(0.3)

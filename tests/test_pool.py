@@ -123,3 +123,29 @@ def test_a_stream_left_early_frees_its_slot(tmp_path, sim_server):
 
     first, in_flight = _in_pool(_pool_file(tmp_path, sim.openai_url), work)
     assert isinstance(first, str) and 0 == in_flight
+
+
+def test_a_stream_left_early_is_traced_cancelled_and_charged(tmp_path, sim_server):
+    """A reader that stops a priced stream early: its call is traced ``cancelled`` on its
+    deployment, charged what its budget set aside for it (its usage is unknown), and the
+    budget takes the next call."""
+    sim = sim_server(ttft_ms=5, tokens_per_s=50, output_tokens=200)
+    price = {"input": 200.0, "output": 1000.0}
+    path = write_profile(
+        tmp_path / "pool.toml",
+        [{"id": "b0", "base_url": sim.openai_url, "endpoints": ["chat"], "price": price}],
+    )
+    traces = tmp_path / "pool.traces.jsonl"
+
+    async def work(pool):
+        stream = pool.stream(HI, max_tokens=200)
+        await anext(stream)
+        await stream.aclose()
+        return await asyncio.wait_for(pool.chat(HI, max_tokens=10), 10)
+
+    record = _in_pool(path, work, traces=traces, max_cost=1.0)
+    cancelled, answered = calls(traces)
+    seen = (cancelled["outcome"], cancelled["error_type"], cancelled["deployment"])
+    assert ("cancelled", "client_disconnected", "b0") == seen
+    assert (True, True) == (cancelled["cost_usd"] > 0, cancelled["cost_estimated"])
+    assert ("ok", "ok") == (record["status"], answered["outcome"])

@@ -136,7 +136,8 @@ def test_the_cache_never_holds_more_than_its_capacity(prompts, capacity):
 
 def test_stats_shows_the_hit_rate_and_the_money_the_cache_saved(sim_server, tmp_path):
     """Call records carry cached_input_tokens; stats shows per deployment the cached share of
-    the input and what the cached tokens saved at the cached-input price."""
+    the input and what the cached tokens saved at the cached-input price, and a cost that is
+    what the calls were charged: the cached input at the cached-input price."""
     server = sim_server(prefix_cache_tokens=100_000)
     price = {"input": 2.0, "output": 8.0, "cached_input": 0.5}
     profile = write_profile(
@@ -159,3 +160,7 @@ def test_stats_shows_the_hit_rate_and_the_money_the_cache_saved(sim_server, tmp_
         group["cache_saved_usd"],
     )
     assert cached > 0
+    output = sum(r["output_tokens"] for r in records)
+    billed = round(((given - cached) * 2.0 + cached * 0.5 + output * 8.0) / 1e6, 6)
+    charged = round(sum(r["cost_usd"] for r in records), 6)
+    assert (billed, billed) == (charged, group["cost_usd"])

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from rrcli.config.models import MEDIA, Media
 from rrcli.config.prices import price_of
 from rrcli.config.profile import Backend, Price
 from rrcli.providers.base import Call
 from rrcli.routing.costs import attempt_ceiling
-from rrcli.tokens import UNCAPPED_OUTPUT
+from rrcli.tokens import UNCAPPED_OUTPUT, input_bound
 
 pytest.importorskip("genai_prices")
 
@@ -32,6 +35,17 @@ def test_a_known_api_and_model_are_priced_by_genai_prices():
     assert ("genai-prices", "genai-prices") == (openai.source, anthropic.source)
     assert openai.price.input > 0 and openai.price.output > openai.price.input
     assert anthropic.price.output > anthropic.price.input > 0
+
+
+def test_genai_prices_gives_the_cache_prices_where_the_provider_has_them():
+    """Anthropic bills cache reads and writes (claude-sonnet-4-5: $0.30 and $3.75 a million
+    against $3 for input); OpenAI bills cache reads only (gpt-4o: $1.25 against $2.50)."""
+    claude = price_of(Backend("c", provider="anthropic", base_url="https://api.anthropic.com",
+                              model="claude-sonnet-4-5"))  # fmt: skip
+    gpt = price_of(Backend("o", base_url="https://api.openai.com/v1", model="gpt-4o"))
+    assert claude is not None and gpt is not None
+    assert Price(3.0, 15.0, 0.3, 3.75) == claude.price
+    assert Price(2.5, 10.0, 1.25, None) == gpt.price
 
 
 @pytest.mark.parametrize(
@@ -65,3 +79,43 @@ def test_an_attempts_ceiling_is_its_input_at_a_token_a_character_and_its_output_
     image = {"type": "image_url", "image_url": {"url": "https://x.example/a.png"}}
     shown = [{"role": "user", "content": [image]}]
     assert (1_604 + 10 * 10.0) / 1e6 == attempt_ceiling(price, Call(shown, {"max_tokens": 10}))
+
+
+def test_files_and_audio_are_reserved_at_their_most_and_no_call_past_its_window():
+    """A file part costs the file's most whatever its id; an audio part the less of its data's
+    length and that; a call's whole input never more than the model's context window."""
+    price = Price(1.0, 10.0)
+    media = Media(image=1_000, file=50_000)
+    part = {"type": "file", "file": {"file_id": "file-1"}}
+    filed = [{"role": "user", "content": [part]}]
+    assert (50_004 + 10 * 10.0) / 1e6 == attempt_ceiling(price, Call(filed, {"max_tokens": 10}),
+                                                         media=media)  # fmt: skip
+    clip = {"type": "input_audio", "input_audio": {"data": "A" * 800, "format": "wav"}}
+    heard = [{"role": "user", "content": [clip]}]
+    assert (807 + 10.0) / 1e6 == attempt_ceiling(price, Call(heard, {"max_tokens": 1}), media=media)
+    long = [{"role": "user", "content": "x" * 90_000}]
+    narrow = Media(image=1_000, file=50_000, window=64_000)
+    assert (64_000 + 10.0) / 1e6 == attempt_ceiling(
+        price, Call(long, {"max_tokens": 1}), media=narrow
+    )
+
+
+_text = st.text(max_size=30)
+_message = st.fixed_dictionaries(
+    {"content": st.one_of(_text, st.lists(st.fixed_dictionaries({"type": st.just("text"),
+                                                                "text": _text})))},
+    optional={"role": st.sampled_from(["user", "system"]), "name": _text},
+)  # fmt: skip
+
+
+@given(st.lists(_message, max_size=4))
+def test_messages_are_bounded_alike_whatever_their_shape(messages):
+    """A budget's input bound of chat messages is the same whether a message is a plain role
+    and text (read directly) or has parts and other keys (walked): a token a UTF-8 byte of
+    every text, the role aside."""
+    texts = sum(len(str(m["content"]).encode()) for m in messages if isinstance(m["content"], str))
+    parts = sum(len(p["text"].encode()) for m in messages if isinstance(m["content"], list)
+                for p in m["content"])  # fmt: skip
+    names = sum(len(m.get("name", "").encode()) for m in messages)
+    expected = max(1, texts + parts + names + 4 * len(messages))
+    assert expected == input_bound(messages, {}, None, MEDIA)

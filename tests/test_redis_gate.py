@@ -105,6 +105,21 @@ async def until(predicate, timeout: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
+def crowded(spans: list[tuple[float, float]], most) -> list[tuple[float, float, int]]:
+    """The windows (start, seconds, starts) that surely held more rate-limited starts than
+    ``most(seconds)`` allows. Each start is known as the span it lies in, from asking to being
+    let go (epoch seconds): a window counts only the starts whose whole span lies in it, so a
+    loaded machine, which widens the spans, never crowds a window; a bucket that lets too many
+    go at once still does."""
+    spans = sorted(spans)
+    over = []
+    for i, (left, _) in enumerate(spans):
+        for inside, right in enumerate(sorted(got for _, got in spans[i:]), 1):
+            if inside > most(right - left):
+                over.append((left, right - left, inside))
+    return over
+
+
 def slots(url: str, scope: str = "b") -> int:
     with redis.Redis.from_url(url) as client:
         return client.zcard(f"rrcli:{{{scope}}}:slots")

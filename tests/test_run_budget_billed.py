@@ -177,6 +177,22 @@ def test_images_are_reserved_at_their_most_not_their_url(tmp_path, billing_serve
     assert 0.4 < server.billed() <= 0.5
 
 
+def test_files_are_reserved_at_their_most_not_their_id(tmp_path, billing_server):
+    """Jobs with a file part named by a short id, billed as a 20-page PDF is (52,000 tokens):
+    each call is reserved at a file's most (100 pages), so what was billed stays within the
+    limit (reserved at its JSON text, 64 calls in flight would pass it threefold)."""
+    server = billing_server(writes=10)
+    profile = billed_profile(tmp_path, server)
+    document = {"type": "file", "file": {"file_id": "file-abc123"}}
+    content = [{"type": "text", "text": "summarise it"}, document]
+    lines = [{"id": f"j{i}", "messages": [{"role": "user", "content": content}],
+              "params": {"max_tokens": 10}} for i in range(60)]  # fmt: skip
+    jobs = write_lines(tmp_path / "jobs.jsonl", lines)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "3", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    assert 1.5 < server.billed() <= 3.0
+
+
 @pytest.mark.parametrize(
     "job",
     [
@@ -238,3 +254,60 @@ def test_dry_run_takes_output_at_the_cap_rrcli_really_sends(tmp_path, billing_se
     assert "at most:" in done.stdout
     assert "3,072" in done.stdout
     assert [] == server.requests
+
+
+def test_a_job_whose_worst_case_passes_the_whole_budget_is_refused_and_the_rest_run(
+    tmp_path, billing_server
+):
+    """A prompt whose input alone may cost more than the whole budget, and a job whose cap
+    makes its worst case pass it: neither is ever sent; each is an invalid line whose error
+    names its line and the fix (shorten the input; the largest max_tokens that fits), and
+    the other jobs run, within the limit."""
+    server = billing_server(writes=5)
+    profile = billed_profile(tmp_path, server)
+    lines = [
+        {"id": "long", "prompt": "x" * 50_000, "params": {"max_tokens": 10}},
+        {"id": "wide", "prompt": "q", "params": {"max_tokens": 20_000}},
+        *({"id": f"j{i}", "prompt": "q", "params": {"max_tokens": 10}} for i in range(5)),
+    ]
+    jobs = write_lines(tmp_path / "jobs.jsonl", lines)
+    done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "0.1", cwd=tmp_path)
+    assert 1 == done.returncode, done.stderr
+    results = {r["id"]: r for r in read_jsonl(tmp_path / "jobs.results.jsonl")}
+    assert {"invalid"} == {results[i]["status"] for i in ("long", "wide")}
+    long, wide = results["long"]["error"]["message"], results["wide"]["error"]["message"]
+    assert long.startswith("line 1: its worst case on backend b0 is $0.1251")
+    assert long.endswith("more than the whole budget of $0.1000, so it is never sent: shorten "
+                         "its input, or raise the budget (--max-cost)")  # fmt: skip
+    assert wide.startswith("line 2: ")
+    assert wide.endswith("lower its max_tokens to 9,998 or less, or raise the budget (--max-cost)")
+    assert 5 == sum(r["status"] == "ok" for r in results.values())
+    assert 5 == len(server.requests)
+    assert server.billed() <= 0.1
+
+
+def test_dry_run_says_the_likely_cost_from_earlier_runs_of_the_profile(tmp_path, billing_server):
+    """After a run whose calls wrote 40 tokens each, --dry-run of the same jobs and profile
+    prints, beside the most (each call at its cap of 1,000), the likely cost with output at
+    that mean of 40, both labelled, and says which traces it read; before any run there is no
+    likely cost to tell."""
+    server = billing_server(writes=40)
+    profile = billed_profile(tmp_path, server)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 10, prompt="x" * 36, max_tokens=1000)
+    env = {"COLUMNS": "200"}
+    before = rrcli("run", jobs, "-p", profile, "--dry-run", cwd=tmp_path, env=env)
+    assert "likely" not in before.stdout
+    done = rrcli("run", jobs, "-p", profile, "-q", cwd=tmp_path)
+    assert 0 == done.returncode, done.stderr
+    plan = rrcli("run", jobs, "-p", profile, "--dry-run", cwd=tmp_path, env=env)
+    assert 0 == plan.returncode, plan.stderr
+    assert 10 == len(server.requests)  # the dry runs sent nothing
+    table = [line.replace("│", " ").split() for line in plan.stdout.splitlines()]
+    (head,) = [line.replace("│", " ") for line in plan.stdout.splitlines() if "likely USD" in line]
+    assert "at most USD" in head
+    (total,) = [row for row in table if row and row[0] == "total"]
+    given = sum(len(f"{'x' * 36}{i}") // 4 + 4 for i in range(10))  # the estimate of each input
+    most, likely = (given * 2.5 + 10 * 1000 * 10.0) / 1e6, (given * 2.5 + 10 * 40 * 10.0) / 1e6
+    assert [f"{most:.4f}", f"{likely:.4f}"] == total[-2:]
+    note = "likely: output at the mean of the 10 earlier ok calls of this profile in "
+    assert note + "jobs.traces.jsonl (tokens a call: b0 40), never past a call's cap" in plan.stdout

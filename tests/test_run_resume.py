@@ -52,11 +52,17 @@ def test_sigint_exits_130_with_consistent_files_and_resume_finishes(tmp_path, si
     n = 400
     jobs = write_jobs(tmp_path / "jobs.jsonl", n)
     proc = popen("run", jobs, "-p", profile, cwd=tmp_path)
-    time.sleep(1.5)
+    results = tmp_path / "jobs.results.jsonl"
+    # Ctrl-C once results are on disk: the run is past its start-up (its handler is in place)
+    # and has seconds of jobs left (400 of 30 ms, 4 at a time), however loaded the machine is
+    deadline = time.monotonic() + 60
+    while not (results.exists() and results.read_bytes().count(b"\n") >= 4):
+        assert proc.poll() is None and time.monotonic() < deadline, "no results came"
+        time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert 130 == proc.returncode, stderr
-    first = read_jsonl(tmp_path / "jobs.results.jsonl")  # every line parses: none torn
+    first = read_jsonl(results)  # every line parses: none torn
     assert 0 < len(first) < n
     traces = read_jsonl(tmp_path / "jobs.traces.jsonl")
     assert {"event": "run_end", "interrupted": True} == {

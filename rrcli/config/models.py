@@ -1,21 +1,27 @@
 """What rrcli knows of a model that a budget needs and no request says: the most output it can
-write, and the most input tokens one image can cost it.
+write, and the most input tokens one image, file or audio part can cost it.
 
 A budget reserves each call's worst case, so a call without an output cap needs the model's
 own ceiling: a small table of the providers' documented maximum output by model name (the
 longest matching prefix wins), else what the genai-prices data (the ``prices`` extra) gives as
 the model's context window, which no output can pass; else nothing is known. An image costs
 what its provider documents at most (OpenAI's tiles at the largest size, Anthropic's ~1,600
-tokens), never the length of its URL; a backend's ``max_tokens_per_image`` overrides it.
+tokens), never the length of its URL; a backend's ``max_tokens_per_image`` overrides it. A
+file (``FILE_TOKENS``) or an audio clip, and a call's whole input, are bounded by the model's
+context window where genai-prices knows it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 
 from rrcli.config.profile import Backend
 
-__all__ = ["IMAGE_TOKENS", "cap_param", "image_tokens", "output_ceiling"]
+__all__ = [
+    "FILE_TOKENS", "IMAGE_TOKENS", "MEDIA", "Media", "cap_param", "image_tokens", "media_tokens",
+    "output_ceiling",
+]  # fmt: skip
 
 #: documented maximum output tokens, by model name prefix (longest match first)
 _OUTPUT = {
@@ -28,6 +34,23 @@ _OUTPUT = {
 IMAGE_TOKENS = 1_600  # Anthropic's documented most; OpenAI's gpt-4o tiles reach 1,445
 #: models whose images cost more tokens (priced lower per token): OpenAI's documented most
 _IMAGE = {"gpt-4o-mini": 48_169, "gpt-4.1-mini": 2_488, "gpt-4.1-nano": 3_779, "o4-mini": 2_642}
+#: a file part's most: the 100 pages OpenAI and Anthropic take of a PDF, each billed as its
+#: image and its text (up to 3,000 tokens a page, Anthropic's figure); less where the model's
+#: context window is smaller. An audio clip is bounded by the same, or by its data.
+FILE_TOKENS = 100 * (IMAGE_TOKENS + 3_000)
+
+
+@dataclass(frozen=True, slots=True)
+class Media:
+    """The most input tokens an image part (``image``) and a file or audio part (``file``) can
+    cost, and one call's whole input (``window``: the model's context window; None: unknown)."""
+
+    image: int
+    file: int
+    window: int | None = None
+
+
+MEDIA = Media(IMAGE_TOKENS, FILE_TOKENS)  # a backend rrcli knows nothing of
 
 
 def _prefixed(table: dict[str, int], model: str) -> int | None:
@@ -49,6 +72,14 @@ def image_tokens(backend: Backend) -> int:
     if backend.max_tokens_per_image is not None:
         return backend.max_tokens_per_image
     return _prefixed(_IMAGE, backend.model) or IMAGE_TOKENS
+
+
+def media_tokens(backend: Backend) -> Media:
+    """The most input tokens an image, a file or an audio part, and one call's whole input,
+    can cost on ``backend``."""
+    window = _context_window(backend.provider, backend.base_url, backend.model)
+    file = FILE_TOKENS if window is None else min(FILE_TOKENS, window)
+    return Media(image_tokens(backend), file, window)
 
 
 @cache

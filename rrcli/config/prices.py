@@ -1,13 +1,15 @@
-"""The price of a backend: USD per million input and output tokens, or none (SPEC §13).
+"""The price of a backend: USD per million input and output tokens (and input read from or
+written to the provider's prompt cache), or none (SPEC §13).
 
 A backend's own ``price`` when its profile gives one; otherwise what the genai-prices library
 (the ``prices`` extra: offline price data for hundreds of models, imported only when a backend
 has no price of its own) knows of its API and model; otherwise none. The library is asked by the
 backend's ``base_url``: a known API host names the provider (OpenAI, Anthropic, Azure, Groq,
 OpenRouter...); a server it does not know (a local vLLM, a proxy, the simulator) has no price,
-whatever its model is called. A model priced in tiers
-takes its first tier (the price of a call of ordinary length). Nothing is fetched: the library's
-own data snapshot is read, never updated.
+whatever its model is called. Its cache prices (reads, and writes where the provider bills them,
+as Anthropic does) come with it. A model priced in tiers takes its first tier (the price of a
+call of ordinary length). Nothing is fetched: the library's own data snapshot is read, never
+updated.
 """
 
 from __future__ import annotations
@@ -68,7 +70,22 @@ def lookup_price(provider: str, base_url: str, model: str) -> Price | None:
     except (LookupError, ValueError):
         return None
     per_million = 1_000_000 / _SAMPLE
-    return Price(float(found.input_price) * per_million, float(found.output_price) * per_million)
+    model = getattr(found, "model_price", None)
+    return Price(
+        float(found.input_price) * per_million,
+        float(found.output_price) * per_million,
+        _first_tier(getattr(model, "cache_read_mtok", None)),
+        _first_tier(getattr(model, "cache_write_mtok", None)),
+    )
+
+
+def _first_tier(value: object) -> float | None:
+    """A genai-prices price per million tokens (its first tier when tiered); None: not given."""
+    base = getattr(value, "base", value)
+    try:
+        return None if base is None else float(base)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
 
 
 def unpriced_budget(unpriced: Iterable[str]) -> tuple[str, str]:

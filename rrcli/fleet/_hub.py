@@ -26,12 +26,11 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-import structlog
-
 from rrcli.config.profile import GateSettings
 from rrcli.config.redaction import redacted_url
 from rrcli.errors import GateUnavailableError
 from rrcli.fleet import _scripts as lua
+from rrcli.logs import get_logger
 
 __all__ = [
     "BACKOFF_INITIAL",
@@ -43,7 +42,7 @@ __all__ = [
     "redacted_url",
 ]
 
-log = structlog.get_logger("rrcli.fleet.redis_gate")
+log = get_logger("rrcli.fleet.redis_gate")
 
 BACKOFF_INITIAL = 0.05  # seconds: retrying the connection while Redis is away
 BACKOFF_MAX = 2.0

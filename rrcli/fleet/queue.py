@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import structlog
 
 from rrcli.config.profile import Profile
 from rrcli.errors import RRCLIError, UsageError
@@ -38,13 +37,14 @@ from rrcli.fleet._hub import redacted_url
 from rrcli.fleet.names import worker_name
 from rrcli.fleet.queue_load import load_jobs, stored_job
 from rrcli.fleet.queue_store import QueueStore
+from rrcli.logs import get_logger
 from rrcli.records.attempt import CallOutcome
 from rrcli.records.jobs import InvalidJob, Job, job_key
 from rrcli.records.traceschema import rfc3339
 
 __all__ = ["RedisQueue"]
 
-log = structlog.get_logger("rrcli.fleet.queue")
+log = get_logger("rrcli.fleet.queue")
 
 ACK_BATCH = 256  # results stored and acknowledged in one script at the most
 BLOCK_MS = 500  # the longest one read waits for a job

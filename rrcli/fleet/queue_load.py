@@ -23,17 +23,17 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import structlog
 
 from rrcli.config.profile import QueueSettings
 from rrcli.errors import UsageError
 from rrcli.fleet.queue_store import QueueFullError, QueueStore
+from rrcli.logs import get_logger
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs, open_jobs_file, parse_job
 from rrcli.records.traceschema import rfc3339
 
 __all__ = ["file_digest", "load_jobs", "stored_job"]
 
-log = structlog.get_logger("rrcli.fleet.queue")
+log = get_logger("rrcli.fleet.queue")
 
 LOCK_MS = 10_000  # the loader lock's lease: a dead loader's lock frees this soon
 LOAD_BATCH = 1000  # lines added in one transaction

@@ -14,8 +14,6 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import structlog
-
 from rrcli.errors import RRCLIError
 from rrcli.fleet import _queue_scripts as lua
 from rrcli.fleet._hub import (
@@ -27,10 +25,11 @@ from rrcli.fleet._hub import (
     redacted_url,
 )
 from rrcli.fleet._scripts import Script
+from rrcli.logs import get_logger
 
 __all__ = ["QueueFullError", "QueueLostError", "QueueStore"]
 
-log = structlog.get_logger("rrcli.fleet.queue")
+log = get_logger("rrcli.fleet.queue")
 
 SOCKET_TIMEOUT = 10.0  # seconds; longer than any blocking read
 

@@ -30,8 +30,6 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
-import structlog
-
 from rrcli.config.profile import Profile
 from rrcli.fleet import _scripts as lua
 from rrcli.fleet._hub import (
@@ -42,12 +40,13 @@ from rrcli.fleet._hub import (
     import_redis,
     redacted_url,
 )
+from rrcli.logs import get_logger
 from rrcli.routing.gate import PROBE_INITIAL, PROBE_MAX, Gcra, WaitEnded
 from rrcli.routing.scopes import ScopeLimits, scope_limits
 
 __all__ = ["RedisGate", "RedisGates", "make_redis_gates", "redacted_url"]
 
-log = structlog.get_logger("rrcli.fleet.redis_gate")
+log = get_logger("rrcli.fleet.redis_gate")
 
 AIMD_TTL = 3600.0  # seconds an idle scope keeps its adapted cap
 

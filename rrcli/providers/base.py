@@ -24,11 +24,11 @@ server answered keeps its body as text (``error_body``: the key masked, at most 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx2
 import orjson
 
 from rrcli.config.profile import RetrySettings
@@ -112,6 +112,7 @@ class Reply:
     logprobs: Any = None
     choices: list[dict[str, Any]] | None = None
     cached_input_tokens: int | None = None
+    cache_write_tokens: int | None = None  # input written to the prompt cache (Anthropic bills it)
     reasoning_tokens: int | None = None
     system_fingerprint: str | None = None
     embeddings: list[list[float]] | None = None
@@ -154,23 +155,29 @@ _CONTEXT_WORDINGS = (
     "too many input tokens",
 )
 
-#: httpx2 exception class → (our class, type, transient). Most specific first.
-_TRANSPORT_ERRORS: tuple[tuple[type[Exception], type[ProviderError], str, bool], ...] = (
-    (httpx2.ConnectTimeout, TimeoutError_, "connect_timeout", True),
-    (httpx2.PoolTimeout, TimeoutError_, "pool_timeout", True),
-    (httpx2.TimeoutException, TimeoutError_, "timeout", True),
-    (httpx2.ConnectError, TransportError, "connect_error", True),
-    (httpx2.ProxyError, TransportError, "proxy_error", True),
-    (httpx2.RemoteProtocolError, TransportError, "remote_protocol_error", True),
-    (httpx2.ReadError, TransportError, "read_error", True),
-    (httpx2.WriteError, TransportError, "write_error", True),
-    (httpx2.CloseError, TransportError, "close_error", True),
-    (httpx2.NetworkError, TransportError, "network_error", True),
-    (httpx2.DecodingError, InvalidResponseError, "invalid_response", True),
-    (httpx2.UnsupportedProtocol, ProviderError, "unsupported_protocol", False),
-    (httpx2.LocalProtocolError, ProviderError, "local_protocol_error", False),
-    (httpx2.InvalidURL, ProviderError, "invalid_url", False),
-)
+
+@functools.cache
+def _transport_errors() -> tuple[tuple[type[Exception], type[ProviderError], str, bool], ...]:
+    """httpx2 exception class → (our class, type, transient), most specific first. Built on the
+    first transport error: a run on in-process providers never loads the HTTP client."""
+    import httpx2
+
+    return (
+        (httpx2.ConnectTimeout, TimeoutError_, "connect_timeout", True),
+        (httpx2.PoolTimeout, TimeoutError_, "pool_timeout", True),
+        (httpx2.TimeoutException, TimeoutError_, "timeout", True),
+        (httpx2.ConnectError, TransportError, "connect_error", True),
+        (httpx2.ProxyError, TransportError, "proxy_error", True),
+        (httpx2.RemoteProtocolError, TransportError, "remote_protocol_error", True),
+        (httpx2.ReadError, TransportError, "read_error", True),
+        (httpx2.WriteError, TransportError, "write_error", True),
+        (httpx2.CloseError, TransportError, "close_error", True),
+        (httpx2.NetworkError, TransportError, "network_error", True),
+        (httpx2.DecodingError, InvalidResponseError, "invalid_response", True),
+        (httpx2.UnsupportedProtocol, ProviderError, "unsupported_protocol", False),
+        (httpx2.LocalProtocolError, ProviderError, "local_protocol_error", False),
+        (httpx2.InvalidURL, ProviderError, "invalid_url", False),
+    )
 
 
 def error_body(body: bytes | str | object, secret: str | None) -> str | None:
@@ -198,10 +205,12 @@ def translate_transport_error(
 ) -> ProviderError:
     """The rrcli error for an exception raised by the HTTP client (no usable response).
     ``timeout``: the backend's limit in seconds, named in a timeout's message with its key."""
+    import httpx2
+
     detail = redact(str(exc) or type(exc).__name__, secret)
     if timeout is not None and isinstance(exc, httpx2.TimeoutException):
         detail = _TIMEOUT_DETAIL["timeout"].format(timeout)
-    for klass, ours, type_, transient in _TRANSPORT_ERRORS:
+    for klass, ours, type_, transient in _transport_errors():
         if isinstance(exc, klass):
             return ours(f"{type_.replace('_', ' ')}: {detail}", type=type_, transient=transient)
     return TransportError(f"transport error: {detail}", type="transport_error", transient=True)

@@ -28,8 +28,9 @@ __all__ = ["Attempt", "CallOutcome", "Decision"]
 
 #: what the loop decided after an attempt: ``ok``; ``retry`` on the same backend after
 #: ``backoff_s``; ``failover`` to another backend; ``error``, final; ``cached``: no HTTP attempt
-#: was made, the response cache answered (``run.cached``).
-Decision = Literal["ok", "retry", "failover", "error", "cached"]
+#: was made, the response cache answered (``run.cached``); ``cancelled``: the call was cancelled
+#: while it was sent (its client left), and the cancellation goes on.
+Decision = Literal["ok", "retry", "failover", "error", "cached", "cancelled"]
 
 
 class Attempt(msgspec.Struct, frozen=True):
@@ -65,7 +66,7 @@ class Attempt(msgspec.Struct, frozen=True):
     @property
     def outcome(self) -> str:
         """The trace's ``outcome``: ok | retry (another attempt follows, here or elsewhere) |
-        error | cached."""
+        error | cached | cancelled."""
         return "retry" if self.decision == "failover" else self.decision
 
     @property

@@ -32,15 +32,15 @@ import sqlite3
 import stat
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-import structlog
-
 from rrcli.errors import CacheError
+from rrcli.logs import get_logger
 
 __all__ = ["FORMAT", "CacheFile"]
 
-log = structlog.get_logger("rrcli")
+log = get_logger("rrcli")
 
 FORMAT = 2  # the table layout's version, in the meta table as ("format", "2")
 #: the layouts this rrcli reads and writes: 1 kept its answers in the key's B-tree (WITHOUT
@@ -60,6 +60,8 @@ _SCHEMA = (
     f"INSERT OR IGNORE INTO {_META} VALUES ('format', '{FORMAT}')",
 )
 _GET = f"SELECT answer FROM {_TABLE} WHERE key = ?"
+_GET_MANY = f"SELECT key, answer FROM {_TABLE} WHERE key IN ({{}})"
+MANY = 256  # keys looked up in one SELECT at most (under any SQLite's limit of parameters)
 _PUT = f"INSERT OR REPLACE INTO {_TABLE} (key, model, answer, stored) VALUES (?, ?, ?, ?)"
 _STOP = None
 _FIX = "delete it (answers are stored again as jobs run) or name another --cache file"
@@ -107,6 +109,19 @@ class CacheFile:
             self._lookup = None
             return None
         return None if row is None else row[0]
+
+    def get_many(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The answers stored under ``keys`` (at most MANY), by key: one SELECT for them all;
+        a key with none is absent."""
+        if self._lookup is None or not keys:
+            return {}
+        try:
+            rows = self._lookup.execute(_GET_MANY.format(",".join("?" * len(keys))), keys)
+            return dict(rows.fetchall())
+        except sqlite3.DatabaseError as exc:  # damaged under us: misses, said once
+            log.warning("rrcli.cache_unreadable", path=str(self.path), error=str(exc))
+            self._lookup = None
+            return {}
 
     def put(self, key: bytes, model: str, answer: bytes) -> None:
         """Store ``answer`` under ``key`` (by the writer thread, soon); no-op when writes are

@@ -1,5 +1,6 @@
 """What earlier runs spent, read back from a trace file (SPEC §13: a budget with ``--resume``
-covers the earlier runs of the same results file).
+covers the earlier runs of the same results file), and what their calls wrote (``--dry-run``'s
+likely cost: ``earlier_outputs``).
 
 Each call record costs what it was charged (``cost_usd``: the reservation of an attempt whose
 usage was unknown, so a resumed budget counts what the live one did); a record without it
@@ -12,14 +13,19 @@ skipped, as ``rrcli stats`` skips it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import orjson
 
 from rrcli.config.profile import Price
+from rrcli.records.traceschema import MAX_CALL_COST_USD
 
-__all__ = ["traces_cost"]
+__all__ = ["Outputs", "earlier_outputs", "traces_cost"]
+
+#: by deployment id: (ok calls, the output tokens they wrote)
+Outputs = dict[str, tuple[int, int]]
+_NO_CALLS = 1 << 32  # an output count this large is no call's
 
 
 def traces_cost(path: Path | None, fallback: Mapping[str, Price | None]) -> float:
@@ -29,18 +35,12 @@ def traces_cost(path: Path | None, fallback: Mapping[str, Price | None]) -> floa
     prices: dict[tuple[str, str], tuple[float, float]] = {}
     total = 0.0
     with open(path, "rb") as lines:
-        for line in lines:
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if type(record) is not dict:
-                continue
+        for record in _records(lines):
             if record.get("event") == "run":
                 prices.update(_run_prices(record))
             elif record.get("event") == "call" and record.get("outcome") != "cached":
                 charged = record.get("cost_usd")
-                if type(charged) in (int, float) and 0 <= charged < 1e6:
+                if type(charged) in (int, float) and 0 <= charged < MAX_CALL_COST_USD:
                     total += charged * 1e6
                     continue
                 price = prices.get((record.get("run_id"), record.get("deployment")))
@@ -50,6 +50,39 @@ def traces_cost(path: Path | None, fallback: Mapping[str, Price | None]) -> floa
                 total += _tokens(record, "input_tokens") * price[0]
                 total += _tokens(record, "output_tokens") * price[1]
     return total / 1e6
+
+
+def earlier_outputs(path: Path | None, profile: str | None) -> Outputs:
+    """What the ok calls of ``path`` wrote, by deployment, counting only the runs of the
+    profile named ``profile`` (its run record's ``profile.name``; None: an unnamed profile's
+    runs); empty when the file does not exist. A call answered from the response cache, or
+    with no output count, is not counted."""
+    found: Outputs = {}
+    if path is None or not path.is_file():
+        return found
+    runs: set[object] = set()
+    with open(path, "rb") as lines:
+        for record in _records(lines):
+            event = record.get("event")
+            if event == "run" and (record.get("profile") or {}).get("name") == profile:
+                runs.add(record.get("run_id"))
+            elif event == "call" and record.get("outcome") == "ok":
+                wrote = record.get("output_tokens")
+                if record.get("run_id") in runs and type(wrote) is int and 0 <= wrote < _NO_CALLS:
+                    calls, total = found.get(deployment := str(record.get("deployment")), (0, 0))
+                    found[deployment] = (calls + 1, total + wrote)
+    return found
+
+
+def _records(lines: Iterable[bytes]) -> Iterator[dict]:
+    """The trace records of ``lines``: a line that is not one is skipped."""
+    for line in lines:
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if type(record) is dict:
+            yield record
 
 
 def _run_prices(record: dict) -> Iterator[tuple[tuple[str, str], tuple[float, float]]]:

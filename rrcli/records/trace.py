@@ -98,11 +98,18 @@ class TraceWriter:
         self._path = path
         self._out = None if path is None else LineFile(path, append=append, what="traces")
 
-    def reopen(self) -> None:
-        """Close the file and open its path again, appending (after a log rotation moved it)."""
-        if self._out is not None and self._path is not None:
-            self._out.close()
-            self._out = LineFile(self._path, append=True, what="traces")
+    def reopen(self) -> bool:
+        """Open the path again, appending (after a log rotation moved the file), and close the
+        file (its lines written); True when that is a new, empty file. UsageError when the path
+        cannot be opened: the lines then go on to the file as it was."""
+        if self._out is None or self._path is None:
+            return False
+        self._out.flush()
+        fresh = not self._path.exists() or self._path.stat().st_size == 0
+        out = LineFile(self._path, append=True, what="traces")
+        self._out.close()
+        self._out = out
+        return fresh
 
     def _put(self, record: dict[str, Any]) -> None:
         line = orjson.dumps(record, option=_NEWLINE)
@@ -144,7 +151,8 @@ class TraceWriter:
         if self._out is None and self._tap is None:
             return
         reply, error, backend = attempt.reply, attempt.error, attempt.backend
-        ts_start = attempt.ts_start
+        ts_start, took = attempt.ts_start, attempt.ended - attempt.started
+        start = rfc3339(ts_start)
         self._put(
             {
                 "event": "call",
@@ -165,8 +173,8 @@ class TraceWriter:
                 "retry_after_ms": None if error is None else _ms(error.retry_after),
                 "backoff_ms": None if error is None else _ms(attempt.backoff_s),
                 "queue_ms": round(attempt.queue_s * 1000.0, 3),
-                "ts_start": rfc3339(ts_start),
-                "ts_end": rfc3339(ts_start + (attempt.ended - attempt.started)),
+                "ts_start": start,
+                "ts_end": rfc3339(ts_start + took) if took else start,  # a cached answer: 0
                 "latency_ms": attempt.latency_ms,
                 "ttft_ms": None if reply is None else _rounded(reply.ttft_ms),
                 "input_tokens": None if reply is None else reply.input_tokens,

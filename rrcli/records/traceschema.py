@@ -25,6 +25,7 @@ __all__ = [
     "CALL_TYPES",
     "EVENTS",
     "JOB_COUNTS",
+    "MAX_CALL_COST_USD",
     "OUTCOMES",
     "PROFILE_FIELDS",
     "RESULT_STATUSES",
@@ -34,9 +35,11 @@ __all__ = [
     "rfc3339",
 ]
 
-Outcome = Literal["ok", "retry", "error", "cached"]
+Outcome = Literal["ok", "retry", "error", "cached", "cancelled"]
 #: ok; retry (failed, another attempt follows); error (failed, final); cached (answered from the
-#: response cache: no HTTP call, zero latency, never counted against caps, limits or budgets)
+#: response cache: no HTTP call, zero latency, never counted against caps, limits or budgets);
+#: cancelled (the call was dropped while it was sent, its ``error_type`` saying why, such as
+#: ``client_disconnected``: no answer, charged as a call whose usage is unknown)
 OUTCOMES: tuple[str, ...] = Outcome.__args__
 
 #: the call record, one per HTTP attempt: (field, type) in the SPEC's order. ``turn`` counts
@@ -74,6 +77,9 @@ CALL: tuple[tuple[str, Any], ...] = (
     ("endpoint", str),  # chat | embeddings | responses | completions | moderations
 )
 CALL_FIELDS: tuple[str, ...] = tuple(name for name, _ in CALL)
+#: a ``cost_usd`` at or past this (or negative) is no call's charge: whoever reads the record
+#: (``--resume``, ``stats``) prices its tokens instead
+MAX_CALL_COST_USD = 1e6
 CALL_TYPES: dict[str, Any] = dict(CALL)
 
 #: the run record, once when a run starts: the pool as routed, never credentials or headers;

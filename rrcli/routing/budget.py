@@ -25,21 +25,26 @@ from collections import deque
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from rrcli.config.models import IMAGE_TOKENS
+from rrcli.config.models import MEDIA
 from rrcli.config.profile import Price
 from rrcli.routing.control import Halt, Halted, RunControl
-from rrcli.routing.costs import NO_OUTPUT, Charge, attempt_ceiling, attempt_cost
-from rrcli.tokens import output_cap
+from rrcli.routing.costs import NO_OUTPUT, Charge, attempt_ceiling, attempt_cost, over_limit
+from rrcli.tokens import MediaTokens, output_cap
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Call
     from rrcli.records.attempt import Attempt
     from rrcli.routing.lease import Lease
 
-__all__ = ["Budget", "Ledger", "LocalLedger"]
+__all__ = ["Budget", "Ledger", "LocalLedger", "Unaffordable"]
 
 _EPSILON = 1e-12  # USD: float sums that equal the limit do not pass it
 POLL_S = 0.05  # seconds between a waiting attempt's looks at a shared ledger
+
+
+class Unaffordable(Exception):
+    """An attempt whose worst case alone passes the whole limit: no wait makes room for it, so
+    its job is refused before anything is sent (an invalid line; the message names the fix)."""
 
 
 class Ledger(Protocol):
@@ -84,7 +89,9 @@ class Budget:
     attempt. ``refused`` counts the jobs a refused attempt ended (they have no result);
     ``reserved_peak`` the most set aside at once. ``uncapped``: the backends whose model's
     most output nothing tells (a call there without its own cap is refused: exit 2);
-    ``images``: by backend id, the tokens an image is reserved at."""
+    ``media``: by backend id, the tokens an image, file or audio part is reserved at;
+    ``queue``: the queue whose budget it is, in queue mode (its halt then says how a worker
+    runs the jobs left)."""
 
     def __init__(
         self,
@@ -93,14 +100,16 @@ class Budget:
         ledger: LocalLedger | Ledger,
         control: RunControl,
         uncapped: frozenset[str] = frozenset(),
-        images: Mapping[str, int] | None = None,
+        media: Mapping[str, MediaTokens] | None = None,
+        queue: str | None = None,
     ) -> None:
         self.limit = limit
+        self.queue = queue
         self.ledger = ledger
         self.refused = 0
         self.reserved_peak = 0.0
         self.uncapped = uncapped
-        self.images = dict(images or {})
+        self.media = dict(media or {})
         self._prices = prices
         self._control = control
         self._local = ledger if isinstance(ledger, LocalLedger) else None
@@ -114,13 +123,18 @@ class Budget:
 
     def ceiling(self, backend: str, call: Call) -> float:
         """USD: the worst case of an attempt of ``call`` on ``backend``; halts the run (exit
-        2) and raises Halted for a call whose output nothing caps."""
+        2) and raises Halted for a call whose output nothing caps; raises Unaffordable for one
+        whose worst case is more than the whole limit."""
         uncapped = backend in self.uncapped and call.endpoint not in NO_OUTPUT
         if uncapped and output_cap(call.params) is None:
             self._control.halt(uncapped_halt(backend))
             raise Halted
-        image = self.images.get(backend, IMAGE_TOKENS)
-        return attempt_ceiling(self._prices[backend], call, None, image)
+        media = self.media.get(backend, MEDIA)
+        cost = attempt_ceiling(self._prices[backend], call, None, media)
+        if cost > self.limit + _EPSILON:
+            price = self._prices[backend]
+            raise Unaffordable(over_limit(price, call, self.limit, media, backend))
+        return cost
 
     def reserve(self, lease: Lease, tokens: int, call: Call) -> Awaitable[None] | None:
         """Set the attempt's worst case aside on ``lease``; raises Halted when it can never fit.
@@ -248,12 +262,20 @@ class Budget:
         (None while the run still drains: the jobs refused so far)."""
         count = self.refused if not_run is None else not_run
         smallest = "" if math.isinf(self._smallest) else f" (the smallest ${self._smallest:.4f})"
+        if self.queue is None:
+            left, more = f"{count} jobs not run", "raise --max-cost and --resume"
+        else:
+            left = f"{count} jobs taken here not run (they stay in queue {self.queue})"
+            more = (
+                f"start a worker on queue {self.queue} with a higher --max-cost (the queue's "
+                "budget counts what every worker spent) to run the jobs left"
+            )
         return Halt(
             3,
             "budget",
-            f"budget reached: ${self.spent:.2f} of ${self.limit:.2f} spent; {count} jobs not "
-            f"run — each call reserves its worst case{smallest} before it is sent, and a "
-            "smaller max_tokens lowers it; raise --max-cost and --resume",
+            f"budget reached: ${self.spent:.2f} of ${self.limit:.2f} spent; {left} — each call "
+            f"reserves its worst case{smallest} before it is sent, and a smaller max_tokens "
+            f"lowers it; {more}",
         )
 
     def progress(self) -> str:

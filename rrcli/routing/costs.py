@@ -7,7 +7,8 @@ the reply's usage when the server reported it; nothing for an attempt no provide
 request never reached it, or it answered an error status); and for an attempt whose usage is
 unknown (no usage in the reply, a stream cut after tokens came, a timeout while it generated)
 its reservation, so the spend a budget counts is never below what was billed. All amounts are
-USD; prices are USD per million tokens.
+USD; prices are USD per million tokens, an input token reserved at the dearer of the input
+and cache-write prices.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rrcli.config.models import IMAGE_TOKENS
+from rrcli.config.models import MEDIA
 from rrcli.config.profile import Price
-from rrcli.tokens import UNCAPPED_OUTPUT, input_bound, output_cap
+from rrcli.tokens import UNCAPPED_OUTPUT, MediaTokens, input_bound, output_cap
 
 if TYPE_CHECKING:
     from rrcli.errors import ProviderError
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NO_OUTPUT", "Charge", "attempt_ceiling", "attempt_cost", "billed_nothing", "choices",
-    "reply_cost",
+    "over_limit", "reply_cost",
 ]  # fmt: skip
 
 NO_OUTPUT = frozenset({"embeddings", "moderations"})  # endpoints whose answers have no tokens
@@ -47,6 +48,8 @@ _UNSENT = frozenset(
 def choices(params: Mapping[str, Any]) -> int:
     """How many answers a request asks for: ``n`` (any numeric spelling: 2, 2.0, "2") times
     ``best_of`` (completions generate that many and bill them all); at least 1."""
+    if "n" not in params and "best_of" not in params:
+        return 1
     return max(1, _count(params.get("n"))) * max(1, _count(params.get("best_of")))
 
 
@@ -61,29 +64,60 @@ def _count(value: object) -> int:
 
 
 def attempt_ceiling(
-    price: Price, call: Call, cap: int | None = None, image: int = IMAGE_TOKENS
+    price: Price, call: Call, cap: int | None = None, media: MediaTokens = MEDIA
 ) -> float:
     """USD: the most one attempt of ``call`` may cost at ``price``: its input at its bound
-    (``tokens.input_bound``, ``image`` tokens an image) and its output cap (``cap`` when the
-    request sets none, else ``tokens.UNCAPPED_OUTPUT``) times the answers it asks for."""
-    given = input_bound(call.messages, call.params, call.input, image)
+    (``tokens.input_bound``, each image, file or audio part at ``media``) at ``input_most``,
+    and its output cap (``cap`` when the request sets none, else ``tokens.UNCAPPED_OUTPUT``)
+    times the answers it asks for."""
+    given = input_bound(call.messages, call.params, call.input, media)
     if call.endpoint in NO_OUTPUT:
         out = 0
     else:
         out = (output_cap(call.params) or cap or UNCAPPED_OUTPUT) * choices(call.params)
-    return (given * price.input + out * price.output) / 1e6
+    return (given * input_most(price) + out * price.output) / 1e6
+
+
+def input_most(price: Price) -> float:
+    """USD per million: the most an input token may cost at ``price``: a prompt-cache write
+    can cost more than a plain read (Anthropic's are 1.25 times the input price)."""
+    write = price.cache_write
+    return price.input if write is None or write <= price.input else write
+
+
+def over_limit(price: Price, call: Call, limit: float, media: MediaTokens, backend: str) -> str:
+    """What is wrong and the fix, for a call whose worst case at ``price`` (``attempt_ceiling``)
+    is more than the whole ``limit``: its input's share and its output's, and the largest
+    output cap that would fit when the input alone does."""
+    given = input_bound(call.messages, call.params, call.input, media)
+    spend_in = given * input_most(price) / 1e6
+    spend_out = attempt_ceiling(price, call, None, media) - spend_in
+    head = (
+        f"its worst case on backend {backend} is ${spend_in + spend_out:.4f} (input "
+        f"${spend_in:.4f}: at most {given:,} tokens, a token a character and each image, audio "
+        f"or file at its most; output ${spend_out:.4f} at its cap), more than the whole budget "
+        f"of ${limit:.4f}, so it is never sent"
+    )
+    room = (limit - spend_in) * 1e6 / (price.output * choices(call.params)) if price.output else 0
+    fix = f"lower its max_tokens to {int(room):,} or less"
+    if spend_in >= limit or room < 1:
+        fix = "shorten its input"
+    return f"{head}: {fix}, or raise the budget (--max-cost)"
 
 
 def reply_cost(price: Price, reply: Reply) -> float | None:
-    """USD a reply's usage cost at ``price``, its cached input at the cached price; None when
-    it reports no usage."""
+    """USD a reply's usage cost at ``price``: the input read from the prompt cache at
+    ``cached_input``, the input written to it at ``cache_write`` (each the input price when
+    unset), the rest at the input and output prices; None when it reports no usage."""
     if reply.input_tokens is None and reply.output_tokens is None:
         return None
     used_in, used_out = reply.input_tokens or 0, reply.output_tokens or 0
     cached = min(reply.cached_input_tokens or 0, used_in)
-    fresh = (used_in - cached) * price.input + used_out * price.output
-    cached_price = price.input if price.cached_input is None else price.cached_input
-    return (fresh + cached * cached_price) / 1e6
+    written = min(reply.cache_write_tokens or 0, used_in - cached)
+    fresh = (used_in - cached - written) * price.input + used_out * price.output
+    read_price = price.input if price.cached_input is None else price.cached_input
+    write_price = price.input if price.cache_write is None else price.cache_write
+    return (fresh + cached * read_price + written * write_price) / 1e6
 
 
 def billed_nothing(error: ProviderError | None) -> bool:

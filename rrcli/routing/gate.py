@@ -24,8 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-import structlog
-
+from rrcli.logs import get_logger
 from rrcli.routing.scopes import scope_limits
 
 if TYPE_CHECKING:
@@ -46,7 +45,7 @@ __all__ = [
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 class WaitEnded(Exception):

@@ -16,10 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-import structlog
-
 from rrcli.config.redaction import redacted_url
 from rrcli.errors import ProviderError
+from rrcli.logs import get_logger
 from rrcli.routing.control import Halt, RunControl
 
 if TYPE_CHECKING:
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Health", "check_hint", "pool_down_message"]
 
-log = structlog.get_logger("rrcli")
+log = get_logger("rrcli")
 
 
 def check_hint(backend: Backend, reason: str) -> str:

@@ -20,11 +20,10 @@ import random
 from collections.abc import Awaitable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from rrcli.config.prices import pool_prices
 from rrcli.config.profile import Profile
 from rrcli.errors import ProviderError
+from rrcli.logs import get_logger
 from rrcli.routing.costs import Charge, attempt_cost
 from rrcli.routing.down import BackendDown, no_backend
 from rrcli.routing.gate import Clock, Gate, Sleep, WaitEnded
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["EWMA_ALPHA", "Router"]
 
 
-log = structlog.get_logger()
+log = get_logger()
 
 EWMA_ALPHA = 0.3  # weight of the newest latency sample
 
@@ -211,7 +210,8 @@ class Router:
         AIMD, a server-given pause (a 429's Retry-After; a success's rate-limit headers saying a
         budget is spent until its reset; never longer than ``max_server_pause``), the tpm
         booking corrected by the reply's usage (never above what the call could have cost), and
-        the budget's reservation settled at ``charged`` (``charge``; None: the reservation)."""
+        the budget's reservation settled at ``charged`` (``charge``; None: the reservation); a
+        cancelled attempt settles its reservation only."""
         if self.budget is not None and lease is not None:
             shared = self.budget.settle(lease, charged)
             if shared is not None:
@@ -220,7 +220,8 @@ class Router:
         reply, error = attempt.reply, attempt.error
         if reply is None:
             assert error is not None  # an attempt has its reply or its error
-            self._failed(state, error)
+            if attempt.decision != "cancelled":  # a caller that left says nothing of the backend
+                self._failed(state, error)
             return
         state.done += 1
         state.failures_in_a_row = 0

@@ -11,14 +11,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import structlog
+from rrcli.logs import get_logger
 
 if TYPE_CHECKING:
     from rrcli.config.profile import Backend
 
 __all__ = ["ScopeLimits", "scope_limits"]
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 @dataclass(frozen=True, slots=True)

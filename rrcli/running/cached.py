@@ -23,9 +23,10 @@ router never sees it. Only ok answers are stored; a Responses call continuing a
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,14 +36,17 @@ from rrcli.config.profile import CACHE_MODES, Backend, Profile
 from rrcli.errors import UsageError
 from rrcli.providers.base import Call, Reply
 from rrcli.records.attempt import Attempt, CallOutcome
-from rrcli.records.jobs import Job
+from rrcli.records.jobs import InvalidJob, Job
 from rrcli.running.options import RunOptions
 
 if TYPE_CHECKING:
     from rrcli.records.cache import CacheFile
 
+MANY = 256  # jobs read ahead and looked up at once (records.cache.MANY: one SELECT)
+
 __all__ = ["ResponseCache", "open_cache", "request_key"]
 
+Jobs = Iterator[Job | InvalidJob]
 #: what builds the request a backend would be sent (``Engine._request``)
 Request = Callable[[Job, list[dict[str, Any]], Backend], Call]
 
@@ -84,6 +88,9 @@ class ResponseCache:
     hits: int = 0
     _groups: tuple[tuple[Backend, ...], ...] = ()
     _group_of: dict[str, int] | None = None
+    #: read ahead (``ahead``), by id(job) for a job not yet looked up: the job (kept alive, so
+    #: its id names it), its call to the first group and that call's key, the answer or None
+    _read: dict[int, tuple[Job, Call, bytes, bytes | None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         groups: dict[bytes, list[Backend]] = {}
@@ -105,17 +112,48 @@ class ResponseCache:
         keys: dict[int, bytes] = {}
         if not self.reads or "previous_response_id" in job.params:
             return None, keys
+        read = self._read.pop(id(job), None) if self._read else None
         for index, group in enumerate(self._groups):
             allowed = [b for b in group if b.id not in excluded] if excluded else group
             if not allowed:
                 continue
-            call = request(job, messages, allowed[0])
-            key = keys[index] = request_key(call, allowed[0].model)
-            stored = _decode(self.file.get(key))
+            if read is not None and index == 0 and read[0] is job and allowed[0] is group[0]:
+                _, call, key, answer = read
+            else:
+                call = request(job, messages, allowed[0])
+                key = request_key(call, allowed[0].model)
+                answer = self.file.get(key)
+            keys[index] = key
+            stored = _decode(answer)
             if stored is not None:
                 self.hits += 1
                 return _hit(job, turn, call, allowed, *stored), keys
         return None, keys
+
+    def ahead(
+        self, jobs: Iterator[Job | InvalidJob], request: Request
+    ) -> Iterator[Job | InvalidJob]:
+        """``jobs`` as they come, each chunk of them looked up in one SELECT before the first is
+        handed on (a call's own lookup then finds its answer read): the first group's key of
+        each job that is one call of its first turn."""
+        if not self.reads or not self._groups:
+            yield from jobs
+            return
+        first = self._groups[0][0]
+        older: list[int] = []  # read two chunks ago: a job of them still read was refused
+        old: list[int] = []
+        while chunk := list(itertools.islice(jobs, MANY)):
+            for stale in older:
+                self._read.pop(stale, None)
+            plain = [j for j in chunk if type(j) is Job and j.kind != "session"]
+            plain = [j for j in plain if "previous_response_id" not in j.params]
+            calls = [request(j, list(j.messages), first) for j in plain]
+            keys = [request_key(call, first.model) for call in calls]
+            found = self.file.get_many(keys)
+            for job, call, key in zip(plain, calls, keys, strict=True):
+                self._read[id(job)] = (job, call, key, found.get(key))
+            older, old = old, [id(j) for j in plain]
+            yield from chunk
 
     def keep(
         self,

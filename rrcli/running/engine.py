@@ -19,11 +19,11 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import structlog
 from msgspec import structs
 
 from rrcli.config.profile import Backend, Profile
 from rrcli.errors import NoBackendError, ProviderError
+from rrcli.logs import get_logger
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.providers.registry import UNSTREAMED
 from rrcli.providers.translate import dialect_of
@@ -32,8 +32,9 @@ from rrcli.records.jobs import InvalidJob, Job
 from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter
+from rrcli.routing.budget import Unaffordable
 from rrcli.routing.control import Halted, RunControl
-from rrcli.routing.down import BackendDown, NoHealthyBackend
+from rrcli.routing.down import NoHealthyBackend
 from rrcli.routing.health import Health
 from rrcli.routing.lease import Lease
 from rrcli.routing.retry import RetryPolicy
@@ -47,6 +48,8 @@ from rrcli.running.summary import RunSummary
 from rrcli.running.turns import (
     MOVES,
     REQUEST_TEXT,
+    Cancelled,
+    admitted,
     assistant_message,
     bounded,
     decide,
@@ -59,7 +62,7 @@ from rrcli.tokens import estimate_call_tokens, estimate_prompt_tokens
 
 __all__ = ["Engine", "ResultSink"]
 
-log = structlog.get_logger("rrcli")
+log = get_logger("rrcli")
 
 
 class ResultSink(Protocol):
@@ -124,6 +127,10 @@ class Engine:
                 return
             self.finish(outcome)
 
+    def ahead(self, jobs: Iterator[Job | InvalidJob]) -> Iterator[Job | InvalidJob]:
+        """``jobs`` looked up in the cache by chunks as they are pulled (one SELECT a chunk)."""
+        return jobs if self.cache is None else self.cache.ahead(jobs, self._keyed)
+
     async def submit(
         self, job: Job, exclude: frozenset[str], on_text: Callable[[str, str], None] | None
     ) -> CallOutcome:
@@ -145,11 +152,15 @@ class Engine:
         if refusal is not None:  # no backend serves its endpoint or can express its params
             invalid = InvalidJob(job.id, job.line, f"line {job.line}: {refusal}")
             return CallOutcome(invalid, "invalid")
-        if job.kind == "session":
-            return await self._run_session(job, excluded)
-        if job.endpoint == "responses" and "previous_response_id" in job.params:
-            return await self._continue_response(job, excluded)
-        return await self._call(job, list(job.messages), 0, excluded)
+        try:
+            if job.kind == "session":
+                return await self._run_session(job, excluded)
+            if job.endpoint == "responses" and "previous_response_id" in job.params:
+                return await self._continue_response(job, excluded)
+            return await self._call(job, list(job.messages), 0, excluded)
+        except Unaffordable as exc:  # its worst case alone is more than the whole budget
+            invalid = InvalidJob(job.id, job.line, f"line {job.line}: {exc}")
+            return CallOutcome(invalid, "invalid")
 
     def finish(self, outcome: CallOutcome) -> None:
         """A job ended: its one result line, the counters, a failure logged, and a binding no
@@ -203,12 +214,12 @@ class Engine:
         cache = self.cache
         if cache is None:
             return await self._routed(job, messages, turn, excluded)
-        hit, keys = cache.lookup(job, messages, turn, excluded, self._request)
+        hit, keys = cache.lookup(job, messages, turn, excluded, self._keyed)
         if hit is not None:
             self.traces.call(hit, None)
             return self._outcome(job, hit, hit.reply)
         outcome = await self._routed(job, messages, turn, excluded)
-        cache.keep(outcome, keys, messages, self._request)
+        cache.keep(outcome, keys, messages, self._keyed)
         return outcome
 
     async def _routed(
@@ -270,7 +281,7 @@ class Engine:
         attempt: Attempt | None = None
         while True:
             number += 1
-            if not await self._admitted(lease, estimate, call):
+            if not await admitted(self.router, lease, estimate, call):
                 assert attempt is not None  # only a retry waits for its backend's slot again
                 return self._outcome(job, attempt, None)
             started, ts_start = time.monotonic(), time.time()
@@ -294,27 +305,22 @@ class Engine:
             if reply is None or reply.continuation is None:
                 await self.router.release(lease)
                 return self._outcome(job, attempt, reply)
-            # Anthropic pause_turn: the same turn goes on, on the same backend and slot
-            paused = reply
+            paused = reply  # Anthropic pause_turn: the turn goes on, on this backend and slot
             call, estimate = paused_call(call, reply, job.input)
             queued = time.monotonic()
 
-    async def _admitted(self, lease: Lease, estimate: int, call: Call) -> bool:
-        """The router's admission of an attempt; False when, while a retry waited for it, its
-        backend left the pool."""
-        try:
-            await self.router.admit(lease, estimate, call)
-        except BackendDown:
-            return False
-        return True
+    def _keyed(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
+        """The call as ``_request`` makes it, for its cache key only: its tokens not counted."""
+        return self._request(job, messages, backend, None, False)
 
     def _request(
-        self, job: Job, messages: list[dict[str, Any]], backend: Backend, key: str | None = None
-    ) -> Call:
+        self, job: Job, messages: list[dict[str, Any]], backend: Backend, key: str | None = None,
+        count: bool = True,
+    ) -> Call:  # fmt: skip
         """The call as sent to ``backend``: its params under the job's (the job wins), merged
         once, ``key`` the prompt_cache_key unless they name one; streamed with --stream, the
         job's ``stream`` or the backend's ``stream = true`` unless its endpoint has no streamed
-        form; in the job's dialect; its input tokens counted."""
+        form; in the job's dialect; its input tokens counted unless not ``count``."""
         params = {**backend.params, **job.params}
         if key is not None:
             params.setdefault("prompt_cache_key", key)
@@ -322,8 +328,8 @@ class Engine:
             with_cap(params, job.endpoint, backend, self.caps)
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
         stream = stream and job.endpoint not in UNSTREAMED
-        prompt, dialect = estimate_prompt_tokens(messages, job.input), dialect_of(job.kind)
-        return Call(messages, params, stream, dialect, job.endpoint, job.input, prompt)
+        prompt = estimate_prompt_tokens(messages, job.input) if count else 0
+        return Call(messages, params, stream, dialect_of(job.kind), job.endpoint, job.input, prompt)
 
     def _backoff(
         self, error: ProviderError | None, retry: int, elapsed: float, printed: bool
@@ -372,9 +378,13 @@ class Engine:
         await asyncio.sleep(delay)
 
     def _outcome(self, job: Job, attempt: Attempt, reply: Reply | None) -> CallOutcome:
+        """How the call ended at ``attempt``; a cancelled call (traced, its slot given back)
+        has no outcome: its cancellation goes on."""
         session = self._session_of(job)
         if reply is None:
             assert attempt.error is not None
+            if isinstance(attempt.error, Cancelled):
+                raise attempt.error.cancel
             error = attempt.error.as_dict()
             return CallOutcome(job, "error", attempt, error=error, session=session)
         if reply.response_id is not None:  # a Responses answer: its continuations come here

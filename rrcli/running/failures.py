@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-import structlog
-
+from rrcli.logs import get_logger
 from rrcli.records.attempt import CallOutcome
 
 __all__ = ["log_failure", "log_repeated"]
 
-log = structlog.get_logger("rrcli")
+log = get_logger("rrcli")
 
 
 def log_failure(outcome: CallOutcome, failures: Counter[str], *, every: bool) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from rrcli.config.models import cap_param, image_tokens, output_ceiling
+from rrcli.config.models import cap_param, media_tokens, output_ceiling
 from rrcli.config.prices import pool_prices, unpriced_budget
 from rrcli.config.profile import Backend, Price, Profile
 from rrcli.errors import UsageError
@@ -69,7 +69,7 @@ async def make_budget(
         return None
     earlier = traces_cost(options.traces, prices) if options.resume else 0.0
     _, uncapped = output_caps(profile)
-    images = {b.id: image_tokens(b) for b in profile.backends}
+    media = {b.id: media_tokens(b) for b in profile.backends}
     hub = getattr(gates, "hub", None)
     ledger: LocalLedger | Ledger
     if hub is None and options.queue is None:
@@ -84,7 +84,7 @@ async def make_budget(
         owner = str(options.out.resolve()) if options.out is not None else hub.process
         ledger = await RedisLedger.join(hub, profile, limit, earlier, name, owner)
         ledger.owns_hub = own
-    return Budget(limit, prices, ledger, control, uncapped, images)
+    return Budget(limit, prices, ledger, control, uncapped, media, options.queue)
 
 
 def output_caps(profile: Profile) -> tuple[dict[str, int], frozenset[str]]:

@@ -13,6 +13,12 @@ A call's output is taken at its cap, the most it may cost (as a budget reserves 
 else the cap rrcli sends or the model cannot pass (Anthropic's default ``max_tokens``, the
 model's documented most output), else ``tokens.UNCAPPED_OUTPUT`` (16,384); embeddings and
 moderations have none. ``output_from`` counts the calls by which it was.
+
+The likely cost, beside it, is where earlier runs of the same profile left traces: the run's
+trace file (``--traces``, else the one beside the results), its call records of runs whose run
+record names this profile. Each call's output is then taken at the mean output of its
+deployment's earlier ok calls (the mean of all of them for a deployment that has none), never
+past its cap; its input as in the most.
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ import random
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rrcli.config.prices import pool_prices
 from rrcli.config.profile import Backend, Profile
 from rrcli.errors import UsageError
 from rrcli.records.formatfit import refuse_unfit
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
+from rrcli.records.spend import Outputs, earlier_outputs
 from rrcli.routing.costs import NO_OUTPUT
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
@@ -52,6 +60,10 @@ class Plan:
     output_cost: dict[str, float] | None = None
     output_from: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTPUT_FROM, 0))
     refused: list[str] = field(default_factory=list)  # "line N: no backend serves ..."
+    means: dict[str, float] = field(default_factory=dict)  # earlier output per call, by id
+    earlier: int = 0  # the earlier calls the means come from
+    likely_output: dict[str, float] = field(default_factory=dict)  # at the means, capped
+    likely_cost: dict[str, float] | None = None  # USD, priced deployments; None: no earlier
 
     def rows(self, backends: Sequence[Backend]) -> tuple[list[str], list[list[str]]]:
         """The plan as a table of text: its header, and a row per deployment then the total
@@ -59,18 +71,34 @@ class Plan:
         counts = (self.calls, self.input_tokens, self.output_tokens)
         head = ["deployment", "model", "calls", "est. input tokens", "est. output tokens"]
         inputs, outputs = self.input_cost, self.output_cost
+        likely = self.likely_cost
         if inputs is not None and outputs is not None:
-            head += ["est. input USD", "est. output USD", "est. USD"]
+            head += ["est. input USD", "est. output USD", "at most USD"]
+            head += [] if likely is None else ["likely USD"]
         rows = []
         for b in backends:
             row = [b.id, b.model, *(f"{c[b.id]:,}" for c in counts)]
             if inputs is not None and outputs is not None:
                 row += _costs(inputs.get(b.id), outputs.get(b.id))
+            if likely is not None:
+                row.append("-" if b.id not in likely else f"{likely[b.id]:.4f}")
             rows.append(row)
         total = ["total", "", *(f"{sum(c.values()):,}" for c in counts)]
         if inputs is not None and outputs is not None:
             total += _costs(sum(inputs.values()), sum(outputs.values()))
+        if likely is not None:
+            total.append(f"{sum(likely.values()):.4f}")
         return head, [*rows, total]
+
+    def likely_note(self, traces: Path | None) -> str | None:
+        """The line under the plan that says where the likely cost came from; None without."""
+        if self.likely_cost is None:
+            return None
+        means = ", ".join(f"{bid} {mean:,.0f}" for bid, mean in self.means.items())
+        return (
+            f"likely: output at the mean of the {self.earlier:,} earlier ok calls of this "
+            f"profile in {traces} (tokens a call: {means}), never past a call's cap"
+        )
 
     def output_note(self) -> str:
         """The line under the plan: where each call's output estimate came from."""
@@ -100,6 +128,7 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
     result = Plan(calls={b.id: 0 for b in profile.backends})
     result.input_tokens = dict.fromkeys(result.calls, 0)
     result.output_tokens = dict.fromkeys(result.calls, 0)
+    _earlier(result, earlier_outputs(options.with_defaults().traces, profile.name))
     summary = RunSummary("dry-run")
     session_binding = profile.binding == "session"
     rules = RouteRules(profile.backends)
@@ -128,7 +157,26 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
         result.output_cost = {
             bid: result.output_tokens[bid] * p.output / 1e6 for bid, p in prices.items()
         }
+        if result.means:
+            result.likely_cost = {
+                bid: result.input_cost[bid] + result.likely_output[bid] * p.output / 1e6
+                for bid, p in prices.items()
+            }
     return result
+
+
+def _earlier(result: Plan, found: Outputs) -> None:
+    """The mean output per call of each deployment from its earlier calls (``found``), the
+    mean of all of them for one with none; nothing when there were none."""
+    calls = sum(n for n, _ in found.values())
+    if not calls:
+        return
+    overall = sum(total for _, total in found.values()) / calls
+    result.earlier = calls
+    for bid in result.calls:
+        n, total = found.get(bid, (0, 0))
+        result.means[bid] = total / n if n else overall
+    result.likely_output = dict.fromkeys(result.calls, 0.0)
 
 
 async def _route(
@@ -145,7 +193,10 @@ async def _route(
         backend = lease.state.backend
         backend_id = backend.id
         result.calls[backend_id] += 1
-        result.output_tokens[backend_id] += _output(job, backend, result.output_from)
+        cap = _output(job, backend, result.output_from)
+        result.output_tokens[backend_id] += cap
+        if result.means:
+            result.likely_output[backend_id] += min(cap, result.means[backend_id])
         result.input_tokens[backend_id] += (
             estimate_input_tokens(history)
             if job.input is None

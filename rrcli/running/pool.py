@@ -48,7 +48,11 @@ from rrcli.running.runner import (
 )
 from rrcli.running.summary import RunSummary
 
-__all__ = ["Pool", "Texts"]
+__all__ = ["CLIENT_LEFT", "Pool", "Texts"]
+
+#: the reason a call is cancelled with when its reader went away: the trace's ``error_type`` of
+#: its ``cancelled`` call record
+CLIENT_LEFT = "client_disconnected"
 
 #: what ``Pool.stream`` yields: pieces of text, then the record (a dict)
 Texts = AsyncIterator[str | dict[str, Any]]
@@ -150,6 +154,13 @@ class Pool:
         finally:
             self._stack.close()
 
+    def reopen(self) -> None:
+        """The trace file opened again at its path (after a log rotation moved it); a new
+        file starts with the pool's ``run`` record, so it reads on its own."""
+        traces = self.engine.traces
+        if traces.reopen():
+            traces.run(self.profile)
+
     # -- calls ------------------------------------------------------------------------------
 
     async def chat(
@@ -194,7 +205,7 @@ class Pool:
             yield task.result()
         finally:
             if not task.done():
-                task.cancel()
+                task.cancel(CLIENT_LEFT)
 
     async def call(
         self,
@@ -219,7 +230,8 @@ class Pool:
             outcome = await engine.submit(job, exclude, on_text)
         except (Halted, NoHealthyBackend) as exc:
             raise _refused(engine, job, exc) from None
-        engine.traces.flush()  # a call answered is on disk, even if the process is killed next
+        finally:  # a call answered or cancelled is on disk, even if the process is killed next
+            engine.traces.flush()
         return outcome
 
 

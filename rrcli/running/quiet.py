@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import logging
 
-import structlog
+from rrcli import logs
 
 __all__ = ["debug_logged", "quiet_unless_configured"]
 
 
 def quiet_unless_configured() -> None:
-    """Route rrcli's events to ``logging.getLogger("rrcli")`` unless structlog is configured."""
+    """Route rrcli's events to ``logging.getLogger("rrcli")`` unless structlog is configured
+    (or the CLI set a level: it configures structlog at the first event shown)."""
+    if logs.level_set():
+        return
+    import structlog
+
     if structlog.is_configured():
         return
     root = logging.getLogger("rrcli")
@@ -40,6 +45,11 @@ def quiet_unless_configured() -> None:
 def debug_logged() -> bool:
     """Whether a debug event per attempt would be shown (structlog's filtering loggers, or the
     stdlib's a library run logs to): checked once per run, so at info level attempts pay nothing."""
+    shown = logs.shown("debug")
+    if shown is not None:
+        return shown
+    import structlog
+
     bound = structlog.get_logger("rrcli").bind()
     enabled = getattr(bound, "is_enabled_for", None) or getattr(bound, "isEnabledFor", None)
     return structlog.is_configured() and (enabled is None or bool(enabled(logging.DEBUG)))

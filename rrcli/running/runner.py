@@ -24,9 +24,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from rrcli.config.profile import Profile
+from rrcli.logs import get_logger
 from rrcli.providers import make_provider
 from rrcli.records.formatfit import refuse_unfit, unfit_invalid
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
@@ -59,7 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RunControl", "RunOptions", "RunSummary", "SharedQueue", "run", "run_sync"]
 
-log = structlog.get_logger("rrcli")
+log = get_logger("rrcli")
 
 FLUSH_INTERVAL = 0.2  # seconds between flushes of results and traces
 DRAIN_TIMEOUT = 30.0  # seconds the first Ctrl-C lets calls in flight finish
@@ -338,7 +337,7 @@ async def _drive(
     if not isinstance(jobs, Iterator):  # a shared queue
         filling: Awaitable[None] = feed.fill(jobs.fetch)
     else:
-        filling = feed.pull(jobs) if reader is None else feed.read(jobs, reader)
+        filling = feed.pull(engine.ahead(jobs)) if reader is None else feed.read(jobs, reader)
     everything = asyncio.ensure_future(filling)
     control._cancel = everything.cancel
     flusher = asyncio.create_task(_flush_periodically(engine))

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
-import structlog
+from rrcli.logs import get_logger
 
 if TYPE_CHECKING:
     from rrcli.otel.live import SpanProcess
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JobEnds", "close_sender", "open_sender", "otlp_url"]
 
-log = structlog.get_logger("rrcli")
+log = get_logger("rrcli")
 
 
 def otlp_url(option: str | None, environ: Mapping[str, str]) -> str | None:

@@ -7,23 +7,31 @@ request body growing with each, without end).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rrcli.errors import ProviderError
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.records.attempt import Decision
 from rrcli.routing.costs import NO_OUTPUT
+from rrcli.routing.down import BackendDown
 from rrcli.tokens import estimate_call_tokens, estimate_value_tokens, output_cap
+
+if TYPE_CHECKING:
+    from rrcli.routing.lease import Lease
+    from rrcli.routing.router import Router
 
 __all__ = [
     "MOVES",
     "REQUEST_TEXT",
+    "Cancelled",
     "Echo",
+    "admitted",
     "assistant_message",
     "bounded",
     "decide",
@@ -66,16 +74,31 @@ def echo_for(stream: bool, on_text: Callable[[str], None] | None, deployment: st
     return None if request is None else Echo(partial(request, deployment))
 
 
+class Cancelled(ProviderError):
+    """A call cancelled while it was sent (its client left, a second Ctrl-C): its attempt is
+    traced ``cancelled``, then ``cancel`` is raised again. ``type`` is the reason the canceller
+    gave (``Task.cancel(msg)``, such as ``client_disconnected``), else ``cancelled``."""
+
+    def __init__(self, cancel: asyncio.CancelledError) -> None:
+        given = cancel.args[0] if cancel.args else None
+        reason = given if type(given) is str and given else "cancelled"
+        super().__init__(f"the call was cancelled: {reason}", type=reason, transient=False)
+        self.cancel = cancel
+
+
 async def sent(
     provider: Provider, call: Call, echo: Echo | None, estimate: int
 ) -> tuple[Reply | None, ProviderError | None, float]:
     """(the reply, or the error the call ended with; when it ended, monotonic). A reply whose
     server reported no usage carries an estimate of it (``estimated_usage``), so rates, costs
-    and budgets still count it; ``estimate``: the call's tokens (``estimate_call_tokens``)."""
+    and budgets still count it; ``estimate``: the call's tokens (``estimate_call_tokens``). A
+    cancellation is returned as a ``Cancelled`` error, for the caller to trace and raise."""
     try:
         reply, error = await provider.send(call, echo), None
     except ProviderError as exc:
         return None, exc, time.monotonic()
+    except asyncio.CancelledError as exc:
+        return None, Cancelled(exc), time.monotonic()
     if reply.input_tokens is None and reply.output_tokens is None:
         reply = estimated_usage(reply, call, estimate)
     return reply, error, time.monotonic()
@@ -126,6 +149,7 @@ def join_paused(first: Reply, rest: Reply) -> Reply:
         input_tokens=add(first.input_tokens, rest.input_tokens),
         output_tokens=add(first.output_tokens, rest.output_tokens),
         cached_input_tokens=add(first.cached_input_tokens, rest.cached_input_tokens),
+        cache_write_tokens=add(first.cache_write_tokens, rest.cache_write_tokens),
         usage_estimated=first.usage_estimated or rest.usage_estimated,
         reasoning_content=reasoning,
         ttft_ms=first.ttft_ms if rest.ttft_ms is None else rest.ttft_ms,
@@ -184,6 +208,8 @@ def decide(error: ProviderError | None, backoff: float | None, failover: bool) -
     backend's budget is spent on a transient error and another backend may take the call."""
     if error is None:
         return "ok"
+    if isinstance(error, Cancelled):
+        return "cancelled"
     if backoff is not None:
         return "retry"
     return "failover" if error.backend_down or (failover and error.transient) else "error"
@@ -194,3 +220,13 @@ def paused_call(call: Call, reply: Reply, job_input: Any) -> tuple[Call, int]:
     and its estimate, for the input it has grown to."""
     call = replace(call, messages=[*call.messages, reply.continuation], input_tokens=None)
     return call, estimate_call_tokens(call.messages, call.params, job_input)
+
+
+async def admitted(router: Router, lease: Lease, estimate: int, call: Call) -> bool:
+    """The router's admission of an attempt; False when, while a retry waited for it, its
+    backend left the pool."""
+    try:
+        await router.admit(lease, estimate, call)
+    except BackendDown:
+        return False
+    return True

@@ -28,7 +28,8 @@ from starlette.routing import Route
 
 from rrcli.errors import CallError
 from rrcli.records.attempt import CallOutcome
-from rrcli.running.pool import Pool, answer
+from rrcli.running.pool import CLIENT_LEFT, Pool, answer
+from rrcli.serve.counting import count_tokens
 from rrcli.serve.metrics import CONTENT_TYPE, Metrics
 from rrcli.serve.sessions import Idle, session_of
 from rrcli.serve.wires import ANTHROPIC, OPENAI, Wire
@@ -128,6 +129,8 @@ def build_app(gateway: Gateway) -> Starlette:
         routes.append(
             Route(f"{prefix}/v1/messages", _api(gateway, ANTHROPIC, "chat"), methods=["POST"])
         )
+        counting = _api(gateway, ANTHROPIC, "count_tokens")
+        routes.append(Route(f"{prefix}/v1/messages/count_tokens", counting, methods=["POST"]))
         routes.append(Route(f"{prefix}/v1/models", _models(gateway)))
     return Starlette(routes=routes)
 
@@ -211,6 +214,8 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
             wire, 404, f"model {body.get('model')!r} is not served here; served: {served}"
         )
     pool, exclude = chosen
+    if endpoint == "count_tokens":
+        return await _counted(pool, exclude, body)
     wait = gateway.cooling(pool, exclude)
     if wait is not None:
         after = str(max(1, math.ceil(wait)))
@@ -232,6 +237,16 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
 
 
 _NOT_JSON = "the request body is not a JSON object"
+
+
+async def _counted(pool: Pool, exclude: frozenset[str], body: dict[str, Any]) -> Response:
+    """An Anthropic token count (serve/counting.py): a backend's, else rrcli's estimate."""
+    counted = await count_tokens(pool, exclude, body)
+    if counted is None:
+        return _error(ANTHROPIC, 400, "messages: expected a list of message objects")
+    tokens, by = counted
+    headers = {"x-rrcli-estimate": "1"} if by is None else {"x-rrcli-deployment": by}
+    return Response(orjson.dumps({"input_tokens": tokens}), media_type=_JSON, headers=headers)
 
 
 async def _body(request: Request, limit: int) -> dict[str, Any] | Response | None:
@@ -283,7 +298,7 @@ async def _streamed(
     task.add_done_callback(lambda _: texts.put_nowait(None))
     first = asyncio.ensure_future(texts.get())
     if await _client_left(request, first):
-        task.cancel()
+        task.cancel(CLIENT_LEFT)
         return Response(status_code=499)
     item = first.result()
     head = wire.stream_head(model)
@@ -321,7 +336,7 @@ async def _relay(
         yield wire.stream_end(head, record, False)
     finally:
         if not task.done():
-            task.cancel()
+            task.cancel(CLIENT_LEFT)
 
 
 async def _client_left(request: Request, task: asyncio.Future[Any]) -> bool:
@@ -333,7 +348,7 @@ async def _client_left(request: Request, task: asyncio.Future[Any]) -> bool:
         gone.cancel()
     if task.done():
         return False
-    task.cancel()
+    task.cancel(CLIENT_LEFT)
     return True
 
 

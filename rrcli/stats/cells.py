@@ -81,6 +81,7 @@ COLUMNS = (
     Column("tpot", "TPOT\np50 ms", _percentile("tpot_ms", "p50")),
     Column("tokens_in", "tokens\nin", _count("input_tokens")),
     Column("tokens_out", "tokens\nout", _count("output_tokens")),
+    Column("estimated", "usage\nestimated", _count("usage_estimated_calls")),
     Column("cost", "cost\nUSD", cost_cell),
     Column("hit", "cache\nhit", _hit),
     Column("saved", "cache saved\nUSD", _saved),

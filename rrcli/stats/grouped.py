@@ -6,9 +6,10 @@ for 50,000 one-call groups). Here each number is computed for all groups in a fe
 operations: calls are sorted once by (group, value), and a group is a slice of the sorted
 arrays. Sorting is most of the cost: with up to FEW_GROUPS groups (the usual three deployments,
 and the total, one group) calls are put in group order by a radix sort of their small codes and
-each group's slice is sorted on its own, several times faster than one sort on two keys; more
-groups take the whole-array sort. Every function takes ``codes`` (the group of each call, 0 to
-``n`` − 1) and returns one entry per group. All times are milliseconds.
+each group's slice is sorted on its own (for a percentile, only partitioned at the ranks it
+needs), several times faster than one sort on two keys; more groups take the whole-array
+sort. Every function takes ``codes`` (the group of each call, 0 to ``n`` − 1) and returns one
+entry per group. All times are milliseconds.
 """
 
 from __future__ import annotations
@@ -42,16 +43,19 @@ def group_percentiles(
         return out
     counts = group_sums(codes, n).astype(np.int64)
     offsets = np.cumsum(counts) - counts
-    ordered = _sorted_in_groups(codes, values, counts, offsets)
     some = counts > 0
     size, start = counts[some], offsets[some]
-    for column, q in enumerate(np.true_divide(which, 100)):
+    picks = []  # per percentile: each group's lower and upper rank, and the weight between
+    for q in np.true_divide(which, 100):
         virtual = (size - 1) * q
         below = np.floor(virtual)
         last = virtual >= size - 1  # numpy takes the last value here
         lower = np.where(last, size - 1, below).astype(np.int64)
         upper = np.where(last, size - 1, below + 1).astype(np.int64)
-        gamma = virtual - np.where(last, -1, below)
+        picks.append((lower, upper, virtual - np.where(last, -1, below)))
+    ranks = np.stack([rank for lower, upper, _ in picks for rank in (lower, upper)], axis=1)
+    ordered = _ranked_in_groups(codes, values, counts, offsets, ranks)
+    for column, (lower, upper, gamma) in enumerate(picks):
         a, b = ordered[start + lower], ordered[start + upper]
         diff = b - a
         out[some, column] = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
@@ -114,15 +118,19 @@ def _slices(counts: np.ndarray, offsets: np.ndarray) -> list[tuple[int, int, int
     )
 
 
-def _sorted_in_groups(
-    codes: np.ndarray, values: np.ndarray, counts: np.ndarray, offsets: np.ndarray
-) -> np.ndarray:
-    """``values`` ordered by group, then by value: ``values[np.lexsort((values, codes))]``."""
+def _ranked_in_groups(
+    codes: np.ndarray, values: np.ndarray, counts: np.ndarray, offsets: np.ndarray,
+    ranks: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """``values`` in group order, where each group's value at each of its ``ranks`` (a row per
+    group with calls) is the one ``values[np.lexsort((values, codes))]`` has there: with few
+    groups each group's slice is partitioned at its ranks (what ``numpy.percentile`` does, a
+    fraction of a sort), else all are sorted by group, then value."""
     if np.count_nonzero(counts) > FEW_GROUPS:
         return values[np.lexsort((values, codes))]
     ordered = values[_in_group_order(codes, counts)]
-    for _, a, b in _slices(counts, offsets):
-        ordered[a:b].sort()
+    for row, (_, a, b) in enumerate(_slices(counts, offsets)):
+        ordered[a:b].partition(np.unique(ranks[row]))
     return ordered
 
 
@@ -187,6 +195,7 @@ def group_rows(
         group_percentiles(codes[streamed], tpot, n, (50,)),
         group_sums(codes, n, tokens_in),
         group_sums(codes, n, tokens_out),
+        group_sums(codes[c.usage_estimated], n),
         *_money(c, codes, n, (price_in, price_out, price_cached)),
         *group_sweep(codes, c.t0, c.t1, n),
     )
@@ -198,27 +207,35 @@ def group_rows(
 
 
 def _money(c: Columns, codes: np.ndarray, n: int, prices: tuple[np.ndarray, ...]) -> tuple:
-    """Per group: the cost (NaN: no priced call), the priced calls, the cached input tokens,
-    and what they saved at the cached-input price (NaN: no priced call). ``prices``: USD per
-    million input, output and cached input tokens of each call."""
+    """Per group: the cost (NaN: no priced call), the priced calls, those whose cost is an
+    estimate, the cached input tokens, and what they saved at the cached-input price (NaN: no
+    call with a price). A call costs what its record says it was charged, else its tokens at
+    its price; ``prices``: USD per million input, output and cached input tokens of each call."""
     price_in, price_out, price_cached = prices
     tokens_in, tokens_out = np.nan_to_num(c.tokens_in), np.nan_to_num(c.tokens_out)
-    priced = ~np.isnan(price_in)
+    known = ~np.isnan(price_in)
     held = np.minimum(np.nan_to_num(c.tokens_cached), tokens_in)
-    saved = held[priced] * (price_in[priced] - price_cached[priced])
-    spent = tokens_in[priced] * price_in[priced] + tokens_out[priced] * price_out[priced] - saved
+    saved = held[known] * (price_in[known] - price_cached[known])
+    charged = ~np.isnan(c.cost)
+    spent = tokens_in[known] * price_in[known] + tokens_out[known] * price_out[known] - saved
+    costs = np.zeros(len(codes))
+    costs[known] = spent
+    priced = known | charged
+    costs[charged] = c.cost[charged] * 1e6  # in USD per million, as the prices are
     priced_calls = group_sums(codes[priced], n)
+    known_calls = group_sums(codes[known], n)
     return (
-        np.where(priced_calls > 0, group_sums(codes[priced], n, spent), np.nan),
+        np.where(priced_calls > 0, group_sums(codes[priced], n, costs[priced]), np.nan),
         priced_calls,
+        group_sums(codes[charged & c.cost_estimated], n),
         group_sums(codes, n, held),
-        np.where(priced_calls > 0, group_sums(codes[priced], n, saved), np.nan),
+        np.where(known_calls > 0, group_sums(codes[known], n, saved), np.nan),
     )
 
 
 def _row(
-    calls, ok, retried, errors, cached, latency, ttft, tpot, tokens_in, tokens_out, spent, priced,
-    held, saved, peak, busy, total,
+    calls, ok, retried, errors, cached, latency, ttft, tpot, tokens_in, tokens_out, guessed,
+    spent, priced, estimated, held, saved, peak, busy, total,
 ) -> dict[str, Any]:  # fmt: skip
     """One group's SPEC §10 fields from its numbers (NaN: no sample, no price)."""
     return {
@@ -233,8 +250,10 @@ def _row(
         "tpot_ms": _percentiles(tpot, (50,)),
         "input_tokens": int(tokens_in),
         "output_tokens": int(tokens_out),
+        "usage_estimated_calls": int(guessed),
         "cost_usd": None if isnan(spent) else round(spent / 1e6, 6),
         "priced_calls": int(priced),
+        "cost_estimated_calls": int(estimated),
         "cached_input_tokens": int(held),
         "cache_hit_rate": round(held / tokens_in, 4) if tokens_in else None,
         "cache_saved_usd": None if isnan(saved) else round(saved / 1e6, 6),

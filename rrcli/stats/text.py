@@ -1,12 +1,13 @@
-"""A summary's money as text (SPEC §13): a group's cost with its priced share, and the line
-under the table. A call without a price is never shown as free: a cost covers the priced calls
-and says what share of the calls they are. Plain strings, no numpy: the renderer draws them."""
+"""A summary's money as text (SPEC §13): a group's cost with its priced share, and the lines
+under the table (the cost, the calls whose usage was estimated). A call without a price is
+never shown as free: a cost covers the priced calls and says what share of the calls they are.
+Plain strings, no numpy: the renderer draws them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["cost_cell", "cost_line", "priced_share"]
+__all__ = ["cost_cell", "cost_line", "estimated_line", "priced_share"]
 
 
 def cost_cell(group: dict[str, Any]) -> str:
@@ -20,10 +21,22 @@ def cost_cell(group: dict[str, Any]) -> str:
 
 
 def cost_line(total: dict[str, Any]) -> str | None:
-    """The line under the table: ``cost 1.23 (94 % of calls priced)``; None without calls."""
-    if total["cost_usd"] is not None:
-        return f"cost {total['cost_usd']:.2f} ({priced_share(total)} of calls priced)"
-    return "cost unknown (no call priced)" if total["calls"] else None
+    """The line under the table: ``cost 1.23 (94 % of calls priced)``, and how many of the
+    charges stand for a usage rrcli did not know; None without calls."""
+    if total["cost_usd"] is None:
+        return "cost unknown (no call priced)" if total["calls"] else None
+    text = f"cost {total['cost_usd']:.2f} ({priced_share(total)} of calls priced"
+    estimated = total["cost_estimated_calls"]
+    return text + (f", {estimated:,} charged an estimate)" if estimated else ")")
+
+
+def estimated_line(total: dict[str, Any]) -> str | None:
+    """How many calls' tokens are rrcli's estimate (their server reported no usage); None when
+    every server reported its usage."""
+    count = total["usage_estimated_calls"]
+    if not count:
+        return None
+    return f"usage estimated: {count:,} of {total['calls']:,} calls (the server reported none)"
 
 
 def priced_share(group: dict[str, Any]) -> str:

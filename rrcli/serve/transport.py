@@ -1,0 +1,32 @@
+"""``rrcli.PoolTransport``: the gateway of ``rrcli serve`` in-process, for the SDKs.
+
+The official ``openai`` and ``anthropic`` SDKs (and pydantic-ai through them) send their
+requests with an ``httpx2.AsyncClient``; given this transport, each request goes to the same
+app ``rrcli serve`` runs, over pools this program opened, with no server and no socket::
+
+    async with rrcli.Pool.from_profile("pool.toml") as pool:
+        http = httpx2.AsyncClient(transport=rrcli.PoolTransport(pool))
+        client = openai.AsyncOpenAI(base_url="http://pool/v1", api_key="-", http_client=http)
+
+Everything the server does holds: the model picks the pool, sessions, both APIs, streams as
+they arrive, errors in each API's shape, a stream closed early cancels its call. No client key
+is asked (the caller is this program); a session idle past ``session_idle`` seconds is
+forgotten at the next request.
+"""
+
+from __future__ import annotations
+
+from rrcli.providers.asgi import StreamingASGITransport
+from rrcli.running.pool import Pool
+from rrcli.serve.app import Gateway, Settings, build_app
+
+__all__ = ["PoolTransport"]
+
+
+class PoolTransport(StreamingASGITransport):
+    """An httpx2 transport whose requests are calls of ``pools`` (open; the caller closes
+    them); any base URL serves, its host is not looked at."""
+
+    def __init__(self, *pools: Pool, session_idle: float = 3600.0) -> None:
+        self.gateway = Gateway(pools, Settings(session_idle=session_idle))
+        super().__init__(build_app(self.gateway), before=self.gateway.forget_idle)
