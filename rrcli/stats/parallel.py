@@ -29,7 +29,8 @@ _child: Callable[[], Any] | None = None  # what the forked child of ``both`` run
 
 def read_all(sources: list[Source], by: str, workers: int) -> TraceReader:
     """Read every source; files of _PARALLEL_BYTES or more are cut at line boundaries into
-    parts read by ``workers`` forked processes, whose readers are merged."""
+    ``workers`` parts, read by this process and ``workers`` − 1 forked ones, whose readers are
+    merged."""
     reader, parts = TraceReader(by), []
     for source in sources:
         if not isinstance(source, str | os.PathLike):
@@ -42,11 +43,16 @@ def read_all(sources: list[Source], by: str, workers: int) -> TraceReader:
         else:
             with open(source, "rb") as stream:
                 reader.read(stream)
-    if parts:
+    if parts:  # this process reads its share of the parts while the others read the rest
+        share = max(1, len(parts) // workers)
         fork = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(min(workers, len(parts)), mp_context=fork) as pool:
-            for part in pool.map(_read_part, parts):
-                reader.merge(part)
+        pool_size = max(1, min(workers - 1, len(parts) - share))
+        with ProcessPoolExecutor(pool_size, mp_context=fork) as pool:
+            rest = pool.map(_read_part, parts[share:])
+            for part in parts[:share]:
+                reader.merge(_read_part(part))
+            for theirs in rest:
+                reader.merge(theirs)
     return reader
 
 
