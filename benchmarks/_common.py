@@ -39,6 +39,13 @@ def sim_server(*args: str) -> contextlib.AbstractContextManager[str]:
 def serving(argv: list[str], port: int) -> Iterator[str]:
     """A server process started by ``argv`` that listens on ``port``; yields its OpenAI-style
     base URL once it accepts connections, and stops it after."""
+    with server_process(argv, port) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def server_process(argv: list[str], port: int) -> Iterator[tuple[str, int]]:
+    """``serving``, yielding the process id too (for ``cpu_seconds``)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -49,10 +56,16 @@ def serving(argv: list[str], port: int) -> Iterator[str]:
             time.sleep(0.05)
         else:
             raise RuntimeError(f"{' '.join(argv[1:3])} did not start")
-        yield f"http://127.0.0.1:{port}/v1"
+        yield f"http://127.0.0.1:{port}/v1", proc.pid
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def cpu_seconds(pid: int) -> float:
+    """The user and system CPU seconds process ``pid`` has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager

@@ -1,14 +1,17 @@
-"""`rrcli serve` against the backends alone: one load generator, the same requests, the same run.
+"""`rrcli serve` against the backends alone and against a bare forwarder: one load generator,
+the same requests, the same run.
 
-Two `rrcli sim` processes are the backends; `rrcli serve` (its own process) pools them. The load
-generator (this process, one httpx2 client) keeps ``--in-flight`` chat requests going, first
-straight to the backends (alternating), then through serve, for each backend latency; it prints
-the throughput ratio and the median and p99 each side took. Then a slow streaming backend: the
-time to the first text straight and through serve, sequential requests, medians compared.
+Two `rrcli sim` processes are the backends; `rrcli serve` (its own process) pools them; a bare
+forwarder (benchmarks/_forwarder.py: starlette on uvicorn, one httpx2 client per backend, no
+routing) is the floor of serve's stack. The load generator (this process, one httpx2 client)
+keeps ``--in-flight`` chat requests going straight to the backends (alternating), through the
+forwarder and through serve, interleaved, for each backend latency; it prints each one's
+throughput, median and p99, the ratios to direct, and the CPU seconds the forwarder's and
+serve's processes spent a request (all of it beyond the upstream call). Then a slow streaming
+backend: the time to the first text straight, through the forwarder and through serve,
+sequential requests, medians compared.
 
     python benchmarks/bench_serve.py [--requests 3000] [--in-flight 64] [--latencies 50,0]
-
-LiteLLM's proxy is measured too when `litellm` is on PATH (`pip install 'litellm[proxy]'`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pathlib import Path
 import httpx2
 import orjson
 import tomli_w
-from _common import ROOT, free_port, serving, sim_server
+from _common import ROOT, cpu_seconds, free_port, server_process, sim_server
 
 BODY = {"model": "pool", "messages": [{"role": "user", "content": "Say a number."}]}
 
@@ -45,11 +48,21 @@ def profile(urls: list[str], path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def served(path: Path) -> Iterator[str]:
+def served(path: Path) -> Iterator[tuple[str, int]]:
+    """`rrcli serve` on the profile at ``path``: (its base URL, its pid)."""
     port = free_port()
     argv = [sys.executable, "-m", "rrcli", "serve", "-p", str(path), "--port", str(port)]
-    with serving([*argv, "--no-auth"], port) as url:
-        yield url
+    with server_process([*argv, "--no-auth"], port) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def forwarded(urls: list[str]) -> Iterator[tuple[str, int]]:
+    """The bare forwarder in front of ``urls``: (its base URL, its pid)."""
+    port = free_port()
+    script = str(Path(__file__).with_name("_forwarder.py"))
+    with server_process([sys.executable, script, str(port), *urls], port) as running:
+        yield running
 
 
 async def load(urls: list[str], requests: int, in_flight: int) -> tuple[float, list[float]]:
@@ -116,50 +129,62 @@ def main() -> None:
             ms = str(latency)
             with sim_server("--latency-ms", ms) as a, sim_server("--latency-ms", ms) as b:
                 path = profile([a, b], Path(tmp) / "pool.toml")
-                with served(path) as gateway:
-                    compare(latency, [a, b], [gateway], args)
+                with served(path) as gateway, forwarded([a, b]) as forwarder:
+                    targets = {"direct": ([a, b], None), "forwarder": forwarder, "serve": gateway}
+                    compare(latency, targets, args)
         with sim_server(
             "--ttft-ms", "200", "--tokens-per-s", "16", "--output-tokens", "32"
         ) as slow:
             path = profile([slow], Path(tmp) / "slow.toml")
-            with served(path) as gateway:
-                asyncio.run(ttft(slow, 2))
-                asyncio.run(ttft(gateway, 2))
-                direct, through = asyncio.run(ttft(slow, 15)), asyncio.run(ttft(gateway, 15))
-        print(
-            f"TTFT (a 200 ms first token, ~2 s stream): direct {direct * 1000:.1f} ms, "
-            f"through serve {through * 1000:.1f} ms, added {(through - direct) * 1000:+.1f} ms"
-        )
+            with served(path) as gateway, forwarded([slow]) as forwarder:
+                first_texts({"direct": slow, "forwarder": forwarder[0], "serve": gateway[0]})
     print(f"load average after: {os.getloadavg()[0]:.2f} (1 min)")
 
 
-def compare(
-    latency: float, direct: list[str], gateway: list[str], args: argparse.Namespace
-) -> None:
-    warm = min(500, args.requests)
-    asyncio.run(load(direct, warm, args.in_flight))
-    asyncio.run(load(gateway, warm, args.in_flight))
-    rows = []
-    for name, urls in (
-        ("direct", direct),
-        ("serve", gateway),
-        ("direct", direct),
-        ("serve", gateway),
-    ):
-        rate, times = asyncio.run(load(urls, args.requests, args.in_flight))
-        rows.append((name, rate, p(times, 50), p(times, 99)))
-    best = {
-        name: max((r for r in rows if r[0] == name), key=lambda r: r[1])
-        for name in ("direct", "serve")
-    }
-    d, s = best["direct"], best["serve"]
+def first_texts(urls: dict[str, str]) -> None:
+    """The median time to the first text of a slow stream through each of ``urls``."""
+    for url in urls.values():
+        asyncio.run(ttft(url, 2))
+    medians = {name: asyncio.run(ttft(url, 15)) * 1000 for name, url in urls.items()}
+    direct = medians["direct"]
     print(
-        f"{latency:g} ms backends, {args.in_flight} in flight: direct {d[1]:,.0f} req/s "
-        f"(p50 {d[2]:.1f} ms, p99 {d[3]:.1f} ms); serve {s[1]:,.0f} req/s (p50 {s[2]:.1f} ms, "
-        f"p99 {s[3]:.1f} ms); ratio {s[1] / d[1]:.3f}, added p50 {s[2] - d[2]:+.1f} ms, "
-        f"p99 {s[3] - d[3]:+.1f} ms",
+        "TTFT (a 200 ms first token, ~2 s stream, median of 15): "
+        + ", ".join(
+            f"{name} {ms:.1f} ms" + ("" if name == "direct" else f" ({ms - direct:+.1f})")
+            for name, ms in medians.items()
+        ),
         flush=True,
     )
+
+
+Target = tuple[list[str] | str, int | None]  # base URLs or one, and the process to watch
+
+
+def compare(latency: float, targets: dict[str, Target], args: argparse.Namespace) -> None:
+    """Each target twice, interleaved after a warm-up; the best of each printed against
+    direct, with the CPU its process spent a request."""
+    urls = {name: [u] if isinstance(u, str) else u for name, (u, _) in targets.items()}
+    for name in targets:
+        asyncio.run(load(urls[name], min(500, args.requests), args.in_flight))
+    best: dict[str, tuple[float, float, float, float | None]] = {}
+    for name in [*targets] * 2:
+        pid = targets[name][1]
+        before = None if pid is None else cpu_seconds(pid)
+        rate, times = asyncio.run(load(urls[name], args.requests, args.in_flight))
+        cpu = None if before is None else (cpu_seconds(pid) - before) / args.requests
+        row = (rate, p(times, 50), p(times, 99), cpu)
+        if name not in best or rate > best[name][0]:
+            best[name] = row
+    d = best["direct"]
+    print(f"{latency:g} ms backends, {args.in_flight} in flight:", flush=True)
+    for name, (rate, p50, p99, cpu) in best.items():
+        line = f"  {name:9} {rate:7,.0f} req/s  p50 {p50:6.1f} ms  p99 {p99:6.1f} ms"
+        if name != "direct":
+            line += (
+                f"  ratio {rate / d[0]:.3f}  added p50 {p50 - d[1]:+.1f} ms, "
+                f"p99 {p99 - d[2]:+.1f} ms  CPU {cpu * 1e6:,.0f} µs a request"
+            )
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

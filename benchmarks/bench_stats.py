@@ -13,6 +13,7 @@ lines.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -21,25 +22,27 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 RRCLI = """
 import json, resource, sys, time
 from rrcli.stats.summary import summarize
-t = time.perf_counter()
+t, cpu0 = time.perf_counter(), time.process_time()
 s = summarize([sys.argv[1]], workers=int(sys.argv[2]) or None)
 wall = time.perf_counter() - t
-self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+self_mb, child_mb = me.ru_maxrss / 1024, kids.ru_maxrss / 1024
+cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime - cpu0
 groups = {g["key"]: [g["calls"], g["latency_ms"]["p50"], g["latency_ms"]["p95"]]
           for g in s["groups"]}
-print(json.dumps({"wall": wall, "rss": self_mb, "child_rss": child_mb, "groups": groups}))
+print(json.dumps({"wall": wall, "cpu": cpu, "rss": self_mb, "child_rss": child_mb,
+                  "groups": groups}))
 """
 
 DUCKDB = """
 import json, resource, sys, time
 import duckdb
-t = time.perf_counter()
+t, cpu0 = time.perf_counter(), time.process_time()
 db = duckdb.connect()
 db.execute("set enable_progress_bar = false")  # it draws on stdout, where the numbers go
 rows = db.execute(
@@ -47,18 +50,22 @@ rows = db.execute(
     " quantile_cont(latency_ms, 0.95) filter (where outcome = 'ok')"
     " from read_json(?, format = 'newline_delimited', ignore_errors = true)"
     " where event = 'call' group by deployment", [sys.argv[1]]).fetchall()
-wall = time.perf_counter() - t
+wall, cpu = time.perf_counter() - t, time.process_time() - cpu0  # its threads' CPU included
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"wall": wall, "rss": rss, "child_rss": 0.0,
+print(json.dumps({"wall": wall, "cpu": cpu, "rss": rss, "child_rss": 0.0,
                   "groups": {r[0]: list(r[1:]) for r in rows}}))
 """
 
 
 def trace_file(n: int) -> Path:
-    """A cached trace of n lines: runs of 80,000 jobs, a day apart."""
+    """A cached trace of n lines: runs of 80,000 jobs, a day apart. Its name holds a digest of
+    the call record's fields, so a trace written before the schema changed is written again."""
     from stats_tracegen import lines, run_records
 
-    path = Path(tempfile.gettempdir()) / f"rrcli-bench-stats-{n}.jsonl"
+    from rrcli.records.traceschema import CALL_FIELDS
+
+    schema = hashlib.sha256(",".join(CALL_FIELDS).encode()).hexdigest()[:8]
+    path = Path(tempfile.gettempdir()) / f"rrcli-bench-stats-{n}-{schema}.jsonl"
     if path.exists():
         return path
     print(f"writing {n:,} trace lines to {path} (once) ...", flush=True)
@@ -101,7 +108,8 @@ def main() -> None:
     print(f"{args.lines:,} lines, {size:.0f} MiB, {os.cpu_count()} CPUs")
     ours = measure(RRCLI, path, args.workers)
     print(
-        f"rrcli stats : {ours['wall']:.2f} s, peak RSS {ours['rss']:.0f} MB "
+        f"rrcli stats : {ours['wall']:.2f} s ({ours['cpu']:.2f} s CPU), "
+        f"peak RSS {ours['rss']:.0f} MB "
         f"(each reader process {ours['child_rss']:.0f} MB), "
         f"{args.lines / ours['wall']:,.0f} lines/s"
     )
@@ -111,8 +119,14 @@ def main() -> None:
         print("duckdb     : skipped (not installed: pip install duckdb)")
         return
     theirs = measure(DUCKDB, path, 0)
-    print(f"duckdb      : {theirs['wall']:.2f} s, peak RSS {theirs['rss']:.0f} MB")
-    print(f"ratio       : rrcli/duckdb time {ours['wall'] / theirs['wall']:.2f}x")
+    print(
+        f"duckdb      : {theirs['wall']:.2f} s ({theirs['cpu']:.2f} s CPU), "
+        f"peak RSS {theirs['rss']:.0f} MB"
+    )
+    print(
+        f"ratio       : rrcli/duckdb time {ours['wall'] / theirs['wall']:.2f}x, "
+        f"CPU {ours['cpu'] / theirs['cpu']:.2f}x (CPU time varies less with the machine's load)"
+    )
     # rrcli prints milliseconds rounded to 3 decimals: DuckDB's unrounded p50 is the same when
     # it is within half of the last printed decimal
     same = ours["groups"].keys() == theirs["groups"].keys() and all(

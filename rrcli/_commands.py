@@ -260,6 +260,7 @@ def sim_command(ctx: click.Context, host: str, port: int, **options: object) -> 
     help="Variable holding the client keys, comma-separated [default: [serve] keys_env].",
 )
 @click.option("--no-auth", is_flag=True, help="Take requests without a key (loopback only).")
+@click.option("-q", "--quiet", is_flag=True, help="No live display; log errors only.")
 def serve_command(
     profiles: tuple[str, ...],
     host: str | None,
@@ -267,14 +268,19 @@ def serve_command(
     traces: Path | None,
     key_env: str | None,
     no_auth: bool,
+    quiet: bool,
 ) -> None:
     """Serve the OpenAI and Anthropic APIs in front of the profiles' pools."""
     import asyncio
     import os
 
+    from rrcli import _render
+    from rrcli._logging import configure_logging
     from rrcli.config.load import load_profile, resolve_profile_path
+    from rrcli.serve.metrics import Activity
     from rrcli.serve.server import ServeOptions, client_keys, serve
 
+    configure_logging(level="error" if quiet else "warning")
     paths = profiles or (None,)
     loaded = [load_profile(resolve_profile_path(p, os.environ), environ=os.environ) for p in paths]
     table = loaded[0].serve  # the first profile's [serve], under the options given here
@@ -289,8 +295,16 @@ def serve_command(
         session_idle=table.session_idle,
     )
     keys = client_keys(options, os.environ, lambda s: click.echo(s))
+
+    def watch(gateway: Any) -> None:
+        activity = Activity(gateway)
+        display.watch(activity.line, activity.rows)
+
+    display = _render.RunDisplay(enabled=sys.stderr.isatty() and not quiet)
     try:
-        asyncio.run(serve(loaded, options, keys=keys, echo=lambda s: click.echo(s)))
+        with display:
+            run = serve(loaded, options, keys=keys, echo=lambda s: click.echo(s), on_start=watch)
+            asyncio.run(run)
     except KeyboardInterrupt:
         pass
     except OSError as exc:

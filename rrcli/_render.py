@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,11 +26,14 @@ if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
     from rrcli.config.profile import Profile
     from rrcli.routing.control import RunControl
+    from rrcli.routing.lease import BackendState
     from rrcli.routing.router import Router
     from rrcli.running.checks import CheckReport
     from rrcli.running.plan import Plan
     from rrcli.running.summary import RunSummary
 
+#: the live display's deployments: (label, state) each
+Rows = list[tuple[str, "BackendState"]]
 _PIPE_WIDTH = 160  # columns for tables written to a pipe (no terminal to measure)
 
 
@@ -75,12 +79,11 @@ class PromptPrinter:
 
 
 class RunDisplay:
-    """The live progress display of ``rrcli run`` on a terminal: totals and a row per deployment.
-
-    It reads the run's counters four times a second from rich's refresh thread; the engine never
-    calls into it, so it costs the hot path nothing. ``control`` (the run's switch) tells it the
-    run is stopping. Jobs a resumed run skips count as done.
-    """
+    """The live progress display on a terminal: a head line and a row per deployment, ``rrcli
+    run``'s (``start``) or another command's (``watch``: ``rrcli serve``). It reads the counters
+    four times a second from rich's refresh thread; the engine never calls into it, so it costs
+    the hot path nothing. ``control`` (the run's switch) tells it the run is stopping. Jobs a
+    resumed run skips count as done."""
 
     def __init__(self, *, enabled: bool, control: RunControl | None = None) -> None:
         self.enabled = enabled
@@ -88,6 +91,8 @@ class RunDisplay:
         self.live: Live | None = None
         self.summary: RunSummary | None = None
         self.router: Router | None = None
+        self._head: Callable[[], str] = str
+        self._rows: Callable[[], Rows] = list
 
     def __enter__(self) -> RunDisplay:
         return self
@@ -98,6 +103,11 @@ class RunDisplay:
 
     def start(self, summary: RunSummary, router: Router) -> None:
         self.summary, self.router = summary, router
+        self.watch(self._run_head, lambda: [(s.backend.id, s) for s in router.states])
+
+    def watch(self, head: Callable[[], str], rows: Callable[[], Rows]) -> None:
+        """Show ``head()`` and the deployments of ``rows()``, (label, state) each, live."""
+        self._head, self._rows = head, rows
         if self.enabled:
             self.live = Live(
                 get_renderable=self._render,
@@ -108,7 +118,7 @@ class RunDisplay:
             )
             self.live.start()
 
-    def _render(self) -> Group:
+    def _run_head(self) -> str:
         summary, router = self.summary, self.router
         assert summary is not None and router is not None
         head = f"jobs {summary.progress().line()}  ok {summary.ok:,}"
@@ -117,34 +127,40 @@ class RunDisplay:
             head += f"  skipped {summary.skipped:,}"
         if router.budget is not None:
             head += f"  {router.budget.progress()}"
-        table = Table(box=None, pad_edge=False)
-        for name, justify in [
-            ("deployment", "left"),
-            ("in flight / cap", "right"),
-            ("ok calls", "right"),
-            ("retries", "right"),
-            ("errors", "right"),
-            ("", "left"),
-        ]:
-            table.add_column(name, justify=justify)  # type: ignore[arg-type]
-        for state in router.states:
-            gate = state.gate
-            cap = f"{gate.cap}" if gate.cap == gate.max_cap else f"{gate.cap} (max {gate.max_cap})"
-            mark = "[red]down[/]" if state.down else "[yellow]cooling[/]" if state.cooling else ""
-            table.add_row(
-                state.backend.id,
-                f"{state.in_flight} / {cap}",
-                f"{state.done:,}",
-                f"{state.retries:,}",
-                f"{state.errors:,}",
-                mark,
-            )
-        lines = [Text(head, style="bold"), table]
-        if summary.failures:
+        return head
+
+    def _render(self) -> Group:
+        summary, router = self.summary, self.router
+        lines = [Text(self._head(), style="bold"), _deployments(self._rows())]
+        if summary is not None and summary.failures:
             lines.append(Text(summary.failures_line(), style="red"))
-        if self.control is not None and self.control.stopping:
+        if self.control is not None and self.control.stopping and router is not None:
             lines.append(Text(_stopping(self.control, router), style="yellow"))
         return Group(*lines)
+
+
+_COLUMNS = (("deployment", "left"), ("in flight / cap", "right"), ("ok calls", "right"),
+            ("retries", "right"), ("errors", "right"), ("", "left"))  # fmt: skip
+
+
+def _deployments(rows: Rows) -> Table:
+    """A row per deployment: in flight of its cap, ok calls, retries, errors, down or cooling."""
+    table = Table(box=None, pad_edge=False)
+    for name, justify in _COLUMNS:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for label, state in rows:
+        gate = state.gate
+        cap = f"{gate.cap}" if gate.cap == gate.max_cap else f"{gate.cap} (max {gate.max_cap})"
+        mark = "[red]down[/]" if state.down else "[yellow]cooling[/]" if state.cooling else ""
+        table.add_row(
+            label,
+            f"{state.in_flight} / {cap}",
+            f"{state.done:,}",
+            f"{state.retries:,}",
+            f"{state.errors:,}",
+            mark,
+        )
+    return table
 
 
 def _stopping(control: RunControl, router: Router) -> str:

@@ -132,6 +132,7 @@ class BillingServer:
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/completions", self._completions, methods=["POST"]),
             Route("/v1/messages", self._messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
         ]
         import uvicorn
 
@@ -227,6 +228,11 @@ class BillingServer:
                       "cache_read_input_tokens": read, "cache_creation_input_tokens": written},
         }  # fmt: skip
         return JSONResponse(answer)
+
+    async def _count_tokens(self, request: Request) -> Response:
+        """Anthropic's token count: the input as it would bill it, billing nothing."""
+        body = await self._body(request)
+        return JSONResponse({"input_tokens": _input(body)})
 
     def _cache(self, body: dict[str, Any]) -> tuple[int, int]:
         """(input tokens read from the prompt cache, written to it): with ``prompt_cache``, a

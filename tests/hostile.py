@@ -73,8 +73,9 @@ class HostileServer:
     """One server; ``url`` is ``http://127.0.0.1:PORT``, ``openai_url`` adds ``/v1``.
 
     ``requests``: every request received, in order. ``spans``: (start, end) monotonic seconds
-    of each answered request. ``peak``: the most requests in flight at once. ``idle_close``:
-    seconds a connection may idle after an answer before the server closes it (None: never)."""
+    of each answered request. ``peak``: the most requests in flight at once. ``connections``: how
+    many connections clients opened. ``idle_close``: seconds a connection may idle after an
+    answer before the server closes it (None: never)."""
 
     def __init__(self, answer: Answer, idle_close: float | None = None) -> None:
         self.answer = answer
@@ -82,6 +83,7 @@ class HostileServer:
         self.requests: list[Request] = []
         self.spans: list[tuple[float, float]] = []
         self.peak = 0
+        self.connections = 0
         self._in_flight = 0
         self._loop = asyncio.new_event_loop()
         started = threading.Event()
@@ -111,6 +113,7 @@ class HostileServer:
         self._loop.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         wait = None  # the first request may take its time; then ``idle_close`` applies
         try:
             while (request := await _read_request(reader, wait)) is not None:

@@ -219,6 +219,15 @@ def test_a_server_closing_idle_connections_needs_no_retry(tmp_path, hostile_serv
     assert 300 == len(lines) == len(calls(tmp_path / "jobs.traces.jsonl"))
 
 
+def test_calls_one_after_the_other_share_one_connection(tmp_path, hostile_server):
+    """Calls one after the other to a server that keeps its connections open travel on one
+    pooled connection: asking whether the server closed an idle one never drops a live one."""
+    server = hostile_server(lambda _: chat())
+    result, _, lines = run_against(tmp_path, server, jobs=20, max_concurrency=1)
+    assert 0 == result.returncode, result.stderr
+    assert (20, 1) == (len(lines), server.connections)
+
+
 def test_the_new_limits_are_validated(tmp_path):
     """``stream_idle_timeout`` must be a number above 0 and ``max_response_bytes`` an integer of
     at least 1: each wrong value is an error naming its key, in a backend or in [defaults]."""

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from rrcli.config.models import Media
+from rrcli.config.models import MEDIA, Media
 from rrcli.config.prices import price_of
 from rrcli.config.profile import Backend, Price
 from rrcli.providers.base import Call
 from rrcli.routing.costs import attempt_ceiling
-from rrcli.tokens import UNCAPPED_OUTPUT
+from rrcli.tokens import UNCAPPED_OUTPUT, input_bound
 
 pytest.importorskip("genai_prices")
 
@@ -96,3 +98,24 @@ def test_files_and_audio_are_reserved_at_their_most_and_no_call_past_its_window(
     assert (64_000 + 10.0) / 1e6 == attempt_ceiling(
         price, Call(long, {"max_tokens": 1}), media=narrow
     )
+
+
+_text = st.text(max_size=30)
+_message = st.fixed_dictionaries(
+    {"content": st.one_of(_text, st.lists(st.fixed_dictionaries({"type": st.just("text"),
+                                                                "text": _text})))},
+    optional={"role": st.sampled_from(["user", "system"]), "name": _text},
+)  # fmt: skip
+
+
+@given(st.lists(_message, max_size=4))
+def test_messages_are_bounded_alike_whatever_their_shape(messages):
+    """A budget's input bound of chat messages is the same whether a message is a plain role
+    and text (read directly) or has parts and other keys (walked): a token a UTF-8 byte of
+    every text, the role aside."""
+    texts = sum(len(str(m["content"]).encode()) for m in messages if isinstance(m["content"], str))
+    parts = sum(len(p["text"].encode()) for m in messages if isinstance(m["content"], list)
+                for p in m["content"])  # fmt: skip
+    names = sum(len(m.get("name", "").encode()) for m in messages)
+    expected = max(1, texts + parts + names + 4 * len(messages))
+    assert expected == input_bound(messages, {}, None, MEDIA)

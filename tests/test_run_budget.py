@@ -236,6 +236,22 @@ def test_validate_names_the_backends_without_a_price(tmp_path, sim_server):
     assert {"a": {**PRICE, "source": "profile"}, "b": None} == document["prices"]
 
 
+def test_validate_says_the_cache_prices_genai_prices_knows(tmp_path):
+    """A backend priced by genai-prices (Anthropic's API): validate says its input and output
+    prices and its cache read and write prices, and --json has them; nothing is sent."""
+    pytest.importorskip("genai_prices")
+    key, env = {"api_key_env": "RRCLI_TEST_KEY"}, {"RRCLI_TEST_KEY": "sk-test"}
+    entry = {"id": "c", "provider": "anthropic", "base_url": "https://api.anthropic.com",
+             "model": "claude-sonnet-4-5", "credentials": key}  # fmt: skip
+    profile = write_profile(tmp_path / "p.toml", [entry])
+    text = rrcli("validate", profile, cwd=tmp_path, env=env)
+    assert ("price: c: $3 / $15 per million input / output tokens, $0.3 cache reads, $3.75 "
+            "cache writes (genai-prices)") in text.stdout  # fmt: skip
+    document = orjson.loads(rrcli("validate", profile, "--json", cwd=tmp_path, env=env).stdout)
+    expected = {"input": 3.0, "output": 15.0, "cached_input": 0.3, "cache_write": 3.75}
+    assert {**expected, "source": "genai-prices"} == document["prices"]["c"]
+
+
 def test_a_profile_budget_over_an_unpriced_backend_is_a_profile_error(tmp_path, sim_server):
     """`[budget] max_cost_usd` with a backend that has no price: validate reports an error at
     budget.max_cost_usd naming the backend, and run refuses the profile (exit 2), nothing sent."""

@@ -151,8 +151,9 @@ def test_pydantic_ai_agent_calls_a_tool_over_several_steps(served):
 
 
 def test_anthropic_sdk_counts_tokens(served):
-    """``messages.count_tokens`` is answered with rrcli's estimate, four characters a token and
-    four a message, the system text and the tools counted too; an unknown model is a 404."""
+    """``messages.count_tokens`` where no backend counts (an OpenAI-wire pool) is answered
+    with rrcli's estimate, four characters a token and four a message, the system text and
+    the tools counted too; an unknown model is a 404."""
     client = anthropic.Anthropic(base_url=served.url, api_key="none", max_retries=0)
     text = [{"role": "user", "content": "x" * 400}]
     plain = client.messages.count_tokens(model="pool", messages=text)
@@ -164,3 +165,23 @@ def test_anthropic_sdk_counts_tokens(served):
     assert (104, 104 + 10 + tools) == (plain.input_tokens, fuller.input_tokens)
     with pytest.raises(anthropic.NotFoundError):
         client.messages.count_tokens(model="nope", messages=HI)
+
+
+def test_anthropic_sdk_counts_tokens_at_an_anthropic_backend(tmp_path, billing_server):
+    """A pool with an Anthropic backend that counts: ``messages.count_tokens`` is its count,
+    asked for the backend's model and naming it in ``x-rrcli-deployment``; counting bills
+    nothing and leaves no call in the trace."""
+    server = billing_server()
+    backend = {"id": "an", "provider": "anthropic", "base_url": server.url, "model": "claude-x"}
+    path = write_profile(tmp_path / "pool.toml", [backend], name="pool")
+    traces = tmp_path / "serve.traces.jsonl"
+    served = Served(path, tmp_path, "--no-auth", "--traces", str(traces))
+    try:
+        client = anthropic.Anthropic(base_url=served.url, api_key="none", max_retries=0)
+        text = [{"role": "user", "content": "x" * 400}]
+        raw = client.messages.with_raw_response.count_tokens(model="pool", messages=text)
+    finally:
+        served.stop()
+    seen = (raw.parse().input_tokens, raw.headers["x-rrcli-deployment"], server.requests[-1])
+    assert (400, "an", {"model": "claude-x", "messages": text}) == seen
+    assert (0.0, []) == (server.billed(), calls(traces))

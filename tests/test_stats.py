@@ -210,7 +210,8 @@ def test_several_files_equal_their_concatenation(tmp_path):
 def test_parallel_parts_equal_one_pass(trace_file, monkeypatch):
     """A file cut into parts read by forked workers gives exactly the one-pass summary."""
     one = summarize([trace_file], workers=1)
-    monkeypatch.setattr("rrcli.stats.summary._PARALLEL_BYTES", 0)
+    monkeypatch.setattr("rrcli.stats.parallel._PARALLEL_BYTES", 0)
+    monkeypatch.setattr("rrcli.stats.summary._SPLIT_CALLS", 0)
     assert one == summarize([trace_file], workers=3)
 
 

@@ -150,38 +150,35 @@ def an_tool_turn(draw: st.DrawFn) -> list[dict[str, Any]]:
     return [{"role": "assistant", "content": lead + uses}, {"role": "user", "content": results}]
 
 
+an_head = st.lists(st.builds(lambda t: {"role": "system", "content": t}, said), max_size=1)
+an_user = st.builds(
+    lambda c: {"role": "user", "content": c}, said | st.lists(an_text, min_size=1, max_size=2)
+)
+an_assistant = st.builds(lambda t: {"role": "assistant", "content": t}, said)
+an_turns = st.lists(
+    st.builds(lambda m: [m], an_user | an_assistant) | an_tool_turn(), min_size=1, max_size=5
+)
+an_params = st.fixed_dictionaries(
+    {},
+    optional={
+        "stop_sequences": st.lists(said, min_size=1, max_size=6),
+        "max_tokens": st.integers(1, 4096),
+        "temperature": st.floats(0, 1),
+        "top_p": st.floats(0, 1),
+        "top_k": st.integers(1, 40),
+        "metadata": st.builds(lambda u: {"user_id": u}, said),
+    },
+)
+an_tools = st.lists(
+    st.builds(lambda n, s: {"name": n, "input_schema": s}, ident, schema),
+    max_size=2,
+    unique_by=lambda t: t["name"],
+)
+
+
 @st.composite
 def an_job(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    head = draw(st.lists(st.builds(lambda t: {"role": "system", "content": t}, said), max_size=1))
-    user = st.builds(
-        lambda c: {"role": "user", "content": c}, said | st.lists(an_text, min_size=1, max_size=2)
-    )
-    assistant = st.builds(lambda t: {"role": "assistant", "content": t}, said)
-    turns = draw(
-        st.lists(
-            st.builds(lambda m: [m], user | assistant) | an_tool_turn(), min_size=1, max_size=5
-        )
-    )
-    params = draw(
-        st.fixed_dictionaries(
-            {},
-            optional={
-                "stop_sequences": st.lists(said, min_size=1, max_size=6),
-                "max_tokens": st.integers(1, 4096),
-                "temperature": st.floats(0, 1),
-                "top_p": st.floats(0, 1),
-                "top_k": st.integers(1, 40),
-                "metadata": st.builds(lambda u: {"user_id": u}, said),
-            },
-        )
-    )
-    tools = draw(
-        st.lists(
-            st.builds(lambda n, s: {"name": n, "input_schema": s}, ident, schema),
-            max_size=2,
-            unique_by=lambda t: t["name"],
-        )
-    )
+    head, turns, params, tools = draw(an_head), draw(an_turns), draw(an_params), draw(an_tools)
     if tools:
         params["tools"] = tools
         choices = [{"type": "auto"}, {"type": "any"}, {"type": "tool", "name": tools[0]["name"]}]

@@ -13,11 +13,14 @@ sequence and usage of ``message_delta``), then read the same way.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+import httpx2
 import orjson
 
+from rrcli.config.urls import endpoint_url
 from rrcli.providers._http import HTTPProvider, invalid_answer, parse_event_json, token_sum
 from rrcli.providers._sse import SSEEvent
 from rrcli.providers.base import (
@@ -27,6 +30,8 @@ from rrcli.providers.base import (
     invalid_response,
     redact,
     stream_error,
+    timed_out,
+    translate_transport_error,
 )
 from rrcli.providers.registry import ANTHROPIC_MAX_TOKENS
 from rrcli.providers.translate import answer_from_forced_tool, to_anthropic
@@ -50,6 +55,28 @@ class AnthropicProvider(HTTPProvider):
         if call.dialect != "anthropic" and "response_format" in call.params:
             return answer_from_forced_tool(reply, call)
         return reply
+
+    async def count_tokens(self, body: Mapping[str, Any]) -> int:
+        """The server's count of a Messages request's input tokens (``POST
+        /v1/messages/count_tokens``, for this backend's model), within the backend's timeout;
+        ProviderError when it gives none (a server that does not count answers 404)."""
+        url = endpoint_url(self._base_url, "/v1/messages/count_tokens")
+        content = orjson.dumps({**body, "model": self.backend.model})
+        request = self._client.build_request("POST", url, content=content)
+        try:
+            async with asyncio.timeout(self.backend.timeout):
+                response, content = await self._send_plain(request)
+        except TimeoutError:
+            raise timed_out(self.backend.timeout) from None
+        except httpx2.HTTPError as exc:
+            raise translate_transport_error(exc, self._key, self.backend.timeout) from exc
+        try:
+            tokens = orjson.loads(content).get("input_tokens")
+        except (orjson.JSONDecodeError, AttributeError):
+            tokens = None
+        if type(tokens) is not int or tokens < 0:
+            raise invalid_response("no input_tokens in the count", response.status_code)
+        return tokens
 
     def build_body(self, call: Call) -> dict[str, Any]:
         if call.dialect != "anthropic":

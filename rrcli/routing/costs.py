@@ -48,6 +48,8 @@ _UNSENT = frozenset(
 def choices(params: Mapping[str, Any]) -> int:
     """How many answers a request asks for: ``n`` (any numeric spelling: 2, 2.0, "2") times
     ``best_of`` (completions generate that many and bill them all); at least 1."""
+    if "n" not in params and "best_of" not in params:
+        return 1
     return max(1, _count(params.get("n"))) * max(1, _count(params.get("best_of")))
 
 

@@ -247,11 +247,20 @@ def check_jobs(path: Path, backends: Sequence[Backend] = ()) -> JobsReport:
     return report
 
 
+def _cache_prices(price: Price) -> str:
+    """The cache read and write prices a price has, as ``price_lines`` says them."""
+    read, write = price.cached_input, price.cache_write
+    said = ([] if read is None else [f"${read:g} cache reads"]) + (
+        [] if write is None else [f"${write:g} cache writes"]
+    )
+    return "".join(f", {part}" for part in said)
+
+
 def price_lines(prices: Mapping[str, KnownPrice | None]) -> list[str]:
     """``validate``: the prices looked up in genai-prices, and the backends with none."""
     lines = [
         f"price: {bid}: ${known.price.input:g} / ${known.price.output:g} per million input / "
-        f"output tokens ({known.source})"
+        f"output tokens{_cache_prices(known.price)} ({known.source})"
         for bid, known in prices.items()
         if known is not None and known.source != "profile"
     ]

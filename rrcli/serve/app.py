@@ -29,6 +29,7 @@ from starlette.routing import Route
 from rrcli.errors import CallError
 from rrcli.records.attempt import CallOutcome
 from rrcli.running.pool import CLIENT_LEFT, Pool, answer
+from rrcli.serve.counting import count_tokens
 from rrcli.serve.metrics import CONTENT_TYPE, Metrics
 from rrcli.serve.sessions import Idle, session_of
 from rrcli.serve.wires import ANTHROPIC, OPENAI, Wire
@@ -212,9 +213,9 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
         return _error(
             wire, 404, f"model {body.get('model')!r} is not served here; served: {served}"
         )
-    if endpoint == "count_tokens":
-        return _counted(body)
     pool, exclude = chosen
+    if endpoint == "count_tokens":
+        return await _counted(pool, exclude, body)
     wait = gateway.cooling(pool, exclude)
     if wait is not None:
         after = str(max(1, math.ceil(wait)))
@@ -238,12 +239,14 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
 _NOT_JSON = "the request body is not a JSON object"
 
 
-def _counted(body: dict[str, Any]) -> Response:
-    """An Anthropic token count, estimated here (no backend is asked, nothing is spent)."""
-    counted = ANTHROPIC.count_tokens(body)
+async def _counted(pool: Pool, exclude: frozenset[str], body: dict[str, Any]) -> Response:
+    """An Anthropic token count (serve/counting.py): a backend's, else rrcli's estimate."""
+    counted = await count_tokens(pool, exclude, body)
     if counted is None:
         return _error(ANTHROPIC, 400, "messages: expected a list of message objects")
-    return Response(orjson.dumps(counted), media_type=_JSON, headers={"x-rrcli-estimate": "1"})
+    tokens, by = counted
+    headers = {"x-rrcli-estimate": "1"} if by is None else {"x-rrcli-deployment": by}
+    return Response(orjson.dumps({"input_tokens": tokens}), media_type=_JSON, headers=headers)
 
 
 async def _body(request: Request, limit: int) -> dict[str, Any] | Response | None:

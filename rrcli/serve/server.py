@@ -24,11 +24,14 @@ from pathlib import Path
 import uvicorn
 
 from rrcli.config.profile import Profile
-from rrcli.errors import UsageError
+from rrcli.errors import RRCLIError, UsageError
+from rrcli.logs import get_logger
 from rrcli.running.pool import Pool
 from rrcli.serve.app import Gateway, Settings, build_app, pool_name
 
 __all__ = ["ServeOptions", "client_keys", "serve"]
+
+log = get_logger("rrcli")
 
 SWEEP_INTERVAL = 30.0  # the most seconds between looks for idle sessions
 
@@ -102,8 +105,10 @@ async def serve(
     environ: Mapping[str, str] | None = None,
     echo: Callable[[str], None] = print,
     sock: socket.socket | None = None,
+    on_start: Callable[[Gateway], None] | None = None,
 ) -> None:
-    """Serve the pools of ``profiles`` until SIGTERM or Ctrl-C, then drain and return."""
+    """Serve the pools of ``profiles`` until SIGTERM or Ctrl-C, then drain and return;
+    ``on_start`` is handed the gateway once it listens (the live display reads it)."""
     environ = os.environ if environ is None else environ
     paths = _trace_paths(profiles, options.traces)
     pools = [Pool(p, environ=environ, traces=t) for p, t in zip(profiles, paths, strict=True)]
@@ -114,7 +119,7 @@ async def serve(
             await pool.open()
             opened.append(pool)
         gateway = Gateway(pools, settings)
-        await _run(gateway, options, echo, sock)
+        await _run(gateway, options, echo, sock, on_start)
     finally:
         for pool in opened:
             await pool.close()
@@ -125,6 +130,7 @@ async def _run(
     options: ServeOptions,
     echo: Callable[[str], None],
     sock: socket.socket | None,
+    on_start: Callable[[Gateway], None] | None,
 ) -> None:
     config = uvicorn.Config(
         build_app(gateway),
@@ -151,6 +157,8 @@ async def _run(
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     names = ", ".join(pool_name(p) for p in gateway.pools)
     echo(f"rrcli serve: http://{_name(sock)} (pools: {names})")
+    if on_start is not None:
+        on_start(gateway)
     try:
         await server.serve(sockets=[sock])
     finally:
@@ -187,7 +195,10 @@ def _name(sock: socket.socket) -> str:
 
 def _reopen(gateway: Gateway) -> None:
     for pool in gateway.pools:
-        pool.reopen()
+        try:
+            pool.reopen()
+        except RRCLIError as exc:  # its folder gone, say: the lines go on to the file as it was
+            log.error("rrcli.traces_not_reopened", error=str(exc))
 
 
 async def _sweep(gateway: Gateway) -> None:

@@ -24,7 +24,6 @@ from rrcli.providers.vocabulary import (
     openai_finish_reason,
 )
 from rrcli.records.bodies import anthropic_body, openai_body
-from rrcli.tokens import estimate_input_tokens, estimate_value_tokens
 
 __all__ = ["ANTHROPIC", "OPENAI", "AnthropicWire", "OpenAIWire", "Wire"]
 
@@ -143,19 +142,6 @@ class AnthropicWire(Wire):
 
     def answer(self, record: dict[str, Any], body: Any) -> dict[str, Any]:
         return anthropic_body(record, body)
-
-    def count_tokens(self, body: dict[str, Any]) -> dict[str, int] | None:
-        """``/v1/messages/count_tokens``' answer: rrcli's estimate of the request's input (its
-        messages, ``system`` and ``tools``; about four characters a token), no backend asked;
-        None when ``messages`` is not a list of objects."""
-        messages = body.get("messages")
-        if type(messages) is not list or not all(type(m) is dict for m in messages):
-            return None
-        tokens = estimate_input_tokens(messages)
-        for part in (body.get("system"), body.get("tools")):
-            if part:
-                tokens += estimate_value_tokens(part)
-        return {"input_tokens": tokens}
 
     # -- a streamed message --------------------------------------------------------------------
 

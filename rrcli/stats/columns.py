@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import chain
 from typing import IO, Annotated, Any
 
 import msgspec
@@ -110,9 +110,8 @@ class _BackendEvent(msgspec.Struct, tag="backend", tag_field="event", gc=False):
 
 
 _DECODER = msgspec.json.Decoder(_Call | _Run | _RunEnd | _BackendEvent)
-_NUMBERS = attrgetter(
-    "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens"
-)
+_FIELDS = {name: at for at, name in enumerate(_Call.__struct_fields__)}  # name → its place
+_NUMBERS = ("latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens")
 
 
 @dataclass(slots=True)
@@ -160,7 +159,6 @@ class TraceReader:
 
     def __init__(self, by: str = "deployment") -> None:
         self.by = by
-        self._key = attrgetter(KEY_FIELDS[by])
         self.runs: dict[str, RunInfo] = {}
         self.run_ids: dict[str, int] = {}
         self.deployments: dict[str, int] = {}
@@ -254,29 +252,36 @@ class TraceReader:
         return records
 
     def _columns(self, calls: list[_Call]) -> None:
-        n = len(calls)
-        t0 = _timestamps(list(map(attrgetter("ts_start"), calls)))
-        t1 = _timestamps(list(map(attrgetter("ts_end"), calls)))
-        try:
-            numbers = np.array(list(map(_NUMBERS, calls)), dtype=float).reshape(n, 5).T
-        except OverflowError:  # an integer past any float
-            numbers = np.array([list(map(_float, _NUMBERS(c))) for c in calls]).reshape(n, 5).T
+        """The calls of a block as columns. Every record's fields come out in one C call
+        (``astuple``), flattened into one list whose strided slices are the fields: a tenth of
+        the cost of reading each attribute of each record."""
+        n, width = len(calls), len(_FIELDS)
+        flat = list(chain.from_iterable(map(msgspec.structs.astuple, calls)))
+
+        def values(name: str) -> list[Any]:
+            return flat[_FIELDS[name] :: width]
+
+        def flags(name: str) -> np.ndarray:  # null is false
+            return np.fromiter(values(name), bool, n)
+
+        t0, t1 = _timestamps(values("ts_start")), _timestamps(values("ts_end"))
+        numbers = np.array([_floats(values(name)) for name in _NUMBERS])
         cols = [
-            _codes(self.run_ids, list(map(attrgetter("run_id"), calls))),
-            _codes(self.deployments, list(map(attrgetter("deployment"), calls))),
+            _codes(self.run_ids, values("run_id")),
+            _codes(self.deployments, values("deployment")),
             None,
-            np.fromiter(map(_OUTCOMES.__getitem__, map(attrgetter("outcome"), calls)), np.int8, n),
-            np.array(list(map(attrgetter("stream"), calls)), dtype=bool),
+            np.fromiter(map(_OUTCOMES.__getitem__, values("outcome")), np.int8, n),
+            flags("stream"),
             t0,
             t1,
             *numbers,
-            _charges(list(map(attrgetter("cost_usd"), calls))),
-            np.array(list(map(attrgetter("cost_estimated"), calls)), dtype=bool),
-            np.array(list(map(attrgetter("usage_estimated"), calls)), dtype=bool),
+            _charges(values("cost_usd")),
+            flags("cost_estimated"),
+            flags("usage_estimated"),
         ]
         cols[2] = {"run": cols[0], "deployment": cols[1]}.get(self.by)
         if cols[2] is None:
-            cols[2] = _codes(self.keys, list(map(self._key, calls)))
+            cols[2] = _codes(self.keys, values(KEY_FIELDS[self.by]))
         good = _sane(t0, t1, numbers)
         if not good.all():
             self.malformed += int(n - good.sum())
@@ -297,6 +302,14 @@ class TraceReader:
             info.start_ms = start * 1000.0
             info.profile, info.strategy = record.profile.name, record.profile.strategy
             info.backends = {b.id: b for b in record.profile.backends}
+
+
+def _floats(values: list[float | int | None]) -> np.ndarray:
+    """``values`` as floats, NaN for None, infinity for an integer past any float."""
+    try:
+        return np.fromiter([math.nan if v is None else v for v in values], float, len(values))
+    except OverflowError:
+        return np.array(list(map(_float, values)))
 
 
 def _float(value: float | None) -> float:
@@ -362,19 +375,19 @@ def _codes(table: dict, values: list) -> np.ndarray:
 
 def _timestamps(values: list[str]) -> np.ndarray:
     """Epoch ms of each RFC 3339 string, NaN where it is not one. Canonical
-    ``YYYY-MM-DDTHH:MM:SS.mmmZ`` strings parse vectorised; others one by one."""
-    canonical = set(map(len, values)) == {24}
-    if canonical:
+    ``YYYY-MM-DDTHH:MM:SS.mmmZ`` strings parse vectorised (joined into one buffer of 24 bytes
+    each); others one by one."""
+    if set(map(len, values)) == {24}:
         try:
-            raw = np.array(values, dtype="S24")
+            raw = np.frombuffer("".join(values).encode("ascii"), "S24")
         except UnicodeEncodeError:
-            canonical = False
-    if canonical:
-        view = raw.view(np.uint8).reshape(-1, 24)
-        marks = (view[:, 10] == ord("T")) & (view[:, 19] == ord(".")) & (view[:, 23] == ord("Z"))
-        if marks.all():
-            try:
-                return raw.astype("S23").astype("datetime64[ms]").astype(np.int64).astype(float)
-            except ValueError:
-                pass
+            raw = None
+        if raw is not None:
+            view = raw.view(np.uint8).reshape(-1, 24)
+            marks = (view[:, 10] == 84) & (view[:, 19] == 46) & (view[:, 23] == 90)  # T . Z
+            if marks.all():
+                try:
+                    return raw.astype("S23").astype("datetime64[ms]").astype(np.int64) * 1.0
+                except ValueError:
+                    pass
     return np.array([parse_rfc3339(v) for v in values], dtype=float) * 1000.0

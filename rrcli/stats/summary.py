@@ -33,15 +33,12 @@ milliseconds, rates and means to 3 decimals, shares to 4, costs to 6 (a milliont
 
 from __future__ import annotations
 
-import itertools
-import multiprocessing
 import os
 import re
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import orjson
@@ -50,16 +47,15 @@ from rrcli.errors import UsageError
 from rrcli.records.traceschema import JOB_COUNTS, parse_rfc3339, rfc3339
 from rrcli.stats.columns import CACHED, KEY_FIELDS, Columns, TraceReader
 from rrcli.stats.grouped import group_rows, group_sums, group_sweep
+from rrcli.stats.parallel import Source, both, cpus, read_all
 
 __all__ = ["BY_FIELDS", "parse_since", "summarize"]
 
 BY_FIELDS = tuple(KEY_FIELDS)  # what --by groups on
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
-_PARALLEL_BYTES = 64 << 20
+_SPLIT_CALLS = 200_000  # from this many calls on, groups and total are summed at once
 _FIRST_LINE_BYTES = 1 << 20  # what is read of a file to tell a results file from a trace
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
-Source = str | os.PathLike[str] | IO[bytes]
 
 
 def summarize(
@@ -87,20 +83,21 @@ def summarize(
     for source in sources:
         if isinstance(source, str | os.PathLike):
             _check_path(Path(source))
-    reader = _read(sources, by, workers or _cpus())
+    workers = workers or cpus()
+    reader = read_all(sources, by, workers)
     cols = reader.columns()
     runs, starts = _select_runs(reader, cols, [run] if isinstance(run, str) else run, since_ms)
     codes = np.array([reader.run_ids[r] for r in runs if r in reader.run_ids], np.int32)
     if len(codes) < len(reader.run_ids):
         cols = cols.take(np.isin(cols.run, codes))
-    price_in, price_out, price_cached = _prices(reader, cols)
+    prices = _prices(reader, cols)
     sent = cols.outcome != CACHED
     per_run = group_sums(cols.run[sent], len(reader.run_ids)).astype(int).tolist()
-    prices = (price_in, price_out, price_cached)
+    groups, total = _sums(reader, cols, prices, runs, int(sent.sum()), workers)
     summary = {
         "by": by,
-        "groups": _groups(reader, cols, prices, runs, int(sent.sum())),
-        "total": _total(cols, prices, int(sent.sum())),
+        "groups": groups,
+        "total": total,
         "jobs": _jobs(reader, runs),
         "runs": [_run_row(reader, per_run, r, starts[r]) for r in runs],
         "malformed_lines": reader.malformed,
@@ -108,59 +105,6 @@ def summarize(
     if timeline_bins:
         summary["timeline"] = _timeline(reader, cols, runs, timeline_bins)
     return summary
-
-
-def _read(sources: list[Source], by: str, workers: int) -> TraceReader:
-    """Read every source; files of _PARALLEL_BYTES or more are cut at line boundaries into
-    parts read by ``workers`` forked processes, whose readers are merged."""
-    reader, parts = TraceReader(by), []
-    for source in sources:
-        if not isinstance(source, str | os.PathLike):
-            reader.read(getattr(source, "buffer", source))
-            continue
-        size = os.path.getsize(source)
-        cuts = _cuts(source, size, workers if size >= _PARALLEL_BYTES else 1)
-        if len(cuts) > 2:
-            parts += [(source, a, b, by) for a, b in itertools.pairwise(cuts)]
-        else:
-            with open(source, "rb") as stream:
-                reader.read(stream)
-    if parts:
-        fork = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(min(workers, len(parts)), mp_context=fork) as pool:
-            for part in pool.map(_read_part, parts):
-                reader.merge(part)
-    return reader
-
-
-def _cuts(path: Source, size: int, parts: int) -> list[int]:
-    """Byte offsets that cut a file into about ``parts`` pieces of whole lines."""
-    cuts = [0]
-    with open(path, "rb") as stream:
-        for i in range(1, parts):
-            stream.seek(size * i // parts)
-            stream.readline()
-            if cuts[-1] < stream.tell() < size:
-                cuts.append(stream.tell())
-    return [*cuts, size]
-
-
-def _read_part(part: tuple[Source, int, int, str]) -> TraceReader:
-    path, start, end, by = part
-    reader = TraceReader(by)
-    with open(path, "rb") as stream:
-        stream.seek(start)
-        reader.read(stream, end - start)
-    return reader
-
-
-def _cpus() -> int:
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return 1
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def parse_since(value: str | datetime | None, now: datetime) -> float | None:
@@ -269,6 +213,21 @@ def _prices(reader: TraceReader, cols: Columns) -> tuple[np.ndarray, np.ndarray,
         price_in[found], price_out[found] = table[at[found], 0], table[at[found], 1]
         price_cached[found] = table[at[found], 2]
     return price_in, price_out, price_cached
+
+
+def _sums(reader, cols, prices, runs, sent: int, workers: int) -> tuple[list, dict[str, Any]]:
+    """The groups' rows and the total's; with ``workers`` and _SPLIT_CALLS calls or more, the
+    groups are summed in a forked process while this one sums the total (each about half)."""
+
+    def groups() -> list[dict[str, Any]]:
+        return _groups(reader, cols, prices, runs, sent)
+
+    def total() -> dict[str, Any]:
+        return _total(cols, prices, sent)
+
+    if workers > 1 and len(cols.t0) >= _SPLIT_CALLS:
+        return both(groups, total)
+    return groups(), total()
 
 
 def _groups(reader, cols, prices, runs, sent: int) -> list[dict[str, Any]]:
