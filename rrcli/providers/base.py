@@ -18,7 +18,7 @@ CONTRACT (the runner codes against exactly this):
 ERRORS are made here and only here: ``translate_transport_error`` turns an httpx2 exception into a
 ``TransportError``/``TimeoutError_`` (transient), ``error_from_status`` a non-2xx answer into a
 ``StatusError``/``RedirectError`` with ``transient``, ``rate_limited`` and ``retry_after`` by SPEC
-§7's rules. An error the server answered keeps its body as text (``error_body``: key masked, 2 KB).
+§7's rules. An error the server answered keeps its body as text (``error_body``: key masked, ≤2 KB).
 """
 
 from __future__ import annotations
