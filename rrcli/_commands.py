@@ -260,7 +260,7 @@ def sim_command(ctx: click.Context, host: str, port: int, **options: object) -> 
     help="Variable holding the client keys, comma-separated [default: [serve] keys_env].",
 )
 @click.option("--no-auth", is_flag=True, help="Take requests without a key (loopback only).")
-@click.option("-q", "--quiet", is_flag=True, help="No live display on a terminal.")
+@click.option("-q", "--quiet", is_flag=True, help="No live display; log errors only.")
 def serve_command(
     profiles: tuple[str, ...],
     host: str | None,
@@ -275,10 +275,12 @@ def serve_command(
     import os
 
     from rrcli import _render
+    from rrcli._logging import configure_logging
     from rrcli.config.load import load_profile, resolve_profile_path
     from rrcli.serve.metrics import Activity
     from rrcli.serve.server import ServeOptions, client_keys, serve
 
+    configure_logging(level="error" if quiet else "warning")
     paths = profiles or (None,)
     loaded = [load_profile(resolve_profile_path(p, os.environ), environ=os.environ) for p in paths]
     table = loaded[0].serve  # the first profile's [serve], under the options given here

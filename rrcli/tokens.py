@@ -236,15 +236,23 @@ def _text(content: object) -> str:
     return content if type(content) is str else orjson.dumps(content, default=str).decode()
 
 
+_WHOLE = 8  # leading blocks hashed as whole prefixes: C-fast for a short prompt's few blocks
+_PREFIXES = [slice(0, (k + 1) * _BLOCK_CHARS) for k in range(_WHOLE)]
+
+
 def prefix_blocks(prompt: str) -> list[int]:
     """The chained hashes of the prompt's whole blocks of BLOCK_TOKENS tokens: block k's hash
     names the first k + 1 blocks, as a server's prefix cache keys them (a partial last block is
-    never cached). Hashes are this process's own."""
-    chain: list[int] = []
-    h = 0
-    for i in range(0, len(prompt) - _BLOCK_CHARS + 1, _BLOCK_CHARS):
-        h = hash((h, prompt[i : i + _BLOCK_CHARS]))
-        chain.append(h)
+    never cached). Hashes are this process's own. The first _WHOLE are the hashes of the
+    prefixes themselves (no Python step a block), each later one the hash of the one before
+    and its own block's text."""
+    whole = len(prompt) // _BLOCK_CHARS
+    chain = list(map(hash, map(prompt.__getitem__, _PREFIXES[:whole])))
+    if whole > _WHOLE:
+        h = chain[-1]
+        for i in range(_WHOLE * _BLOCK_CHARS, whole * _BLOCK_CHARS, _BLOCK_CHARS):
+            h = hash((h, prompt[i : i + _BLOCK_CHARS]))
+            chain.append(h)
     return chain
 
 
@@ -255,19 +263,24 @@ class PrefixBlocks:
     A prompt's blocks are touched deepest first, so the blocks nearer the root are the more
     recent and a prompt loses its tail before its head (as vLLM frees a request's blocks)."""
 
-    __slots__ = ("_blocks", "_most")
+    __slots__ = ("_most", "blocks")
 
     def __init__(self, capacity_tokens: int) -> None:
-        self._blocks: OrderedDict[int, None] = OrderedDict()  # oldest first
+        #: the held blocks' hashes, the least recent first (read it, never change it)
+        self.blocks: OrderedDict[int, None] = OrderedDict()
         self._most = max(0, capacity_tokens // BLOCK_TOKENS)
 
     def __len__(self) -> int:
         """Blocks held."""
-        return len(self._blocks)
+        return len(self.blocks)
+
+    def __contains__(self, block: object) -> bool:
+        """Whether the block of hash ``block`` is held."""
+        return block in self.blocks
 
     def match(self, chain: Sequence[int]) -> int:
         """How many leading blocks of ``chain`` are held."""
-        blocks = self._blocks
+        blocks = self.blocks
         n = 0
         for h in chain:
             if h not in blocks:
@@ -277,7 +290,7 @@ class PrefixBlocks:
 
     def add(self, chain: Sequence[int]) -> None:
         """The blocks of a prompt just sent: held now, the least recent evicted past capacity."""
-        blocks, most = self._blocks, self._most
+        blocks, most = self.blocks, self._most
         if not most:
             return
         for h in reversed(chain[:most]):

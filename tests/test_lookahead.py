@@ -11,6 +11,7 @@ import orjson
 from runkit import read_jsonl, rrcli, write_profile
 
 from rrcli.records.jobs import job_from_dict
+from rrcli.routing.prompts import PromptBlocks
 from rrcli.running.lookahead import Lookahead
 from rrcli.tokens import prefix_blocks, rendered_prompt
 
@@ -26,6 +27,7 @@ class Warm:
 
     def __init__(self, held: int | None) -> None:
         self.held = held
+        self.prompts = PromptBlocks()
 
     def free_positions(self) -> list[int]:
         return [0]
@@ -35,6 +37,9 @@ class Warm:
             return [[]]
         prompt = rendered_prompt([{"role": "system", "content": SYSTEMS[self.held]}])
         return [[prefix_blocks(prompt)]]
+
+    def recent_heads(self) -> set[int]:
+        return {chain[0] for chains in self.recents() for chain in chains}
 
 
 def _jobs(n: int, **extra) -> list:

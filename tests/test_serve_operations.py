@@ -41,6 +41,31 @@ def test_sighup_reopens_the_trace_file_after_a_rotation(tmp_path, sim_server):
     assert {r["run_id"] for r in read_jsonl(moved)} == {r["run_id"] for r in read_jsonl(traces)}
 
 
+def test_a_trace_file_that_cannot_be_reopened_is_kept(tmp_path, sim_server):
+    """SIGHUP after the trace file's folder was moved away (its path can no longer be opened):
+    the server logs an error naming the path, keeps writing to the file where it now is, and
+    goes on answering; no traceback."""
+    sim = sim_server()
+    (tmp_path / "logs").mkdir()
+    traces = tmp_path / "logs" / "serve.traces.jsonl"
+    path = write_profile(tmp_path / "pool.toml", openai_backends(sim.openai_url), name="pool")
+    served = Served(path, tmp_path, "--no-auth", "--traces", str(traces))
+    try:
+        with httpx2.Client(timeout=30) as client:
+            url = served.url + "/v1/chat/completions"
+            before = client.post(url, json=CHAT).status_code
+            (tmp_path / "logs").rename(tmp_path / "old")
+            served.proc.send_signal(signal.SIGHUP)
+            time.sleep(0.5)
+            after = client.post(url, json=CHAT).status_code
+    finally:
+        code, err = served.stop()
+    assert (200, 200, 0) == (before, after, code)
+    assert "rrcli.traces_not_reopened" in err and str(traces) in err
+    assert "Traceback" not in err
+    assert 2 == len(calls(tmp_path / "old" / "serve.traces.jsonl"))
+
+
 def test_an_idle_session_is_forgotten(tmp_path, sim_server):
     """With ``[serve] session_idle = 1``, a session keeps its backend while it is used; once no
     request named it for longer than that, it is routed again as a new one (round robin: the

@@ -99,13 +99,16 @@ class TraceWriter:
         self._out = None if path is None else LineFile(path, append=append, what="traces")
 
     def reopen(self) -> bool:
-        """Close the file (its lines written) and open its path again, appending (after a log
-        rotation moved it); True when that is a new, empty file."""
+        """Open the path again, appending (after a log rotation moved the file), and close the
+        file (its lines written); True when that is a new, empty file. UsageError when the path
+        cannot be opened: the lines then go on to the file as it was."""
         if self._out is None or self._path is None:
             return False
-        self._out.close()
+        self._out.flush()
         fresh = not self._path.exists() or self._path.stat().st_size == 0
-        self._out = LineFile(self._path, append=True, what="traces")
+        out = LineFile(self._path, append=True, what="traces")
+        self._out.close()
+        self._out = out
         return fresh
 
     def _put(self, record: dict[str, Any]) -> None:

@@ -16,9 +16,8 @@ clock, rng and sleep are passed in.
 
 from __future__ import annotations
 
-import hashlib
 import random
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rrcli.config.prices import pool_prices
@@ -29,9 +28,10 @@ from rrcli.routing.costs import Charge, attempt_cost
 from rrcli.routing.down import BackendDown, no_backend
 from rrcli.routing.gate import Clock, Gate, Sleep, WaitEnded
 from rrcli.routing.lease import BackendState, Lease
+from rrcli.routing.prompts import Prompt, PromptBlocks, cache_key_head
 from rrcli.routing.strategies import CacheAware, Candidate, FirstAvailable, make_strategy
 from rrcli.routing.waiting import Waiting
-from rrcli.tokens import CHARS_PER_TOKEN, plausible_call_tokens, prefix_blocks, rendered_prompt
+from rrcli.tokens import plausible_call_tokens, rendered_prompt
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Call
@@ -40,8 +40,6 @@ if TYPE_CHECKING:
 
 __all__ = ["EWMA_ALPHA", "Router"]
 
-_Prompt = tuple[Sequence[int], int]  # a prompt's prefix blocks and its tokens
-_KEY_CHARS = 256 * CHARS_PER_TOKEN  # a hosted API routes a prompt by its first 256 tokens
 
 log = get_logger()
 
@@ -75,6 +73,7 @@ class Router:
         #: the strategy that reads prompts, when it is the one
         self._prefixes = self._strategy if isinstance(self._strategy, CacheAware) else None
         self.threshold = profile.cache_threshold  # what a lookahead's match must cover
+        self.prompts = PromptBlocks()  # the blocks a lookahead hashed, for the call's decision
         self._rng = rng
         self._clock = clock
         self._sleep = sleep
@@ -121,17 +120,16 @@ class Router:
         sent to, the backend that takes the call."""
         assert self._prefixes is not None
         prompt = rendered_prompt(messages, params.get("tools"), params.get("system"))
-        chain = prefix_blocks(prompt)
-        lease = await self._acquire(session, exclude, (chain, len(prompt) // CHARS_PER_TOKEN))
-        position = lease.state.position
-        self._prefixes.sent(position, chain)
+        chain, tokens = self.prompts.of(prompt)
+        lease = await self._acquire(session, exclude, (chain, tokens))
+        self._prefixes.sent(position := lease.state.position, chain)
         if chain and lease.state.backend.sets_cache_key and "prompt_cache_key" not in params:
-            head = hashlib.blake2b(prompt[:_KEY_CHARS].encode(), digest_size=8).hexdigest()
+            head = cache_key_head(prompt)
             lease.cache_key = self._prefixes.cache_key(position, head, self._clock())
         return lease
 
     async def _acquire(
-        self, session: str | None, exclude: frozenset[str], prompt: _Prompt | None
+        self, session: str | None, exclude: frozenset[str], prompt: Prompt | None
     ) -> Lease:
         if not (self._sessions and session is not None):
             return self._grant(await self._route(exclude, prompt), None)
@@ -255,8 +253,8 @@ class Router:
 
     @property
     def warm(self) -> bool:
-        """Whether the strategy keeps a picture of what each backend holds warm (cache_aware):
-        then ``free_positions``, ``recent`` and ``threshold`` serve a lookahead."""
+        """Whether the strategy pictures what each backend holds warm (cache_aware): then the
+        free positions, recents, recent heads, threshold and prompts serve a lookahead."""
         return self._prefixes is not None
 
     def free_positions(self) -> list[int]:
@@ -268,9 +266,12 @@ class Router:
         ]
 
     def recents(self) -> Sequence[Sequence[Sequence[int]]]:
-        """For each backend in profile order, the prefix blocks of the last prompts sent to
-        it (newest last)."""
+        """For each backend in profile order, the prefix blocks of the last prompts sent to it
+        (newest last)."""
         return self._prefixes.recents if self._prefixes is not None else ()
+
+    def recent_heads(self) -> Collection[int]:
+        return self._prefixes.recent_heads if self._prefixes is not None else ()  # their heads
 
     @property
     def healthy(self) -> int:
@@ -361,7 +362,7 @@ class Router:
             for s in states
         ]  # fmt: skip
 
-    async def _route(self, exclude: frozenset[str], prompt: _Prompt | None = None) -> BackendState:
+    async def _route(self, exclude: frozenset[str], prompt: Prompt | None = None) -> BackendState:
         """Choose a backend (for ``prompt``'s prefix blocks and tokens, when the strategy reads
         it) and take one slot on its gate."""
         while True:

@@ -149,7 +149,10 @@ class _Rotating(_Base):
         raise NotImplementedError
 
     def choose(self, candidates: Sequence[Candidate]) -> int:
-        keys = [self._key(c) for c in candidates]
+        return self._lowest(candidates, [self._key(c) for c in candidates])
+
+    def _lowest(self, candidates: Sequence[Candidate], keys: Sequence[tuple[float, ...]]) -> int:
+        """The index of the candidate with the lowest key, ties rotating."""
         low = min(keys)
         tied = [c for c, k in zip(candidates, keys, strict=True) if k == low]
         chosen = tied[_first_at_or_after(tied, self._next)]
@@ -215,36 +218,48 @@ class CacheAware(_Rotating):
     ) -> None:
         super().__init__()
         self.trees = [PrefixBlocks(c) for c in capacities]
+        self._sizes = [0 for _ in capacities]  # blocks each tree holds (ties: the smallest)
+        self._held = [tree.blocks for tree in self.trees]
         #: per backend, the prefix blocks of the last prompts sent to it (newest last)
         self.recents = [deque[Sequence[int]](maxlen=self.RECENT) for _ in capacities]
+        #: the first blocks of all those prompts, each with how many of them start with it
+        self.recent_heads: dict[int, int] = {}
         self._keys: dict[tuple[int, str], deque[float]] = {}
         self._threshold = threshold
         self._abs = balance_abs
         self._rel = balance_rel
 
     def _key(self, c: Candidate) -> tuple[float, ...]:
-        return (c.load, len(self.trees[c.position]))
+        return (c.load, self._sizes[c.position])
 
     def choose_for(self, candidates: Sequence[Candidate], chain: Sequence[int], tokens: int) -> int:
         """The index in ``candidates`` for a prompt of ``tokens`` tokens whose prefix blocks are
-        ``chain``."""
-        counts = [c.in_flight + c.waiting for c in candidates]
-        room = [c for c, n in zip(candidates, counts, strict=True) if n < c.cap]
-        pool = room or list(candidates)
-        if self._unbalanced(candidates, counts) or not chain:
-            return candidates.index(pool[self._least(pool)])
-        matches = [self.trees[c.position].match(chain) for c in pool]
-        best = max(matches)
-        if best and best * BLOCK_TOKENS >= self._threshold * tokens:
-            warm = [c for c, m in zip(pool, matches, strict=True) if m == best]
-            return candidates.index(warm[self._least(warm)])
-        return candidates.index(pool[self._least(pool)])
+        ``chain``. The least loaded is always one with a free slot when any has one (its load is
+        under 1), so only a match needs the slots counted."""
+        if chain:
+            trees, held, head = self.trees, self._held, chain[0]
+            # the cheap test first: a backend not holding the first block matches nothing
+            warm = [c for c in candidates if head in held[c.position]]
+            if warm and not self._unbalanced(candidates):
+                room = [c for c in warm if c.in_flight + c.waiting < c.cap]
+                if room or all(c.in_flight + c.waiting >= c.cap for c in candidates):
+                    warm = room or warm
+                    matches = [trees[c.position].match(chain) for c in warm]
+                    best = max(matches)
+                    if best * BLOCK_TOKENS >= self._threshold * tokens:
+                        warm = [c for c, m in zip(warm, matches, strict=True) if m == best]
+                        return candidates.index(warm[self._least(warm)])
+        return self._least(candidates)
 
     def _least(self, pool: Sequence[Candidate]) -> int:
-        return super().choose(pool)
+        sizes = self._sizes  # _key's, without a call a candidate
+        return self._lowest(pool, [(c.load, sizes[c.position]) for c in pool])
 
-    def _unbalanced(self, candidates: Sequence[Candidate], counts: Sequence[int]) -> bool:
+    def _unbalanced(self, candidates: Sequence[Candidate]) -> bool:
+        counts = [c.in_flight + c.waiting for c in candidates]
         high, low = max(counts), min(counts)
+        if high == low:
+            return False
         margin = self._abs if self._abs is not None else max(1, min(c.cap for c in candidates) // 4)
         return high - low > margin and high > self._rel * low
 
@@ -267,8 +282,18 @@ class CacheAware(_Rotating):
     def sent(self, position: int, chain: Sequence[int]) -> None:
         """A prompt with prefix blocks ``chain`` went to the backend at ``position``."""
         if chain:
-            self.trees[position].add(chain)
-            self.recents[position].append(chain)
+            tree = self.trees[position]
+            tree.add(chain)
+            self._sizes[position] = len(tree)
+            recent, heads = self.recents[position], self.recent_heads
+            if len(recent) == self.RECENT:  # the oldest goes
+                gone = recent[0][0]
+                if heads[gone] == 1:
+                    del heads[gone]
+                else:
+                    heads[gone] -= 1
+            recent.append(chain)
+            heads[chain[0]] = heads.get(chain[0], 0) + 1
 
 
 class FirstAvailable(_Base):

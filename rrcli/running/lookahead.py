@@ -17,25 +17,33 @@ invalid lines); no job waits more than ``size`` hand-outs past its turn. Memory 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
-from typing import Protocol
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 from rrcli.records.jobs import InvalidJob, Job
-from rrcli.tokens import BLOCK_TOKENS, CHARS_PER_TOKEN, prefix_blocks, rendered_prompt
+from rrcli.routing.prompts import PromptBlocks, blocks_of
+from rrcli.tokens import BLOCK_TOKENS, rendered_prompt
 
 __all__ = ["Lookahead", "Warmth"]
 
 _DEPTH = 512  # blocks of a prompt the window indexes at most (8,192 tokens)
 
+# what the window holds of a job: the job, its first prompt's blocks, tokens and hash
+_Entry = tuple[Job | InvalidJob, Sequence[int], int, int]
+
 
 class Warmth(Protocol):
-    """What the window asks of the router: the backends with a free slot now, and, for every
-    backend in profile order, the prefix blocks of the last prompts it was sent (newest last)."""
+    """What the window asks of the router: the backends with a free slot now; for every
+    backend in profile order, the prefix blocks of the last prompts it was sent (newest last), and
+    the first blocks of all of those;
+    and where to leave the blocks of a job it hands out, so its first call is not hashed again."""
 
     threshold: float
+    prompts: PromptBlocks
 
     def free_positions(self) -> Sequence[int]: ...
     def recents(self) -> Sequence[Sequence[Sequence[int]]]: ...
+    def recent_heads(self) -> Collection[int]: ...
 
 
 class Lookahead:
@@ -49,9 +57,8 @@ class Lookahead:
         self._warmth = warmth
         self._size = max(1, size)
         self._sessions = session_binding
-        # slot -> (job, its prefix blocks, its tokens); insertion order is the file's
-        self._window: OrderedDict[int, tuple[Job | InvalidJob, list[int], int]] = OrderedDict()
-        self._by_block: dict[int, dict[int, None]] = {}  # block hash -> slots (oldest first)
+        self._window: OrderedDict[int, _Entry] = OrderedDict()  # slot -> entry, the file's order
+        self._index = _Index()
         self._next_slot = 0
         self._handed = 0  # jobs handed out so far
         self._ended = False
@@ -66,7 +73,7 @@ class Lookahead:
             raise StopIteration
         oldest = next(iter(window))
         slot = oldest
-        if self._by_block and oldest + self._size > self._handed:
+        if self._index.heads and oldest + self._size > self._handed:
             slot = self._warm_slot(oldest)
         self._handed += 1
         return self._take(slot)
@@ -78,67 +85,144 @@ class Lookahead:
             if job is None:
                 self._ended = True
                 return
-            chain, tokens = self._blocks(job)
+            entry = self._entry(job)
             slot = self._next_slot
             self._next_slot += 1
-            window[slot] = (job, chain, tokens)
-            for h in chain:
-                self._by_block.setdefault(h, {})[slot] = None
+            window[slot] = entry
+            if entry[1]:
+                self._index.add(slot, entry[1])
 
-    def _blocks(self, job: Job | InvalidJob) -> tuple[list[int], int]:
-        """The prefix blocks of the job's first prompt and its tokens; none for a job whose
-        order must stay."""
+    def _entry(self, job: Job | InvalidJob) -> _Entry:
+        """The job with its first prompt's blocks, tokens and hash; none for a job whose order
+        must stay."""
         if not isinstance(job, Job) or job.endpoint != "chat":
-            return [], 0
+            return job, (), 0, 0
         if self._sessions and job.session is not job.key:
-            return [], 0
-        messages = list(job.messages)
+            return job, (), 0, 0
+        messages: Sequence[Mapping[str, Any]] = job.messages
         if job.kind == "session" and job.turns:
-            messages.append({"role": "user", "content": job.turns[0]})
+            messages = [*messages, {"role": "user", "content": job.turns[0]}]
         prompt = rendered_prompt(messages, job.params.get("tools"), job.params.get("system"))
-        return prefix_blocks(prompt)[:_DEPTH], len(prompt) // CHARS_PER_TOKEN
+        chain, tokens = blocks_of(prompt)
+        return job, chain, tokens, hash(prompt)
 
     def _warm_slot(self, oldest: int) -> int:
         """The slot of the job that continues furthest one of the last prompts of a backend with
         a free slot (the oldest of those, over the threshold), else ``oldest``."""
-        warmth, by_block = self._warmth, self._by_block
+        warmth, index, heads = self._warmth, self._index, self._index.heads
         # first the cheap test: does any job here share a first block with a recent prompt
+        if heads.keys().isdisjoint(warmth.recent_heads()):
+            return oldest
         starts = [
             (position, chain)
             for position, chains in enumerate(warmth.recents())
             for chain in chains
-            if chain[0] in by_block
+            if chain[0] in heads
         ]
-        if not starts:
-            return oldest
         free = set(warmth.free_positions())
         best_depth, best = 0, oldest
         for position, chain in reversed(starts):
-            if position in free and (depth := _shared_depth(chain, by_block)) > best_depth:
-                best_depth, best = depth, next(iter(by_block[chain[depth - 1]]))
+            if position in free:
+                depth, slot = index.deepest(chain)
+                if depth > best_depth:
+                    best_depth, best = depth, slot
         if best == oldest:
             return oldest
-        _, _, tokens = self._window[best]
+        tokens = self._window[best][2]
         return best if best_depth * BLOCK_TOKENS >= warmth.threshold * tokens else oldest
 
     def _take(self, slot: int) -> Job | InvalidJob:
-        job, chain, _ = self._window.pop(slot)
-        by_block = self._by_block
-        for h in chain:
-            slots = by_block[h]
-            del slots[slot]
-            if not slots:
-                del by_block[h]
+        job, chain, tokens, key = self._window.pop(slot)
+        if chain:
+            self._index.remove(slot, chain)
+            self._warmth.prompts.prepared(key, (chain, tokens))
         return job
 
 
-def _shared_depth(chain: Sequence[int], by_block: dict[int, dict[int, None]]) -> int:
-    """How many leading blocks of ``chain`` some job in the window shares (a job holding block
+class _Index:
+    """The window's jobs by the first block of their first prompt, so a window of prompts that
+    share nothing costs one entry a job. A first block held by one job maps to (its slot, its
+    blocks); one shared by several, to a map of every block of theirs to the slot holding it or
+    the slots (oldest first) when several do, where the deepest match is a binary search."""
+
+    def __init__(self) -> None:
+        self.heads: dict[int, tuple[int, Sequence[int]] | dict[int, Any]] = {}
+
+    def add(self, slot: int, chain: Sequence[int]) -> None:
+        heads, head = self.heads, chain[0]
+        held = heads.get(head)
+        if held is None:
+            heads[head] = (slot, chain)
+            return
+        if type(held) is tuple:
+            group: dict[int, Any] = {}
+            _index(group, *held)
+            heads[head] = held = group
+        _index(held, slot, chain)  # type: ignore[arg-type]
+
+    def remove(self, slot: int, chain: Sequence[int]) -> None:
+        heads, head = self.heads, chain[0]
+        held = heads[head]
+        if type(held) is tuple:
+            del heads[head]
+            return
+        for h in chain[:_DEPTH]:
+            slots = held[h]  # type: ignore[index]
+            if type(slots) is int:
+                del held[h]  # type: ignore[attr-defined]
+            else:
+                del slots[slot]
+                if len(slots) == 1:
+                    held[h] = next(iter(slots))  # type: ignore[index]
+        if not held:
+            del heads[head]
+
+    def deepest(self, chain: Sequence[int]) -> tuple[int, int]:
+        """How many leading blocks of ``chain`` a job here shares at most, and the oldest such
+        job's slot; (0, -1) when none shares its first block."""
+        held = self.heads.get(chain[0])
+        if held is None:
+            return 0, -1
+        if type(held) is tuple:
+            slot, other = held
+            return _depth_with(chain, other), slot
+        depth = _depth_in(chain, held)  # type: ignore[arg-type]
+        slots = held[chain[depth - 1]]  # type: ignore[index]
+        return depth, slots if type(slots) is int else next(iter(slots))
+
+
+def _index(blocks: dict[int, Any], slot: int, chain: Sequence[int]) -> None:
+    """Every block of ``chain`` (down to _DEPTH) held by ``slot`` too."""
+    for h in chain[:_DEPTH]:
+        held = blocks.get(h)
+        if held is None:
+            blocks[h] = slot
+        elif type(held) is int:
+            blocks[h] = {held: None, slot: None}
+        else:
+            held[slot] = None
+
+
+def _depth_in(chain: Sequence[int], blocks: dict[int, Any]) -> int:
+    """How many leading blocks of ``chain`` some job of ``blocks`` shares (a job holding block
     k holds every block before it, so presence is monotone: a binary search)."""
     low, high = 0, min(len(chain), _DEPTH)
     while low < high:
         mid = (low + high + 1) // 2
-        if chain[mid - 1] in by_block:
+        if chain[mid - 1] in blocks:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _depth_with(chain: Sequence[int], other: Sequence[int]) -> int:
+    """How many leading blocks ``chain`` and ``other`` share (block k's hash names the first
+    k + 1 blocks: equality is monotone too)."""
+    low, high = 0, min(len(chain), len(other), _DEPTH)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if chain[mid - 1] == other[mid - 1]:
             low = mid
         else:
             high = mid - 1

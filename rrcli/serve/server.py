@@ -24,11 +24,14 @@ from pathlib import Path
 import uvicorn
 
 from rrcli.config.profile import Profile
-from rrcli.errors import UsageError
+from rrcli.errors import RRCLIError, UsageError
+from rrcli.logs import get_logger
 from rrcli.running.pool import Pool
 from rrcli.serve.app import Gateway, Settings, build_app, pool_name
 
 __all__ = ["ServeOptions", "client_keys", "serve"]
+
+log = get_logger("rrcli")
 
 SWEEP_INTERVAL = 30.0  # the most seconds between looks for idle sessions
 
@@ -192,7 +195,10 @@ def _name(sock: socket.socket) -> str:
 
 def _reopen(gateway: Gateway) -> None:
     for pool in gateway.pools:
-        pool.reopen()
+        try:
+            pool.reopen()
+        except RRCLIError as exc:  # its folder gone, say: the lines go on to the file as it was
+            log.error("rrcli.traces_not_reopened", error=str(exc))
 
 
 async def _sweep(gateway: Gateway) -> None:
