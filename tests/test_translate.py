@@ -87,12 +87,16 @@ def oa_tool_turn(draw: st.DrawFn) -> list[dict[str, Any]]:
     return [{"role": "assistant", "content": content, "tool_calls": calls}, *results]
 
 
+system_head = st.lists(st.builds(lambda t: {"role": "system", "content": t}, text), max_size=1)
+oa_one = st.builds(
+    lambda m: [m], oa_user | st.builds(lambda t: {"role": "assistant", "content": t}, text)
+)
+oa_turns = st.lists(oa_one | oa_tool_turn(), min_size=1, max_size=5)
+
+
 @st.composite
 def oa_messages(draw: st.DrawFn) -> list[dict[str, Any]]:
-    head = draw(st.lists(st.builds(lambda t: {"role": "system", "content": t}, text), max_size=1))
-    assistant = st.builds(lambda t: {"role": "assistant", "content": t}, text)
-    one = st.builds(lambda m: [m], oa_user | assistant)
-    turns = draw(st.lists(one | oa_tool_turn(), min_size=1, max_size=5))
+    head, turns = draw(system_head), draw(oa_turns)  # strategies built once: drawing is the cost
     return head + [m for turn in turns for m in turn]
 
 
@@ -216,21 +220,22 @@ def an_tool_turn(draw: st.DrawFn) -> list[dict[str, Any]]:
     return [{"role": "assistant", "content": lead + uses}, {"role": "user", "content": results}]
 
 
+an_user = st.builds(
+    lambda c: {"role": "user", "content": c},
+    text | st.lists(an_text | an_image, min_size=1, max_size=3),
+)
+# Anthropic takes no assistant turn without text, nor one ending in whitespace
+an_assistant = st.builds(
+    lambda t: {"role": "assistant", "content": t}, text.map(str.strip).filter(bool)
+)
+an_turns = st.lists(
+    st.builds(lambda m: [m], an_user | an_assistant) | an_tool_turn(), min_size=1, max_size=5
+)
+
+
 @st.composite
 def an_messages(draw: st.DrawFn) -> list[dict[str, Any]]:
-    head = draw(st.lists(st.builds(lambda t: {"role": "system", "content": t}, text), max_size=1))
-    user = st.builds(
-        lambda c: {"role": "user", "content": c},
-        text | st.lists(an_text | an_image, min_size=1, max_size=3),
-    )
-    # Anthropic takes no assistant turn without text, nor one ending in whitespace
-    said = text.map(str.strip).filter(bool)
-    assistant = st.builds(lambda t: {"role": "assistant", "content": t}, said)
-    turns = draw(
-        st.lists(
-            st.builds(lambda m: [m], user | assistant) | an_tool_turn(), min_size=1, max_size=5
-        )
-    )
+    head, turns = draw(system_head), draw(an_turns)
     return head + [m for turn in turns for m in turn]
 
 
