@@ -1,9 +1,11 @@
 """Overhead of rrcli against a raw httpx2 loop on the same `rrcli sim` server, in the same run.
 
-    python benchmarks/bench_overhead.py [--jobs 5000] [--concurrency 64] [--stream]
+    python benchmarks/bench_overhead.py [--jobs 5000] [--concurrency 64] [--stream] [--rounds 3]
 
 For each server (zero latency: CPU-bound; 50 ms: latency-bound, ceiling = concurrency / 0.05 s),
-it sends the same requests three ways and prints requests/s and the ratio to the raw loop:
+it sends the same requests three ways and prints requests/s and the ratio to the raw loop, the
+raw loop and rrcli interleaved for --rounds rounds (the order swapped each round; the median
+ratio, and the CPU this process spent a request on each side, which the load moves less):
 - raw: 64 coroutines sending with one httpx2.AsyncClient (no routing, no files), decoding each
   answer as the least client must (`r.json()`; with --stream, each SSE data line's JSON);
 - rrcli: the whole engine (jobs file → router → gates → provider → results + traces), in process,
@@ -17,8 +19,10 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import tempfile
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 
 import httpx2
@@ -96,28 +100,54 @@ async def litellm_router(base_url: str, n: int, concurrency: int) -> float | Non
     return n / (time.perf_counter() - t0)
 
 
+def timed(run: Awaitable[float]) -> tuple[float, float]:
+    """(requests/s of ``run``, CPU seconds this process spent on it: both sides run in it)."""
+    cpu = time.process_time()
+    rate = asyncio.run(run)
+    return rate, time.process_time() - cpu
+
+
+def rounds(url: str, jobs: Path, tmp: Path, args: argparse.Namespace) -> tuple[float, float]:
+    """The raw loop and rrcli interleaved, each round printed; (median raw, median ratio)."""
+    raws, ratios = [], []
+    for r in range(args.rounds):
+        sides = {
+            "raw": lambda: raw_loop(url, args.jobs, args.concurrency, args.stream),
+            "rrcli": lambda: rrcli_run(url, jobs, tmp, args.concurrency, args.stream),
+        }
+        got = {name: timed(sides[name]()) for name in (sides if r % 2 == 0 else reversed(sides))}
+        (raw, raw_cpu), (ours, ours_cpu) = got["raw"], got["rrcli"]
+        raws.append(raw)
+        ratios.append(ours / raw)
+        print(
+            f"  round {r + 1}: raw {raw:6.0f} req/s ({raw_cpu * 1e6 / args.jobs:5.0f} µs CPU a "
+            f"request) | rrcli {ours:6.0f} req/s ({ours_cpu * 1e6 / args.jobs:5.0f} µs) | ratio "
+            f"{ours / raw:.3f} | load {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+            flush=True,
+        )
+    return statistics.median(raws), statistics.median(ratios)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         jobs = write_jobs(tmp / "jobs.jsonl", args.jobs)
         print(f"{args.jobs} jobs, concurrency {args.concurrency}, stream={args.stream}")
         for latency in (0, 50):
+            print(f"server {latency} ms:", flush=True)
             with sim_server("--latency-ms", str(latency)) as url:
                 asyncio.run(raw_loop(url, 200, args.concurrency, args.stream))  # warm up
-                raw = asyncio.run(raw_loop(url, args.jobs, args.concurrency, args.stream))
-                ours = asyncio.run(rrcli_run(url, jobs, tmp, args.concurrency, args.stream))
+                raw, ratio = rounds(url, jobs, tmp, args)
                 lite = None
                 if not args.stream:
                     lite = asyncio.run(litellm_router(url, args.jobs, args.concurrency))
-            line = (
-                f"server {latency:>2} ms: raw httpx2 {raw:8.0f} req/s | rrcli {ours:8.0f} req/s "
-                f"(ratio {ours / raw:.2f})"
-            )
+            line = f"server {latency:>2} ms: median ratio rrcli / raw httpx2 {ratio:.3f}"
             if lite is not None:
                 line += f" | LiteLLM Router {lite:8.0f} req/s (ratio {lite / raw:.2f})"
             else:

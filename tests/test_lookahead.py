@@ -8,11 +8,13 @@ from __future__ import annotations
 import collections
 
 import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from runkit import read_jsonl, rrcli, write_profile
 
 from rrcli.records.jobs import job_from_dict
 from rrcli.routing.prompts import PromptBlocks
-from rrcli.running.lookahead import Lookahead
+from rrcli.running.lookahead import Lookahead, _Index
 from rrcli.tokens import prefix_blocks, rendered_prompt
 
 SYSTEMS = [
@@ -114,3 +116,51 @@ def test_the_window_raises_the_hit_rate_of_a_saturated_pool(sim_server, tmp_path
     assert {f"q{i}": 1 for i in range(60)} == dict(collections.Counter(r["id"] for r in results))
     assert windowed > 0.7
     assert windowed > ordered + 0.2
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    prompts=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 6)), min_size=1, max_size=30),
+    gone=st.sets(st.integers(0, 29)),
+    probe=st.tuples(st.integers(0, 2), st.integers(1, 6)),
+)
+def test_the_index_finds_the_deepest_shared_prefix_and_its_oldest_job(prompts, gone, probe):
+    """Jobs whose prompts share prefixes (three roots, each prompt a root's first blocks and its
+    own tail), some taken out again: the window's index answers, for any chain, the most
+    leading blocks a job still in it shares with the chain, and the oldest such job."""
+
+    def chain(root: int, depth: int, own: int) -> list[int]:
+        return [hash((root, k)) for k in range(depth)] + [hash((root, depth, own))]
+
+    index, held = _Index(), {}
+    for slot, (root, depth) in enumerate(prompts):
+        held[slot] = chain(root, depth, slot)
+        index.add(slot, held[slot])
+    for slot in sorted(gone & set(held)):
+        index.remove(slot, held.pop(slot))
+    wanted = [hash((probe[0], k)) for k in range(probe[1])]
+    depths = {slot: _common(wanted, blocks) for slot, blocks in held.items()}
+    deepest = max(depths.values(), default=0)
+    oldest = min((s for s, d in depths.items() if d == deepest), default=-1) if deepest else -1
+    assert (deepest, oldest) == index.deepest(wanted)
+    assert (not held) == (not index.heads)
+
+
+def test_the_index_is_empty_again_once_its_jobs_are_taken():
+    """Jobs sharing a first block, one whose blocks repeat a hash, added and taken out in any
+    order: nothing of them stays in the window's index."""
+    chains = {0: [1, 2, 3], 1: [1, 2, 2], 2: [1, 2, 3, 4], 3: [1]}
+    for order in ([0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2]):
+        index = _Index()
+        for slot, chain in chains.items():
+            index.add(slot, chain)
+        for slot in order:
+            index.remove(slot, chains[slot])
+        assert {} == index.heads

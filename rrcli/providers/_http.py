@@ -103,6 +103,7 @@ class HTTPProvider:
         self._clock = clock
         self._base_url = backend.base_url
         self._url = endpoint_url(backend.base_url, self.path)
+        self._chat_url = httpx2.URL(self._url)  # parsed once, not at every call
         self.server_address = server_address(backend.provider, backend.base_url)
         entry = info(backend.provider)
         self._request_id_header = entry.request_id_header
@@ -159,7 +160,7 @@ class HTTPProvider:
     async def send(self, call: Call, on_text: Callable[[str], None] | None = None) -> Reply:
         if call.endpoint == "chat":
             url, body, parse, new_stream = (
-                self._url, self.build_body(call), self.parse_body, self.new_stream
+                self._chat_url, self.build_body(call), self.parse_body, self.new_stream
             )  # fmt: skip
         else:
             url, body, parse, new_stream = self.endpoint_request(call)
@@ -237,7 +238,8 @@ class HTTPProvider:
         reply.http_status = response.status_code
         if reply.request_id is None and self._request_id_header:
             reply.request_id = response.headers.get(self._request_id_header)
-        reply.pause_s = rate_limit_pause(response.headers)
+        # a dict of the headers once: each of the six budgets' lookups is then no scan of them all
+        reply.pause_s = rate_limit_pause(dict(response.headers.items()))
         return reply
 
     async def _send_streamed(

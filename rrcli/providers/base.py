@@ -15,16 +15,14 @@ CONTRACT (the runner codes against exactly this):
   --stream``); without it ``on_text`` is never called.
 - ``await provider.aclose()`` closes its client.
 
-ERRORS are made here and only here: ``translate_transport_error`` turns an httpx2 exception into
-a ``TransportError``/``TimeoutError_`` (transient), ``error_from_status`` turns a non-2xx answer
-into a ``StatusError``/``RedirectError`` with ``transient``, ``rate_limited`` and ``retry_after``
-decided by the rules of SPEC §7 (as ``map_httpcore_exceptions`` does for httpx). An error the
-server answered keeps its body as text (``error_body``: the key masked, at most 2 KB).
+ERRORS are made here and only here: ``translate_transport_error`` turns an httpx2 exception into a
+``TransportError``/``TimeoutError_`` (transient), ``error_from_status`` a non-2xx answer into a
+``StatusError``/``RedirectError`` with ``transient``, ``rate_limited`` and ``retry_after`` by SPEC
+§7's rules. An error the server answered keeps its body as text (``error_body``: key masked, ≤2 KB).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -156,28 +154,23 @@ _CONTEXT_WORDINGS = (
 )
 
 
-@functools.cache
-def _transport_errors() -> tuple[tuple[type[Exception], type[ProviderError], str, bool], ...]:
-    """httpx2 exception class → (our class, type, transient), most specific first. Built on the
-    first transport error: a run on in-process providers never loads the HTTP client."""
-    import httpx2
-
-    return (
-        (httpx2.ConnectTimeout, TimeoutError_, "connect_timeout", True),
-        (httpx2.PoolTimeout, TimeoutError_, "pool_timeout", True),
-        (httpx2.TimeoutException, TimeoutError_, "timeout", True),
-        (httpx2.ConnectError, TransportError, "connect_error", True),
-        (httpx2.ProxyError, TransportError, "proxy_error", True),
-        (httpx2.RemoteProtocolError, TransportError, "remote_protocol_error", True),
-        (httpx2.ReadError, TransportError, "read_error", True),
-        (httpx2.WriteError, TransportError, "write_error", True),
-        (httpx2.CloseError, TransportError, "close_error", True),
-        (httpx2.NetworkError, TransportError, "network_error", True),
-        (httpx2.DecodingError, InvalidResponseError, "invalid_response", True),
-        (httpx2.UnsupportedProtocol, ProviderError, "unsupported_protocol", False),
-        (httpx2.LocalProtocolError, ProviderError, "local_protocol_error", False),
-        (httpx2.InvalidURL, ProviderError, "invalid_url", False),
-    )
+#: httpx2's exception (by name: loaded at a first transport error) → ours, type, transient
+_TRANSPORT_ERRORS: tuple[tuple[str, type[ProviderError], str, bool], ...] = (
+    ("ConnectTimeout", TimeoutError_, "connect_timeout", True),
+    ("PoolTimeout", TimeoutError_, "pool_timeout", True),
+    ("TimeoutException", TimeoutError_, "timeout", True),
+    ("ConnectError", TransportError, "connect_error", True),
+    ("ProxyError", TransportError, "proxy_error", True),
+    ("RemoteProtocolError", TransportError, "remote_protocol_error", True),
+    ("ReadError", TransportError, "read_error", True),
+    ("WriteError", TransportError, "write_error", True),
+    ("CloseError", TransportError, "close_error", True),
+    ("NetworkError", TransportError, "network_error", True),
+    ("DecodingError", InvalidResponseError, "invalid_response", True),
+    ("UnsupportedProtocol", ProviderError, "unsupported_protocol", False),
+    ("LocalProtocolError", ProviderError, "local_protocol_error", False),
+    ("InvalidURL", ProviderError, "invalid_url", False),
+)
 
 
 def error_body(body: bytes | str | object, secret: str | None) -> str | None:
@@ -203,15 +196,14 @@ def error_body(body: bytes | str | object, secret: str | None) -> str | None:
 def translate_transport_error(
     exc: Exception, secret: str | None = None, timeout: float | None = None
 ) -> ProviderError:
-    """The rrcli error for an exception raised by the HTTP client (no usable response).
-    ``timeout``: the backend's limit in seconds, named in a timeout's message with its key."""
-    import httpx2
+    """The rrcli error for an HTTP client's exception; a timeout's names ``timeout`` seconds."""
+    import httpx2  # not at the top: a run on in-process providers never loads the HTTP client
 
     detail = redact(str(exc) or type(exc).__name__, secret)
     if timeout is not None and isinstance(exc, httpx2.TimeoutException):
         detail = _TIMEOUT_DETAIL["timeout"].format(timeout)
-    for klass, ours, type_, transient in _transport_errors():
-        if isinstance(exc, klass):
+    for name, ours, type_, transient in _TRANSPORT_ERRORS:
+        if isinstance(exc, getattr(httpx2, name)):
             return ours(f"{type_.replace('_', ' ')}: {detail}", type=type_, transient=transient)
     return TransportError(f"transport error: {detail}", type="transport_error", transient=True)
 

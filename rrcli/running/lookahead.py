@@ -167,13 +167,16 @@ class _Index:
             del heads[head]
             return
         for h in chain[:_DEPTH]:
-            slots = held[h]  # type: ignore[index]
+            slots = held.get(h)  # type: ignore[union-attr]
             if type(slots) is int:
-                del held[h]  # type: ignore[attr-defined]
-            else:
-                del slots[slot]
+                if slots == slot:
+                    del held[h]  # type: ignore[attr-defined]
+            elif slots is not None:
+                slots.pop(slot, None)
                 if len(slots) == 1:
                     held[h] = next(iter(slots))  # type: ignore[index]
+                elif not slots:
+                    del held[h]  # type: ignore[attr-defined]
         if not held:
             del heads[head]
 
@@ -198,7 +201,8 @@ def _index(blocks: dict[int, Any], slot: int, chain: Sequence[int]) -> None:
         if held is None:
             blocks[h] = slot
         elif type(held) is int:
-            blocks[h] = {held: None, slot: None}
+            if held != slot:  # a block twice in one prompt is held once
+                blocks[h] = {held: None, slot: None}
         else:
             held[slot] = None
 

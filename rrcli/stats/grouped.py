@@ -182,7 +182,6 @@ def group_rows(
     with_ttft = ok & ~np.isnan(c.ttft)
     streamed = with_ttft & c.stream & ~np.isnan(c.latency) & (c.tokens_out > 1)
     tpot = (c.latency[streamed] - c.ttft[streamed]) / (c.tokens_out[streamed] - 1)
-    tokens_in, tokens_out = np.nan_to_num(c.tokens_in), np.nan_to_num(c.tokens_out)
     calls = group_sums(codes, n)
     columns = (
         calls,
@@ -193,8 +192,8 @@ def group_rows(
         group_percentiles(codes[timed], c.latency[timed], n, (50, 95, 99)),
         group_percentiles(codes[with_ttft], c.ttft[with_ttft], n, (50, 95)),
         group_percentiles(codes[streamed], tpot, n, (50,)),
-        group_sums(codes, n, tokens_in),
-        group_sums(codes, n, tokens_out),
+        group_sums(codes, n, np.nan_to_num(c.tokens_in)),
+        group_sums(codes, n, np.nan_to_num(c.tokens_out)),
         group_sums(codes[c.usage_estimated], n),
         *_money(c, codes, n, (price_in, price_out, price_cached)),
         *group_sweep(codes, c.t0, c.t1, n),
