@@ -170,12 +170,7 @@ def run(
         **fields,
     ).with_defaults()
     if dry_run:
-        import asyncio
-
-        from rrcli import _render
-        from rrcli.running.plan import plan
-
-        _render.print_plan(profile, asyncio.run(plan(profile, options)), options.traces)
+        _print_plan(profile, options)
         return
     control = RunControl()
     with _watcher(tty and not quiet and answers is None, quiet, control, progress_s) as display:
@@ -189,6 +184,15 @@ def run(
     if summary.halted is not None:  # shown even with -q: the run did not finish
         click.echo(f"rrcli: {summary.halted.message}", err=True)
     sys.exit(summary.exit_code)
+
+
+def _print_plan(profile: Any, options: Any) -> None:
+    import asyncio
+
+    from rrcli import _render
+    from rrcli.running.plan import plan
+
+    _render.print_plan(profile, asyncio.run(plan(profile, options)), options.traces)
 
 
 def _prompt_printer(stream: bool) -> Any:

@@ -247,7 +247,7 @@ def test_stats_of_50000_deployments_takes_seconds(tmp_path):
             start = T0 + (i % 60) * 1000
             out.write(orjson.dumps(trace_call(start, start + 500, deployment=f"d{i}")) + b"\n")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    table = rrcli("stats", path, cwd=tmp_path)
+    table = rrcli("stats", path, cwd=tmp_path, env={"COLUMNS": "200"})  # one footer line
     middle = resource.getrusage(resource.RUSAGE_CHILDREN)
     summary = stats_json(path, tmp_path)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
