@@ -45,6 +45,17 @@ def test_never_routes_to_a_backend_at_its_cap(shape, sent, data):
     assert (not room) or chosen.in_flight + chosen.waiting < chosen.cap
 
 
+def test_a_backend_at_its_cap_yields_its_longer_match_to_one_with_room():
+    """The backend holding the longer prefix is at its cap and another with room holds a
+    shorter one that still covers the threshold: the call goes to the one with room."""
+    candidates = _candidates([(8, 0, 8), (0, 0, 8)])
+    strategy = CacheAware([1000, 1000], balance_abs=1000)  # no load guard in the way
+    strategy.sent(0, list(range(10)))
+    strategy.sent(1, list(range(7)))
+    chain = list(range(12))
+    assert 1 == strategy.choose_for(candidates, chain, 16 * len(chain) + 5)
+
+
 @given(loads, st.lists(st.integers(0, 5), max_size=30))
 def test_with_no_shared_prefix_it_is_least_loaded(shape, history):
     """Prompts that share no prefix go where least_loaded would send them: the lowest
