@@ -5,6 +5,8 @@ uses the budget instead of stopping while most of it is left.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 import pytest
 from billing import GPT_4O
@@ -162,16 +164,22 @@ def test_a_budget_over_a_model_of_unknown_output_sends_no_uncapped_call(tmp_path
     assert [] == server.requests
 
 
+def media_jobs(folder: Path, text: str, part: dict, count: int) -> Path:
+    """A jobs file of ``count`` chat jobs, each a question with one media ``part``, capped at 10
+    output tokens."""
+    content = [{"type": "text", "text": text}, part]
+    lines = [{"id": f"j{i}", "messages": [{"role": "user", "content": content}],
+              "params": {"max_tokens": 10}} for i in range(count)]  # fmt: skip
+    return write_lines(folder / "jobs.jsonl", lines)
+
+
 def test_images_are_reserved_at_their_most_not_their_url(tmp_path, billing_server):
     """Jobs with a short image URL, billed as an image is (1,100 tokens): each call is
     reserved at an image's most, so what was billed stays within the limit."""
     server = billing_server(writes=10)
     profile = billed_profile(tmp_path, server)
     image = {"type": "image_url", "image_url": {"url": "https://x.example/cat.png"}}
-    content = [{"type": "text", "text": "what is it?"}, image]
-    lines = [{"id": f"j{i}", "messages": [{"role": "user", "content": content}],
-              "params": {"max_tokens": 10}} for i in range(400)]  # fmt: skip
-    jobs = write_lines(tmp_path / "jobs.jsonl", lines)
+    jobs = media_jobs(tmp_path, "what is it?", image, 400)
     done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "0.5", cwd=tmp_path)
     assert 3 == done.returncode, done.stderr
     assert 0.4 < server.billed() <= 0.5
@@ -184,10 +192,7 @@ def test_files_are_reserved_at_their_most_not_their_id(tmp_path, billing_server)
     server = billing_server(writes=10)
     profile = billed_profile(tmp_path, server)
     document = {"type": "file", "file": {"file_id": "file-abc123"}}
-    content = [{"type": "text", "text": "summarise it"}, document]
-    lines = [{"id": f"j{i}", "messages": [{"role": "user", "content": content}],
-              "params": {"max_tokens": 10}} for i in range(60)]  # fmt: skip
-    jobs = write_lines(tmp_path / "jobs.jsonl", lines)
+    jobs = media_jobs(tmp_path, "summarise it", document, 60)
     done = rrcli("run", jobs, "-p", profile, "-q", "--max-cost", "3", cwd=tmp_path)
     assert 3 == done.returncode, done.stderr
     assert 1.5 < server.billed() <= 3.0
