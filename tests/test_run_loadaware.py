@@ -283,7 +283,10 @@ def test_an_adaptive_cap_a_little_too_high_keeps_its_share_of_a_pool(tmp_path, s
     """In a pool, a backend whose server takes 4 calls at once but whose cap says 8, with
     [gate] adaptive: its 429s lower the cap to just below the load that drew them and never
     cool it as a failing backend, so it serves about its right share (4 of 12 slots) with few
-    429s, where without adaptive the cooldowns of its 429s cut its share."""
+    429s, where without adaptive the cooldowns of its 429s cut its share. Few: the start's
+    burst (8 sent where 4 fit) and the climb after it settle within the backend's first 32
+    calls (timing decides how many 429s that takes); after that only the probes of the level
+    that failed draw one, ever more rarely (its ~95 later calls hold at most three)."""
     hidden, other = sim_server(latency_ms=100, cap=4), sim_server(latency_ms=100)
     backends = [
         {"id": "hidden", "base_url": hidden.openai_url, "max_concurrency": 8},
@@ -302,7 +305,12 @@ def test_an_adaptive_cap_a_little_too_high_keeps_its_share_of_a_pool(tmp_path, s
         limited = sum(c["http_status"] == 429 for c in trail)
         if adaptive:
             assert "consecutive_failures" not in run.stderr
-            assert limited / len(trail) < 0.03, (limited, len(trail))
+            assert limited / len(trail) < 0.05, (limited, len(trail))
+            hidden_calls = sorted(
+                (c for c in trail if c["deployment"] == "hidden"), key=lambda c: c["ts_start"]
+            )
+            probes = [i for i, c in enumerate(hidden_calls) if c["http_status"] == 429 and i >= 32]
+            assert len(probes) <= 3, probes
     assert shares[True] > 0.28, shares
     assert shares[True] > shares[False], shares
 
