@@ -21,6 +21,7 @@ import pytest
 from hostile import chat
 from runkit import ROOT, popen, read_jsonl, rrcli, write_jobs, write_profile
 
+from rrcli.records.jobs import MAX_LINE_BYTES
 from rrcli.running.runner import DRAIN_TIMEOUT
 
 # A stop with no call in flight ends the run at the loop's next look, a quarter of a second on; a
@@ -40,6 +41,12 @@ def wait_for(predicate, timeout: float = 20.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("the condition did not come true in time")
         time.sleep(0.02)
+
+
+def bytes_read(pid: int) -> int:
+    """What process ``pid`` has read so far, files and pipes (Linux's ``/proc/PID/io``)."""
+    (line,) = [ln for ln in Path(f"/proc/{pid}/io").read_text().splitlines() if "rchar" in ln]
+    return int(line.split()[1])
 
 
 def stopped_after(traces: Path, signalled: float) -> tuple[dict, float]:
@@ -212,16 +219,18 @@ def test_a_slow_pipe_never_holds_calls_in_flight(tmp_path, hostile_server):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_endless_input_obeys_signals(tmp_path, hostile_server, sig):
-    """``rrcli run /dev/zero`` (one line that never ends) stops within seconds of SIGINT or
-    SIGTERM, exit 130, and sends nothing."""
+    """``rrcli run /dev/zero`` (one line that never ends), signalled once it has read past the
+    longest line a job may have: exit 130, its trace's run_end, interrupted with no job, within
+    seconds of SIGINT or SIGTERM, and nothing sent."""
     server = hostile_server(lambda _: chat())
     profile = profile_for(tmp_path, server)
     proc = popen("run", "/dev/zero", "-p", profile, "--out", "r.jsonl", cwd=tmp_path)
-    wait_for(lambda: (tmp_path / "r.jsonl").exists())  # the run has started: signals are its own
-    time.sleep(1.0)
-    started = time.monotonic()
+    wait_for(lambda: bytes_read(proc.pid) > MAX_LINE_BYTES)  # in the line: signals are the run's
+    signalled = time.time()
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=30)
     assert 130 == proc.returncode, stderr
-    assert time.monotonic() - started < 5.0
+    end, stopped_s = stopped_after(tmp_path / "zero.traces.jsonl", signalled)
+    assert (True, 0) == (end["interrupted"], sum(end["jobs"].values()))
+    assert stopped_s < STOPS_WITHIN
     assert [] == server.requests
