@@ -17,7 +17,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from msgspec import structs
 
@@ -31,6 +31,7 @@ from rrcli.records.attempt import Attempt, CallOutcome
 from rrcli.records.jobs import InvalidJob, Job
 from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
+from rrcli.records.results import ResultSink
 from rrcli.records.trace import TraceWriter
 from rrcli.routing.budget import Unaffordable
 from rrcli.routing.control import Halted, RunControl
@@ -42,6 +43,7 @@ from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
 from rrcli.running.cached import ResponseCache
 from rrcli.running.failures import log_failure
+from rrcli.running.hits import CachedHits
 from rrcli.running.money import with_cap
 from rrcli.running.quiet import debug_logged
 from rrcli.running.summary import RunSummary
@@ -63,14 +65,6 @@ from rrcli.tokens import estimate_call_tokens, estimate_prompt_tokens
 __all__ = ["Engine", "ResultSink"]
 
 log = get_logger("rrcli")
-
-
-class ResultSink(Protocol):
-    """Where results go: a ResultWriter, or a callback for ``--prompt``."""
-
-    def write(self, result: dict[str, Any], *, body: dict[str, Any] | None = None) -> None: ...
-
-    def flush(self) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -128,8 +122,16 @@ class Engine:
             self.finish(outcome)
 
     def ahead(self, jobs: Iterator[Job | InvalidJob]) -> Iterator[Job | InvalidJob]:
-        """``jobs`` looked up in the cache by chunks as they are pulled (one SELECT a chunk)."""
-        return jobs if self.cache is None else self.cache.ahead(jobs, self._keyed)
+        """``jobs`` looked up in the cache by chunks as they are pulled (one SELECT a chunk),
+        a plain chat job found answered finished there (running/hits.py)."""
+        if self.cache is None:
+            return jobs
+        forget = self.router.forget if self.session_binding else None
+        hits = CachedHits(
+            self.traces, self.results, self.summary, self.control, self.rules,
+            self.keep_response, forget,
+        )  # fmt: skip
+        return self.cache.ahead(jobs, self._keyed, hits)
 
     async def submit(
         self, job: Job, exclude: frozenset[str], on_text: Callable[[str, str], None] | None
