@@ -150,6 +150,7 @@ class TraceWriter:
         self._put_line(orjson.dumps(record, option=_NEWLINE))
 
     def _put_line(self, line: bytes) -> None:
+        """One encoded record out, to the tap and the file."""
         if self._tap is not None:
             self._tap(line)
         if self._out is not None:

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 MANY = 256  # jobs read ahead and looked up at once (records.cache.MANY: one SELECT)
 
-__all__ = ["ResponseCache", "open_cache", "request_key"]
+__all__ = ["ANSWERED", "Answered", "ResponseCache", "open_cache", "request_key"]
 
 Jobs = Iterator[Job | InvalidJob]
 #: what builds the request a backend would be sent (``Engine._request``)
@@ -52,7 +52,18 @@ Request = Callable[[Job, list[dict[str, Any]], Backend], Call]
 #: what finishes a job the read-ahead found answered, never routed (running/hits.py): given
 #: the job, its call, the backend the answer is on and the stored reply's fields; False when
 #: it leaves the job to the workers
-Answered = Callable[[Job, Call, Backend, dict[str, Any]], bool]
+Finish = Callable[[Job, Call, Backend, dict[str, Any]], bool]
+
+
+class Answered:
+    """What the read-ahead hands on after a chunk of which it finished jobs (``ANSWERED``): a
+    worker lets the event loop run then (flushes, signals), as a whole rerun may be answered
+    without a job being handed on."""
+
+    __slots__ = ()
+
+
+ANSWERED = Answered()
 
 _KEY_VERSION = b"rrcli-cache-key-1\n"
 #: the reply's fields kept: not the transport's (status, TTFT), nor a pause_turn's continuation
@@ -140,12 +151,13 @@ class ResponseCache:
         return None, keys
 
     def ahead(
-        self, jobs: Iterator[Job | InvalidJob], request: Request, answered: Answered | None = None
-    ) -> Iterator[Job | InvalidJob]:
+        self, jobs: Iterator[Job | InvalidJob], request: Request, finish: Finish | None = None
+    ) -> Iterator[Job | InvalidJob | Answered]:
         """``jobs`` as they come, each chunk of them looked up in one SELECT before the first is
         handed on (a call's own lookup then finds its answer read): the first group's key of
         each job that is one call of its first turn. A job found answered is first offered to
-        ``answered``, and not handed on when it took it (a hit: it finished the job)."""
+        ``finish``, and not handed on when it took it (a hit: it finished the job); ANSWERED
+        follows a chunk of which some were."""
         if not self.reads or not self._groups:
             yield from jobs
             return
@@ -163,15 +175,19 @@ class ResponseCache:
             done: set[int] = set()
             for job, call, key in zip(plain, calls, keys, strict=True):
                 answer = found.get(key)
-                if answer is not None and answered is not None:
+                if answer is not None and finish is not None:
                     stored = self._plain(answer)
-                    if stored is not None and answered(job, call, *stored):
+                    if stored is not None and finish(job, call, *stored):
                         self.hits += 1
                         done.add(id(job))
                         continue
                 self._read[id(job)] = (job, call, key, answer)
             older, old = old, [id(j) for j in plain]
-            yield from (j for j in chunk if id(j) not in done) if done else chunk
+            if not done:
+                yield from chunk
+                continue
+            yield from (j for j in chunk if id(j) not in done)
+            yield ANSWERED
 
     def _plain(self, stored: bytes) -> tuple[Backend, dict[str, Any]] | None:
         """(the backend, the reply's fields) of a stored answer as ``lookup`` gives it on the

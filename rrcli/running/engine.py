@@ -41,9 +41,8 @@ from rrcli.routing.lease import Lease
 from rrcli.routing.retry import RetryPolicy
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
-from rrcli.running.cached import ResponseCache
+from rrcli.running.cached import ANSWERED, ResponseCache
 from rrcli.running.failures import log_failure
-from rrcli.running.hits import CachedHits
 from rrcli.running.money import with_cap
 from rrcli.running.quiet import debug_logged
 from rrcli.running.summary import RunSummary
@@ -109,6 +108,9 @@ class Engine:
         for n, job in enumerate(jobs, 1):
             if self.control.stopping:
                 return
+            if job is ANSWERED:  # jobs the cache's read-ahead finished: the loop runs a while
+                await asyncio.sleep(0)
+                continue
             # calls that never suspend (sim at zero latency) must not starve the loop
             if n % 64 == 0:
                 await asyncio.sleep(0)
@@ -120,18 +122,6 @@ class Engine:
             except (Halted, NoHealthyBackend):  # the job has no result line: --resume runs it
                 return
             self.finish(outcome)
-
-    def ahead(self, jobs: Iterator[Job | InvalidJob]) -> Iterator[Job | InvalidJob]:
-        """``jobs`` looked up in the cache by chunks as they are pulled (one SELECT a chunk),
-        a plain chat job found answered finished there (running/hits.py)."""
-        if self.cache is None:
-            return jobs
-        forget = self.router.forget if self.session_binding else None
-        hits = CachedHits(
-            self.traces, self.results, self.summary, self.control, self.rules,
-            self.keep_response, forget,
-        )  # fmt: skip
-        return self.cache.ahead(jobs, self._keyed, hits)
 
     async def submit(
         self, job: Job, exclude: frozenset[str], on_text: Callable[[str, str], None] | None
@@ -216,12 +206,12 @@ class Engine:
         cache = self.cache
         if cache is None:
             return await self._routed(job, messages, turn, excluded)
-        hit, keys = cache.lookup(job, messages, turn, excluded, self._keyed)
+        hit, keys = cache.lookup(job, messages, turn, excluded, self.keyed)
         if hit is not None:
             self.traces.call(hit, None)
             return self._outcome(job, hit, hit.reply)
         outcome = await self._routed(job, messages, turn, excluded)
-        cache.keep(outcome, keys, messages, self._keyed)
+        cache.keep(outcome, keys, messages, self.keyed)
         return outcome
 
     async def _routed(
@@ -311,7 +301,7 @@ class Engine:
             call, estimate = paused_call(call, reply, job.input)
             queued = time.monotonic()
 
-    def _keyed(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
+    def keyed(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
         """The call as ``_request`` makes it, for its cache key only: its tokens not counted."""
         return self._request(job, messages, backend, None, False)
 

@@ -13,24 +13,38 @@ which stays for every other job (sessions, other endpoints, a run being stopped)
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rrcli.config.profile import Backend
 from rrcli.providers.base import Call
-from rrcli.records.jobs import Job
+from rrcli.records.jobs import InvalidJob, Job
 from rrcli.records.result_line import cached_chat_line
 from rrcli.records.results import ResultSink
 from rrcli.records.trace import TraceWriter
 from rrcli.routing.control import RunControl
 from rrcli.routing.serving import RouteRules
+from rrcli.running.engine import Engine
 from rrcli.running.summary import RunSummary
 
-__all__ = ["CachedHits"]
+__all__ = ["CachedHits", "read_ahead"]
+
+
+def read_ahead(engine: Engine, jobs: Iterator[Job | InvalidJob]) -> Iterator[Any]:
+    """``jobs`` looked up in the run's cache by chunks as they are pulled (one SELECT a chunk),
+    a plain chat job found answered finished there (``ResponseCache.ahead``)."""
+    if engine.cache is None:
+        return jobs
+    forget = engine.router.forget if engine.session_binding else None
+    hits = CachedHits(
+        engine.traces, engine.results, engine.summary, engine.control, engine.rules,
+        engine.keep_response, forget,
+    )  # fmt: skip
+    return engine.cache.ahead(jobs, engine.keyed, hits)
 
 
 class CachedHits:
-    """``ResponseCache.ahead``'s ``answered``: writes a plain chat job's lines from its stored
+    """``ResponseCache.ahead``'s ``finish``: writes a plain chat job's lines from its stored
     answer and counts it ok, as ``Engine.finish`` would; ``forget`` is the router's, under
     session binding (a job naming no session leaves no binding behind)."""
 
