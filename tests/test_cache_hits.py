@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import time
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from runkit import read_jsonl, rrcli, write_profile
+from runkit import popen, read_jsonl, rrcli, write_jobs, write_profile
 
 from rrcli.config.profile import Backend, SimSettings
 from rrcli.providers.base import Reply
@@ -150,3 +152,32 @@ def test_a_cached_rerun_writes_what_the_engine_writes_for_its_hits(tmp_path):
         assert 5 == cached.count(True)  # every job but the one for an endpoint not served
         for file, pipe in zip(outputs["file"], outputs["pipe"], strict=True):
             assert _masked(pipe) == _masked(file)
+
+
+def test_ctrl_c_stops_a_rerun_the_cache_answers_whole(tmp_path):
+    """SIGINT during a rerun whose every job the cache answers (so no job ever reaches a
+    worker) stops it at once: exit 130, fewer result lines than jobs, each whole with its call
+    record; --resume then finishes the rest from the cache, one line a job."""
+    n = 10_000
+    profile = write_profile(tmp_path / "p.toml", [SIM])
+    jobs = write_jobs(tmp_path / "jobs.jsonl", n)
+    fill = rrcli("run", jobs, "-p", profile, "--cache", "c.db", "-q", cwd=tmp_path)
+    assert 0 == fill.returncode, fill.stderr
+    out = tmp_path / "again.jsonl"
+    args = ("run", jobs, "-p", profile, "--cache", "c.db", "--out", out, "--traces", "again.t")
+    proc = popen(*args, cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while not (out.exists() and out.stat().st_size) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert (130, False) == (proc.returncode, "Traceback" in stderr), stderr
+    done = read_jsonl(out)
+    records = [r for r in read_jsonl(tmp_path / "again.t") if r["event"] == "call"]
+    assert 0 < len(done) == len(records) < n
+    assert {True} == {line["cached"] for line in done}
+
+    again = rrcli("run", jobs, "-p", profile, "--cache", "c.db", "--out", out, "--resume",
+                  "-q", cwd=tmp_path)  # fmt: skip
+    assert 0 == again.returncode, again.stderr
+    assert sorted(f"j{i}" for i in range(n)) == sorted(line["id"] for line in read_jsonl(out))
