@@ -4,10 +4,11 @@ A mixed trace (made here, seeded) holds everything the reader and the arithmetic
 calls from the response cache, cancelled calls, charged and estimated costs, estimated usage, a
 prompt cache with its own price, several endpoints and error types, a run without its run
 record, an interrupted run, other timestamp forms amid canonical ones, malformed lines of every
-kind, blank lines, an unknown event and a torn last line. The summary for every ``--by`` (and the timeline) and the tables the command
-prints must equal the recorded ones (tests/golden/stats_mixed.*) exactly: a faster reader or
-sum must not move a digit. A change meant to move one records them again with
-``RRCLI_RECORD_GOLDEN=1 python -m pytest tests/test_stats_golden.py``.
+kind, blank lines, an unknown event and a torn last line. The summary for every ``--by`` (and
+the timeline) and the tables the command prints must equal the recorded ones
+(tests/golden/stats_mixed.*) exactly: a faster reader or sum must not move a digit. A change
+meant to move one records them again with ``RRCLI_RECORD_GOLDEN=1 python -m pytest
+tests/test_stats_golden.py``.
 """
 
 from __future__ import annotations
