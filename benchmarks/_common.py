@@ -44,9 +44,10 @@ def serving(argv: list[str], port: int) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def server_process(argv: list[str], port: int) -> Iterator[tuple[str, int]]:
-    """``serving``, yielding the process id too (for ``cpu_seconds``)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def server_process(argv: list[str], port: int, root: Path = ROOT) -> Iterator[tuple[str, int]]:
+    """``serving``, yielding the process id too (for ``cpu_seconds``); the rrcli it runs is
+    the checkout at ``root``."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
