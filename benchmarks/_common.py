@@ -46,9 +46,13 @@ def serving(argv: list[str], port: int) -> Iterator[str]:
 @contextlib.contextmanager
 def server_process(argv: list[str], port: int, root: Path = ROOT) -> Iterator[tuple[str, int]]:
     """``serving``, yielding the process id too (for ``cpu_seconds``); the rrcli it runs is
-    the checkout at ``root``."""
+    the checkout at ``root``, run in its folder when it is another (``python -m`` looks in
+    the working folder first)."""
     env = {**os.environ, "PYTHONPATH": str(root)}
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cwd = None if root == ROOT else root
+    proc = subprocess.Popen(
+        argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
