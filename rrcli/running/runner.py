@@ -36,6 +36,7 @@ from rrcli.routing.router import Router
 from rrcli.running.cached import ResponseCache, open_cache
 from rrcli.running.engine import Engine
 from rrcli.running.failures import log_repeated
+from rrcli.running.hits import read_ahead
 from rrcli.running.lookahead import Lookahead
 from rrcli.running.money import budget_prices, final_halt, make_budget, output_caps
 from rrcli.running.options import RunOptions
@@ -337,7 +338,7 @@ async def _drive(
     if not isinstance(jobs, Iterator):  # a shared queue
         filling: Awaitable[None] = feed.fill(jobs.fetch)
     else:
-        filling = feed.pull(engine.ahead(jobs)) if reader is None else feed.read(jobs, reader)
+        filling = feed.pull(read_ahead(engine, jobs)) if reader is None else feed.read(jobs, reader)
     everything = asyncio.ensure_future(filling)
     control._cancel = everything.cancel
     flusher = asyncio.create_task(_flush_periodically(engine))
