@@ -120,7 +120,7 @@ def main() -> None:
     ours = measure(RRCLI, path, args.workers)
     print(
         f"rrcli stats : {ours['wall']:.2f} s ({ours['cpu']:.2f} s CPU), "
-        f"{ours['workers']} processes, peak RSS {ours['rss']:.0f} MB "
+        f"{ours['workers']} reading process(es), peak RSS {ours['rss']:.0f} MB "
         f"(each reader process {ours['child_rss']:.0f} MB), "
         f"{args.lines / ours['wall']:,.0f} lines/s"
     )
