@@ -16,7 +16,7 @@ import asyncio
 import hmac
 import math
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,12 +228,14 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
     session = session_of(request.path_params.get("session"), request.headers, body)
     streamed = body.get("stream") is True
     line = wire.line(endpoint, body)
+    ended = None
     if session is not None:
         line["session"] = session
-        gateway.sessions.touch(session)
+        ended = gateway.sessions.begin(session)
     if streamed:
-        return await _streamed(wire, pool, line, exclude, request, str(body.get("model", "")))
-    return await _plain(wire, pool, line, exclude, request)
+        model = str(body.get("model", ""))
+        return await _streamed(wire, pool, line, exclude, request, model, ended)
+    return await _plain(wire, pool, line, exclude, request, ended)
 
 
 _NOT_JSON = "the request body is not a JSON object"
@@ -269,9 +271,17 @@ async def _body(request: Request, limit: int) -> dict[str, Any] | Response | Non
 
 
 async def _plain(
-    wire: Wire, pool: Pool, line: dict[str, Any], exclude: frozenset[str], request: Request
+    wire: Wire,
+    pool: Pool,
+    line: dict[str, Any],
+    exclude: frozenset[str],
+    request: Request,
+    ended: Callable[[object], None] | None,
 ) -> Response:
+    """``ended``: called when the call is over (its session's idle time starts then)."""
     task = asyncio.ensure_future(pool.call(line, exclude))
+    if ended is not None:
+        task.add_done_callback(ended)
     if await _client_left(request, task):
         return Response(status_code=499)
     try:
@@ -291,11 +301,14 @@ async def _streamed(
     exclude: frozenset[str],
     request: Request,
     model: str,
+    ended: Callable[[object], None] | None,
 ) -> Response:
     """The stream starts at the first text; until then the call may still fail with a status."""
     texts: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
     task = asyncio.ensure_future(pool.call(line, exclude, lambda d, t: texts.put_nowait((d, t))))
     task.add_done_callback(lambda _: texts.put_nowait(None))
+    if ended is not None:
+        task.add_done_callback(ended)
     first = asyncio.ensure_future(texts.get())
     if await _client_left(request, first):
         task.cancel(CLIENT_LEFT)
