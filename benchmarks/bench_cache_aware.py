@@ -1,6 +1,6 @@
 """Cache-aware scheduling against least_loaded and an oracle, on replicas with a prefix cache.
 
-    python benchmarks/bench_cache_aware.py [--scale F] [--only a,b,c] [--engine N,N]
+    python benchmarks/bench_cache_aware.py [--scale F] [--only a,b,c,t] [--inproc] [--engine N,N]
 
 Four `rrcli sim` servers in their own processes stand for four vLLM replicas: each keeps a
 prefix cache of PREFIX_TOKENS tokens (16-token blocks, LRU), answers after LATENCY_MS ± JITTER_MS
@@ -11,7 +11,13 @@ between runs (``/stats/reset``):
   (a) 32 long system prompts (~1,000 tokens) × 100 short questions, interleaved in the file
       (shuffled with a fixed seed);
   (b) 200 multi-turn sessions of 8 turns (each session's system text ~500 tokens of its own,
-      each turn sent with the whole history);
+      each turn sent with the whole history, the replies the sim writes included), LIVE of them
+      open at once and their turns interleaved: each turn a job of its own, a session's next
+      turn coming after other sessions' turns, as agents' and users' turns do (tool calls and
+      typing between them);
+  (t) (b) as one `turns` job a session, each next turn sent the moment the last is answered
+      (not in the default set: the slot that answer freed is the least loaded when the next
+      turn asks, so least_loaded keeps every session where it is warm by accident);
   (c) no shared prefixes: 3,200 prompts of ~100 tokens, each its own.
 Contenders: ``least_loaded``; ``cache_aware``; and an oracle that knows where every prefix is
 warm because it put it there: each prefix group (a system prompt; a session) is bound to one
@@ -50,12 +56,17 @@ import orjson
 import tomli_w
 from _common import call_records, peak_rss_mb, sim_server, start_run
 
+from rrcli.config.profile import SimSettings
+from rrcli.sim.behaviour import SimBehaviour
+
 REPLICAS = 4
 CAP = 8
 PREFIX_TOKENS = 16_000
 # a small model on a CPU (llama.cpp): prefill about a millisecond a token
 LATENCY_MS, JITTER_MS, PREFILL_MS = 50, 25, 1.0
 CONTENDERS = ("least_loaded", "cache_aware", "oracle")
+TURNS = 8  # turns a session in (b)
+LIVE = 48  # sessions open at once in (b): 1.5 × the slots, their histories within the caches
 WORDS = ("amber", "basil", "cedar", "dune", "ember", "fern", "grove", "harbor", "island", "jade")
 
 
@@ -79,22 +90,47 @@ def jobs_a(scale: float) -> list[dict]:
     return jobs
 
 
+def _turn(s: int, t: int) -> str:
+    return f"Turn {t} of session {s}: {_text(5000 + s * TURNS + t, 50)}"
+
+
 def jobs_b(scale: float) -> list[dict]:
+    """Each turn of each session a job of its own with its whole history: the system text, the
+    earlier turns and the replies the sim writes to them (as a replica's cache holds them), the
+    new turn. The sessions start LIVE // TURNS a round, so LIVE are open at once, and each
+    round's turns are shuffled: a session's next turn comes after other sessions' turns."""
+    replies = SimBehaviour(SimSettings(), random.Random(0))
+    per_round = max(1, LIVE // TURNS)
+    rounds: dict[int, list[dict]] = {}
+    for s in range(int(200 * scale)):
+        messages = [{"role": "system", "content": _text(1000 + s, 500)}]
+        for t in range(TURNS):
+            messages.append({"role": "user", "content": _turn(s, t)})
+            job = {"id": f"s{s}-{t}", "session": f"s{s}", "messages": list(messages)}
+            rounds.setdefault(s // per_round + t, []).append(job)
+            reply = replies.text(replies.variant(messages))
+            messages.append({"role": "assistant", "content": reply})
+    rng, jobs = random.Random(0), []
+    for r in sorted(rounds):
+        rng.shuffle(rounds[r])
+        jobs += rounds[r]
+    return jobs
+
+
+def jobs_t(scale: float) -> list[dict]:
+    """(b) as one `turns` job a session: each next turn sent the moment the last is answered."""
     return [
-        {
-            "id": f"s{s}",
-            "system": _text(1000 + s, 500),
-            "turns": [f"Turn {t} of session {s}: {_text(5000 + s * 8 + t, 50)}" for t in range(8)],
-        }
+        {"id": f"s{s}", "session": f"s{s}", "system": _text(1000 + s, 500),
+         "turns": [_turn(s, t) for t in range(TURNS)]}
         for s in range(int(200 * scale))
-    ]
+    ]  # fmt: skip
 
 
 def jobs_c(scale: float) -> list[dict]:
     return [{"id": f"c{i}", "prompt": _text(10_000 + i, 100)} for i in range(int(3200 * scale))]
 
 
-SCENARIOS = {"a": jobs_a, "b": jobs_b, "c": jobs_c}
+SCENARIOS = {"a": jobs_a, "b": jobs_b, "c": jobs_c, "t": jobs_t}
 
 
 def write_profile(path: Path, urls: list[str] | None, contender: str) -> Path:

@@ -32,6 +32,7 @@ __all__ = [
     "plausible_call_tokens",
     "prefix_blocks",
     "rendered_prompt",
+    "rendered_with_reply",
 ]
 
 CHARS_PER_TOKEN = 4
@@ -230,6 +231,13 @@ def rendered_prompt(
         if "tool_calls" in message:
             parts.append(orjson.dumps(message["tool_calls"], default=str).decode())
     return "\x1e".join(parts)
+
+
+def rendered_with_reply(prompt: str, reply: str) -> str:
+    """``prompt`` (``rendered_prompt``'s) followed by the assistant's text reply to it, as the
+    next turn's prompt renders that history: what a server's cache holds after answering."""
+    head = prompt + "\x1e" if prompt else ""
+    return f"{head}assistant\x1f{reply}"
 
 
 def _text(content: object) -> str:

@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 from runkit import read_jsonl, rrcli, write_profile
 from simkit import post
 
-from rrcli.tokens import BLOCK_TOKENS, PrefixBlocks, prefix_blocks, rendered_prompt
+from rrcli.tokens import (
+    BLOCK_TOKENS,
+    PrefixBlocks,
+    prefix_blocks,
+    rendered_prompt,
+    rendered_with_reply,
+)
 
 SYSTEM = "You are a careful assistant who answers in one word. " * 40  # ~2,100 characters
 
@@ -164,3 +170,50 @@ def test_stats_shows_the_hit_rate_and_the_money_the_cache_saved(sim_server, tmp_
     billed = round(((given - cached) * 2.0 + cached * 0.5 + output * 8.0) / 1e6, 6)
     charged = round(sum(r["cost_usd"] for r in records), 6)
     assert (billed, billed) == (charged, group["cost_usd"])
+
+
+def session_turns(tmp_path, backend: dict) -> tuple[list[str], list[int]]:
+    """One two-turn session run through the CLI on ``backend``: (outputs, cached input tokens)
+    of its turns."""
+    profile = write_profile(tmp_path / "p.toml", [backend], concurrency=1)
+    jobs = tmp_path / "jobs.jsonl"
+    job = {"id": "s", "system": SYSTEM, "turns": ["Tell me a story.", "And then?"]}
+    jobs.write_bytes(orjson.dumps(job) + b"\n")
+    done = rrcli("run", jobs, "-p", profile, "-q", cwd=tmp_path)
+    assert 0 == done.returncode, done.stderr
+    (result,) = read_jsonl(tmp_path / "jobs.results.jsonl")
+    turns = result["turns"]
+    return [t["output"] for t in turns], [t["usage"]["cached_input_tokens"] for t in turns]
+
+
+def reply_blocks(outputs: list[str]) -> tuple[int, int]:
+    """(tokens of the first turn's prompt in whole blocks, the same of that prompt followed by
+    its reply): what a cache holding only prompts, or prompts and replies, gives turn two."""
+    first = rendered_prompt(
+        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Tell me a story."}]
+    )
+    with_reply = rendered_with_reply(first, outputs[0])
+    return (
+        len(prefix_blocks(first)) * BLOCK_TOKENS,
+        len(prefix_blocks(with_reply)) * BLOCK_TOKENS,
+    )
+
+
+def test_a_second_turn_finds_the_first_turns_reply_cached(sim_server, tmp_path):
+    """Through the CLI against `rrcli sim`: the server holds the blocks of the reply it wrote
+    after the prompt, as vLLM keeps the KV of generated tokens, so a session's second turn (its
+    history repeats the first reply) is cached through the reply's blocks, not only the first
+    prompt's."""
+    server = sim_server(prefix_cache_tokens=100_000)
+    outputs, cached = session_turns(tmp_path, {"id": "a", "base_url": server.openai_url})
+    prompt_only, with_reply = reply_blocks(outputs)
+    assert prompt_only < with_reply
+    assert [0, with_reply] == cached
+
+
+def test_the_sim_provider_holds_the_reply_too(tmp_path):
+    """The in-process sim provider's cache holds a reply after its prompt as the server's does:
+    the second turn is cached through the first reply's blocks."""
+    backend = {"id": "s", "provider": "sim", "sim": {"prefix_cache_tokens": 100_000}}
+    outputs, cached = session_turns(tmp_path, backend)
+    assert [0, reply_blocks(outputs)[1]] == cached

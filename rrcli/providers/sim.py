@@ -74,7 +74,7 @@ class SimProvider:
         cached = None
         if behaviour.prefix is not None:
             prompt = rendered_prompt(messages, call.params.get("tools"), call.params.get("system"))
-            cached = behaviour.cached(prompt, tokens)
+            cached = behaviour.cached(prompt, tokens, behaviour.text(variant))
         if behaviour.instant and not (call.stream and on_text):
             return Reply(
                 behaviour.text(variant),

@@ -20,7 +20,13 @@ from typing import Any
 
 from rrcli.config.profile import SimSettings
 from rrcli.errors import UsageError
-from rrcli.tokens import BLOCK_TOKENS, PrefixBlocks, prefix_blocks, rendered_prompt
+from rrcli.tokens import (
+    BLOCK_TOKENS,
+    PrefixBlocks,
+    prefix_blocks,
+    rendered_prompt,
+    rendered_with_reply,
+)
 
 __all__ = [
     "VARIANTS",
@@ -170,14 +176,17 @@ class SimBehaviour:
         if self.prefix is not None:
             self.prefix = PrefixBlocks(self.settings.prefix_cache_tokens)
 
-    def cached(self, prompt: str, input_tokens: int) -> int:
+    def cached(self, prompt: str, input_tokens: int, reply: str | None = None) -> int:
         """Input tokens of ``prompt`` the prefix cache holds (whole blocks, never the whole
-        input: the last token is always computed, as vLLM does); the prompt's blocks are held
-        from now on."""
+        input: the last token is always computed, as vLLM does). The blocks of the prompt and
+        of its text ``reply`` after it are held from now on, as a vLLM or SGLang replica keeps
+        the KV of the tokens it generated: a next turn repeating the reply finds it warm."""
         if self.prefix is None:
             return 0
         chain = prefix_blocks(prompt)
         held = self.prefix.match(chain)
+        if reply is not None:
+            chain = prefix_blocks(rendered_with_reply(prompt, reply))
         self.prefix.add(chain)
         return max(0, min(held * BLOCK_TOKENS, input_tokens - 1))
 

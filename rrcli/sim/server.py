@@ -29,11 +29,12 @@ assistant's, i.e. once per turn), ``plain-json`` (answer a streaming request wit
 tokens), and replies a client must refuse: ``bad-arguments`` (a tool call's arguments are not
 JSON), ``missing-vector`` (embeddings: one vector fewer than inputs), ``empty-output``
 (Responses: no output item). With a prefix cache (``--prefix-cache-tokens``), a chat request's
-prompt is matched block by block against the prompts the server read before (an LRU of 16-token
-blocks), its held tokens reported as cached (``prompt_tokens_details.cached_tokens``, Anthropic's
-``cache_read_input_tokens``) and the rest prefilled at ``--prefill-ms-per-token`` before the first
-token. ``x-sim-times: N`` limits the forced status and modes to the first
-N requests that carry the header (per server), so a retry of the same call succeeds.
+prompt is matched block by block against the prompts the server read before and the text replies
+it wrote after them (an LRU of 16-token blocks), its held tokens reported as cached
+(``prompt_tokens_details.cached_tokens``, Anthropic's ``cache_read_input_tokens``) and the rest
+prefilled at ``--prefill-ms-per-token`` before the first token. ``x-sim-times: N`` limits the
+forced status and modes to the first N requests that carry the header (per server), so a retry
+of the same call succeeds.
 
 Counters live on one event loop, so they need no locks. Per request the work is one JSON parse, a
 few dict operations and one JSON encode: this is the server of the overhead benchmark.
@@ -261,10 +262,12 @@ class _SimAPI:
 
     def _prefill(self, reply: dict[str, Any], body: dict[str, Any]) -> int:
         """Input tokens of a chat reply's prompt that the prefix cache did not hold (0 without
-        a cache: no prefill time), its cached count set on the reply."""
+        a cache: no prefill time), its cached count set on the reply; a text reply (its first
+        choice) is held after its prompt."""
         if self.behaviour.prefix is None or "cached" not in reply or "messages" not in body:
             return 0
-        reply["cached"] = self.behaviour.cached(prompt_of(body), reply["input"])
+        text = "".join(reply["pieces"]) if reply["tool"] is None else None
+        reply["cached"] = self.behaviour.cached(prompt_of(body), reply["input"], text)
         return reply["input"] - reply["cached"]
 
     async def _stream(

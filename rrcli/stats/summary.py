@@ -160,11 +160,12 @@ def _holds_results(path: Path) -> bool:
 
 def _select_runs(reader, cols, wanted, since_ms) -> tuple[list[str], dict[str, float]]:
     """The run ids to keep, in start order, and the start (epoch ms) of every run."""
-    first = np.full(len(reader.run_ids), np.inf)
-    np.minimum.at(first, cols.run, cols.t0)
     starts = {r: reader.run_info(r).start_ms for r in reader.runs}
-    for run_id, code in reader.run_ids.items():
-        if starts.get(run_id) is None:
+    unstarted = [(r, code) for r, code in reader.run_ids.items() if starts.get(r) is None]
+    if unstarted:  # a run without its run record starts at its first call
+        first = np.full(len(reader.run_ids), np.inf)
+        np.minimum.at(first, cols.run, cols.t0)
+        for run_id, code in unstarted:
             starts[run_id] = float(first[code])
     ids = sorted((r for r in starts if starts[r] < np.inf), key=lambda r: (starts[r], r))
     if wanted is not None:
