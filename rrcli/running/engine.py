@@ -70,14 +70,15 @@ log = get_logger("rrcli")
 class Engine:
     """One run's live state: the router, the providers, the writers and the counters.
     ``stream``: --stream; ``on_text`` takes text as it arrives (--prompt --stream);
-    ``keep_response``: result lines carry the provider's body; ``cache``: --cache."""
+    ``keep_response``: result lines carry the provider's body; ``cache``: --cache;
+    ``results`` None: no result lines are made (a pool whose caller takes none)."""
 
     profile: Profile
     stream: bool
     on_text: Callable[[str], None] | None
     router: Router
     providers: Mapping[str, Provider]
-    results: ResultSink
+    results: ResultSink | None
     traces: TraceWriter
     summary: RunSummary
     control: RunControl
@@ -157,7 +158,8 @@ class Engine:
     def finish(self, outcome: CallOutcome) -> None:
         """A job ended: its one result line, the counters, a failure logged, and a binding no
         later job can use forgotten."""
-        self.results.write(result_line(outcome, self.keep_response), body=outcome.body)
+        if self.results is not None:
+            self.results.write(result_line(outcome, self.keep_response), body=outcome.body)
         job = outcome.job
         if outcome.status == "ok":
             self.summary.ok += 1

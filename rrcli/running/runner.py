@@ -288,7 +288,8 @@ async def _close(engine: Engine, gates: Mapping[str, Any]) -> None:
     engine.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record(), halted)
     if budget is not None:
         await budget.ledger.close()
-    engine.results.flush()
+    if engine.results is not None:
+        engine.results.flush()
     engine.traces.flush()
     for provider in engine.providers.values():
         await provider.aclose()
@@ -372,7 +373,8 @@ async def _until_done(everything: asyncio.Future[Any], control: RunControl, rout
 async def _flush_periodically(engine: Engine) -> None:
     while True:
         await asyncio.sleep(FLUSH_INTERVAL)
-        engine.results.flush()
+        if engine.results is not None:
+            engine.results.flush()
         engine.traces.flush()
 
 
