@@ -1,6 +1,7 @@
-"""The floor of serve's stack: a bare forwarder (starlette on uvicorn, one httpx2 client per
-upstream, each request passed on as it came to the next upstream in turn, no routing, gates,
-records or translation). bench_serve.py runs it in its own process beside `rrcli serve`.
+"""The floor of serve's stack: a bare forwarder (starlette on uvicorn with httptools and uvloop,
+one httpx2 client per upstream on rrcli's connection pool, each request passed on as it came
+to the next upstream in turn, no routing, gates, records or translation). bench_serve.py runs
+it in its own process beside `rrcli serve`.
 
     python benchmarks/_forwarder.py PORT UPSTREAM_URL [UPSTREAM_URL ...]
 """
@@ -19,10 +20,18 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from rrcli.providers._pool import stack_transport
+from rrcli.providers.peer import guard_connections
+
 
 def build_app(upstreams: list[str]) -> Starlette:
     limits = httpx2.Limits(max_connections=256, max_keepalive_connections=256)
-    clients = [httpx2.AsyncClient(base_url=u, timeout=60, limits=limits) for u in upstreams]
+    clients = [
+        httpx2.AsyncClient(base_url=u, timeout=60, transport=stack_transport(limits))
+        for u in upstreams
+    ]
+    for client in clients:  # the cheap idle check of rrcli's clients
+        guard_connections(client, allow_private=True)
     turn = itertools.cycle(clients)
     headers = {"content-type": "application/json"}
 
@@ -45,4 +54,7 @@ def build_app(upstreams: list[str]) -> Starlette:
 if __name__ == "__main__":
     port, upstreams = int(sys.argv[1]), sys.argv[2:]
     app = build_app(upstreams)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
+        http="httptools", loop="uvloop",
+    )  # fmt: skip

@@ -3,15 +3,20 @@ the same requests, the same run.
 
 Two `rrcli sim` processes are the backends; `rrcli serve` (its own process) pools them; a bare
 forwarder (benchmarks/_forwarder.py: starlette on uvicorn, one httpx2 client per backend, no
-routing) is the floor of serve's stack. The load generator (this process, one httpx2 client)
-keeps ``--in-flight`` chat requests going straight to the backends (alternating), through the
+routing) is the floor of serve's stack. The load generator (this process: ``--client raw``,
+benchmarks/_rawload.py, keep-alive connections on raw asyncio streams and requests made once; or
+``--client httpx2``, one httpx2 client, as a program would send) keeps ``--in-flight`` chat
+requests going straight to the backends (alternating), through the
 forwarder and through serve, interleaved, for each backend latency; it prints each one's
 throughput, median and p99, the ratios to direct, and the CPU seconds the forwarder's and
-serve's processes spent a request (all of it beyond the upstream call). Then a slow streaming
+serve's processes spent a request (all of it beyond the upstream call), and the generator's.
+The 2 cores are shared by the generator, the backends and the process measured, so each CPU
+microsecond of any of them is throughput. Then a slow streaming
 backend: the time to the first text straight, through the forwarder and through serve,
 sequential requests, medians compared.
 
     python benchmarks/bench_serve.py [--requests 3000] [--in-flight 64] [--latencies 50,0]
+        [--client raw|httpx2]
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import httpx2
 import orjson
 import tomli_w
 from _common import ROOT, cpu_seconds, free_port, server_process, sim_server
+from _rawload import raw_load
 
 BODY = {"model": "pool", "messages": [{"role": "user", "content": "Say a number."}]}
 
@@ -65,9 +71,9 @@ def forwarded(urls: list[str]) -> Iterator[tuple[str, int]]:
         yield running
 
 
-async def load(urls: list[str], requests: int, in_flight: int) -> tuple[float, list[float]]:
+async def httpx2_load(urls: list[str], requests: int, in_flight: int) -> tuple[float, list[float]]:
     """(requests per second, each request's seconds) for ``requests`` POSTs spread over
-    ``urls``, ``in_flight`` at a time."""
+    ``urls``, ``in_flight`` at a time, through one httpx2 client."""
     limits = httpx2.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
     latencies: list[float] = []
     left = iter(range(requests))
@@ -85,6 +91,13 @@ async def load(urls: list[str], requests: int, in_flight: int) -> tuple[float, l
         await asyncio.gather(*(worker(k) for k in range(in_flight)))
         elapsed = time.perf_counter() - started
     return requests / elapsed, latencies
+
+
+def load(client: str, urls: list[str], requests: int, in_flight: int) -> tuple[float, list[float]]:
+    """One round of the load generator ``client`` ("raw" or "httpx2")."""
+    if client == "raw":
+        return asyncio.run(raw_load(urls, BODY, requests, in_flight))
+    return asyncio.run(httpx2_load(urls, requests, in_flight))
 
 
 def p(values: list[float], q: float) -> float:
@@ -121,6 +134,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--latencies", default="50,0", help="backend latencies in ms")
+    parser.add_argument(
+        "--client", choices=("raw", "httpx2"), default="raw", help="the load generator"
+    )
     args = parser.parse_args()
     os.environ["PYTHONPATH"] = str(ROOT)
     print(f"load average: {os.getloadavg()[0]:.2f} (1 min)", flush=True)
@@ -162,29 +178,30 @@ Target = tuple[list[str] | str, int | None]  # base URLs or one, and the process
 
 def compare(latency: float, targets: dict[str, Target], args: argparse.Namespace) -> None:
     """Each target twice, interleaved after a warm-up; the best of each printed against
-    direct, with the CPU its process spent a request."""
+    direct, with the CPU its process (and the load generator) spent a request."""
     urls = {name: [u] if isinstance(u, str) else u for name, (u, _) in targets.items()}
     for name in targets:
-        asyncio.run(load(urls[name], min(500, args.requests), args.in_flight))
-    best: dict[str, tuple[float, float, float, float | None]] = {}
+        load(args.client, urls[name], min(500, args.requests), args.in_flight)
+    best: dict[str, tuple[float, float, float, float | None, float]] = {}
     for name in [*targets] * 2:
         pid = targets[name][1]
-        before = None if pid is None else cpu_seconds(pid)
-        rate, times = asyncio.run(load(urls[name], args.requests, args.in_flight))
+        before, mine = None if pid is None else cpu_seconds(pid), time.process_time()
+        rate, times = load(args.client, urls[name], args.requests, args.in_flight)
+        own = (time.process_time() - mine) / args.requests
         cpu = None if before is None else (cpu_seconds(pid) - before) / args.requests
-        row = (rate, p(times, 50), p(times, 99), cpu)
+        row = (rate, p(times, 50), p(times, 99), cpu, own)
         if name not in best or rate > best[name][0]:
             best[name] = row
     d = best["direct"]
-    print(f"{latency:g} ms backends, {args.in_flight} in flight:", flush=True)
-    for name, (rate, p50, p99, cpu) in best.items():
+    print(f"{latency:g} ms backends, {args.in_flight} in flight, {args.client} client:", flush=True)
+    for name, (rate, p50, p99, cpu, own) in best.items():
         line = f"  {name:9} {rate:7,.0f} req/s  p50 {p50:6.1f} ms  p99 {p99:6.1f} ms"
         if name != "direct":
             line += (
                 f"  ratio {rate / d[0]:.3f}  added p50 {p50 - d[1]:+.1f} ms, "
                 f"p99 {p99 - d[2]:+.1f} ms  CPU {cpu * 1e6:,.0f} µs a request"
             )
-        print(line, flush=True)
+        print(line + f"  (generator {own * 1e6:,.0f} µs a request)", flush=True)
 
 
 if __name__ == "__main__":

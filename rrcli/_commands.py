@@ -278,7 +278,7 @@ def serve_command(
     from rrcli._logging import configure_logging
     from rrcli.config.load import load_profile, resolve_profile_path
     from rrcli.serve.metrics import Activity
-    from rrcli.serve.server import ServeOptions, client_keys, serve
+    from rrcli.serve.server import ServeOptions, client_keys, event_loop, serve
 
     configure_logging(level="error" if quiet else "warning")
     paths = profiles or (None,)
@@ -304,7 +304,8 @@ def serve_command(
     try:
         with display:
             run = serve(loaded, options, keys=keys, echo=lambda s: click.echo(s), on_start=watch)
-            asyncio.run(run)
+            with asyncio.Runner(loop_factory=event_loop()) as runner:
+                runner.run(run)
     except KeyboardInterrupt:
         pass
     except OSError as exc:

@@ -49,9 +49,11 @@ def rrcli(
     env: dict[str, str] | None = None,
     timeout: float = 120,
     memory: int | None = None,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run the real command in its own process (no TTY: plain log lines on stderr); ``memory``:
-    its address space limit in bytes (RLIMIT_AS), past which an allocation is a MemoryError."""
+    its address space limit in bytes (RLIMIT_AS), past which an allocation is a MemoryError;
+    ``stdin``: what its standard input (a pipe) holds, else it inherits ours."""
 
     def limit_memory() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
@@ -64,6 +66,7 @@ def rrcli(
         text=True,
         timeout=timeout,
         preexec_fn=limit_memory if memory is not None else None,
+        input=stdin,
     )
 
 

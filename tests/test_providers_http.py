@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 
 import pytest
 
@@ -72,12 +73,28 @@ def test_plain_and_streamed_give_the_same_output_and_usage(sim_server, provider:
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_ttft_is_close_to_the_servers_and_below_the_latency(sim_server, provider: str) -> None:
-    """ttft_ms measures the first text chunk: near the configured 60 ms, under the whole call."""
+def test_ttft_is_the_time_to_the_first_text_chunk(sim_server, provider: str) -> None:
+    """ttft_ms measures the first chunk carrying text: never under the server's 60 ms, and no
+    later than that text reached on_text, with more text still to come (a loaded machine delays
+    the chunk and its measure alike; one taken at the headers or at the stream's end is out)."""
     server = sim_server(ttft_ms=60, latency_ms=200, output_tokens=10)
-    reply = send(backend(server, provider), Call(MESSAGES, stream=True))
-    assert reply.ttft_ms is not None
-    assert 55 <= reply.ttft_ms < 180
+    texts: list[float] = []  # when each piece of text reached on_text
+
+    async def go() -> tuple[Reply, float]:
+        client = make_provider(backend(server, provider), "sk-test", retry=RETRY, seed=None)
+        try:
+            started = time.perf_counter()  # the providers' clock
+            reply = await client.send(
+                Call(MESSAGES, stream=True), lambda _: texts.append(time.perf_counter())
+            )
+            return reply, started
+        finally:
+            await client.aclose()
+
+    reply, started = asyncio.run(go())
+    first_text_ms = (texts[0] - started) * 1000.0
+    assert reply.ttft_ms is not None and len(texts) > 1
+    assert 55 <= reply.ttft_ms <= first_text_ms
 
 
 @pytest.mark.parametrize(

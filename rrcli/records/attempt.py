@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rrcli.providers.base import Reply
     from rrcli.records.jobs import InvalidJob, Job
 
-__all__ = ["Attempt", "CallOutcome", "Decision"]
+__all__ = ["Attempt", "CallOutcome", "Decision", "cached_attempt"]
 
 #: what the loop decided after an attempt: ``ok``; ``retry`` on the same backend after
 #: ``backoff_s``; ``failover`` to another backend; ``error``, final; ``cached``: no HTTP attempt
@@ -79,6 +79,18 @@ class Attempt(msgspec.Struct, frozen=True):
     @property
     def error_type(self) -> str | None:
         return None if self.error is None else self.error.type
+
+
+def cached_attempt(
+    job_id: str | int, session: str | None, turn: int, backend: Backend, reply: Reply,
+    stream: bool, endpoint: str, ts_start: float, now: float,
+) -> Attempt:  # fmt: skip
+    """The attempt a stored answer makes on ``backend`` at ``ts_start`` (epoch; ``now``
+    monotonic): no HTTP call, zero latency, no queue, decision ``cached``."""
+    return Attempt(
+        job_id, session, turn, 1, backend, None, stream, endpoint, ts_start, now, now, 0.0, 0,
+        reply, None, "cached",
+    )  # fmt: skip
 
 
 class CallOutcome(msgspec.Struct, frozen=True):

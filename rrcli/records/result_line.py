@@ -4,15 +4,17 @@ their order are written. ``results.ResultWriter`` then encodes the line in the c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rrcli.records.jobs import InvalidJob, Job
 
 if TYPE_CHECKING:
+    from rrcli.config.profile import Backend
     from rrcli.providers.base import Reply
     from rrcli.records.attempt import Attempt, CallOutcome
 
-__all__ = ["result_line"]
+__all__ = ["cached_chat_line", "result_line"]
 
 
 def result_line(outcome: CallOutcome, keep_response: bool = False) -> dict[str, Any]:
@@ -91,6 +93,49 @@ def _chat_line(
     line["metadata"] = job.metadata or {}
     if not turns:
         _details(line, reply, keep_response)
+    return line
+
+
+def cached_chat_line(
+    job: Job, backend: Backend, reply: Mapping[str, Any], session: str | None, keep_response: bool
+) -> dict[str, Any]:
+    """``_chat_line``'s line of a chat job that is not a session, answered by the response
+    cache on ``backend``, from the stored answer's fields (``reply``; one absent is None)
+    without a Reply, an Attempt or a CallOutcome: a cached rerun writes nothing else, and
+    building them cost more than the line. ``session``: the line's (``CallOutcome.session``)."""
+    get = reply.get
+    line: dict[str, Any] = {
+        "id": job.id,
+        "status": "ok",
+        "deployment": backend.id,
+        "model": backend.model,
+        "output": reply["output"],
+    }
+    if (refusal := get("refusal")) is not None:
+        line["refusal"] = refusal
+    if (tool_calls := get("tool_calls")) is not None:
+        line["tool_calls"] = tool_calls
+    line["finish_reason"] = get("finish_reason")
+    usage = {"input_tokens": get("input_tokens"), "output_tokens": get("output_tokens")}
+    for name in ("cached_input_tokens", "reasoning_tokens"):
+        if (count := get(name)) is not None:
+            usage[name] = count
+    if get("usage_estimated"):
+        usage["usage_estimated"] = True
+    line["usage"], line["attempts"], line["latency_ms"], line["cached"] = usage, 1, 0.0, True
+    for name in ("request_id", "system_fingerprint"):
+        if (value := get(name)) is not None:
+            line[name] = value
+    line["metadata"] = job.metadata or {}
+    if reasoning := get("reasoning_content"):
+        line["reasoning_content"] = reasoning
+    for name in ("logprobs", "choices"):
+        if (value := get(name)) is not None:
+            line[name] = value
+    if keep_response and (body := get("body")) is not None:
+        line["response"] = body
+    if session is not None:
+        line["session"] = session
     return line
 
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -35,6 +35,7 @@ from rrcli.records.origins import ResponseOrigins
 
 __all__ = [
     "FORMATS",
+    "ResultSink",
     "ResultWriter",
     "ResumeState",
     "line_format",
@@ -45,6 +46,14 @@ __all__ = [
 FORMATS = ("rrcli", "openai-batch", "anthropic-batch")
 
 _NEWLINE = orjson.OPT_APPEND_NEWLINE
+
+
+class ResultSink(Protocol):
+    """Where results go: a ResultWriter, or a callback for ``--prompt``."""
+
+    def write(self, result: dict[str, Any], *, body: dict[str, Any] | None = None) -> None: ...
+
+    def flush(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,10 @@ attempt, a ``backend`` record when a backend leaves the pool, one ``run_end`` re
 the hot path: the attempt's fields straight into a dict literal in the SPEC's field order, one
 ``orjson.dumps``, timestamps formatted from a cache of the current second. All times given are epoch
 seconds; the ``*_ms`` fields are milliseconds, rounded to three decimals.
+
+A call answered by the response cache (``cached``) is the hot path of a cached rerun: its record
+is ``call``'s own, written once per backend with marks for what varies, then filled in by bytes
+(about a fifth of ``call``'s time, which builds the record from an ``Attempt``).
 """
 
 from __future__ import annotations
@@ -22,22 +26,52 @@ from rrcli import __version__
 from rrcli.config.prices import price_of
 from rrcli.providers.registry import server_address
 from rrcli.records._jsonl import LineFile
+from rrcli.records.attempt import Attempt, cached_attempt
 from rrcli.records.traceschema import CALL_FIELDS, JOB_COUNTS, rfc3339
 
 if TYPE_CHECKING:
     from rrcli.config.profile import Backend, Price, Profile
-    from rrcli.records.attempt import Attempt
 
 __all__ = ["CALL_FIELDS", "TraceWriter", "new_run_id", "rfc3339"]
 
 _NEWLINE = orjson.OPT_APPEND_NEWLINE
 _UNPRICED = (None, False)
+#: what varies between the call records of cached answers on one backend, in record order
+_HIT_FIELDS = (
+    "job_id", "session", "response_model", "ts_start", "ts_end", "input_tokens",
+    "output_tokens", "cached_input_tokens", "usage_estimated",
+)  # fmt: skip
+_EPOCH = b'"1970-01-01T00:00:00.000Z"'  # rfc3339(0.0): a template's mark for its times
 
 
 def new_run_id(clock: Callable[[], float] = time.time) -> str:
     """A fresh run id, sortable by start time: ``20261129T213129Z-3f9a2c1b``."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock()))
     return f"{stamp}-{os.urandom(4).hex()}"
+
+
+def _hit(
+    job_id: Any, session: Any, backend: Backend, reply: Mapping[str, Any], stream: Any,
+    endpoint: Any, ts: float,
+) -> Attempt:  # fmt: skip
+    """The attempt of a call of turn 0 the response cache answered at ``ts`` (running.cached),
+    ``reply`` the stored answer's fields."""
+    answer: Any = _Stored(reply)
+    return cached_attempt(job_id, session, 0, backend, answer, stream, endpoint, ts, 0.0)
+
+
+class _Stored:
+    """A stored answer's fields read as a Reply's attributes, one absent as Reply's default
+    (None, ``usage_estimated`` False): what ``call`` reads of a reply (records may not import
+    ``providers.base`` at run time)."""
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        self._fields = fields
+
+    def __getattr__(self, name: str) -> Any:
+        return self._fields.get(name, False if name == "usage_estimated" else None)
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -81,7 +115,7 @@ class TraceWriter:
     (``rrcli run --otlp`` sends them on from a child process); it must not block.
     """
 
-    __slots__ = ("_clock", "_out", "_path", "_tap", "run_id")
+    __slots__ = ("_clock", "_hits", "_out", "_path", "_tap", "run_id")
 
     def __init__(
         self,
@@ -97,6 +131,8 @@ class TraceWriter:
         self._tap = tap
         self._path = path
         self._out = None if path is None else LineFile(path, append=append, what="traces")
+        #: (backend id, stream, endpoint) -> the template of a cached answer's call record
+        self._hits: dict[tuple[str, bool, str], bytes | None] = {}
 
     def reopen(self) -> bool:
         """Open the path again, appending (after a log rotation moved the file), and close the
@@ -112,7 +148,10 @@ class TraceWriter:
         return fresh
 
     def _put(self, record: dict[str, Any]) -> None:
-        line = orjson.dumps(record, option=_NEWLINE)
+        self._put_line(orjson.dumps(record, option=_NEWLINE))
+
+    def _put_line(self, line: bytes) -> None:
+        """One encoded record out, to the tap and the file."""
         if self._tap is not None:
             self._tap(line)
         if self._out is not None:
@@ -187,6 +226,58 @@ class TraceWriter:
                 "endpoint": attempt.endpoint,
             },
         )
+
+    def cached(
+        self,
+        job_id: str | int,
+        session: str,
+        backend: Backend,
+        reply: Mapping[str, Any],
+        stream: bool,
+        endpoint: str,
+        ts_start: float,
+    ) -> None:
+        """The ``call`` record of a call of turn 0 the response cache answered on ``backend``
+        at ``ts_start`` (outcome ``cached``, zero latency, unpriced), ``reply`` the stored
+        answer's fields (one absent is None): byte for byte what ``call`` writes of that
+        attempt (``records.attempt.cached_attempt``)."""
+        if self._out is None and self._tap is None:
+            return
+        kind = (backend.id, stream, endpoint)
+        template = self._hits.get(kind, b"")
+        if template == b"":
+            template = self._hits[kind] = self._hit_template(backend, stream, endpoint)
+        if template is None:  # a record whose fields came out of order: built the long way
+            self.call(_hit(job_id, session, backend, reply, stream, endpoint, ts_start), None)
+            return
+        get, dumps = reply.get, orjson.dumps
+        start = b'"%s"' % rfc3339(ts_start).encode()
+        job = dumps(job_id)
+        values = (
+            job, job if session is job_id else dumps(session), dumps(get("response_model")),
+            start, start, dumps(get("input_tokens")), dumps(get("output_tokens")),
+            dumps(get("cached_input_tokens")), dumps(get("usage_estimated", False)),
+        )  # fmt: skip
+        self._put_line(template % values)
+
+    def _hit_template(self, backend: Backend, stream: bool, endpoint: str) -> bytes | None:
+        """``call``'s record of a cached answer on ``backend``, each of _HIT_FIELDS a ``%s``:
+        written by ``call`` from an attempt whose varying values are marks; None when they do
+        not come out once each, in _HIT_FIELDS' order."""
+        marks = {name: f"\x00{i}\x00" for i, name in enumerate(_HIT_FIELDS)}
+        lines: list[bytes] = []
+        attempt = _hit(marks["job_id"], marks["session"], backend, marks, stream, endpoint, 0.0)
+        TraceWriter(None, self.run_id, tap=lines.append).call(attempt, None)
+        record, at = lines[0].replace(b"%", b"%%"), 0
+        for name in _HIT_FIELDS:
+            timed = name.startswith("ts_")
+            mark = _EPOCH if timed else orjson.dumps(marks[name])
+            at = record.find(mark, at)
+            if at < 0 or (not timed and record.count(mark) != 1):
+                return None
+            record = record[:at] + b"%s" + record[at + len(mark) :]
+            at += 2
+        return record
 
     def backend(self, deployment: str, state: str, reason: str, message: str) -> None:
         """The ``backend`` record: ``deployment`` is now ``state`` (``down``) for ``reason``."""

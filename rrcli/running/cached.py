@@ -18,6 +18,11 @@ backend that first gave the answer when it is still in the group, else the group
 the trace writes it (``outcome: "cached"``), the result line says ``"cached": true``, and the
 router never sees it. Only ok answers are stored; a Responses call continuing a
 ``previous_response_id`` (an answer that depends on the server's state) is never cached.
+
+The jobs of a file are read ahead (``ahead``): a chunk's first-group keys in one SELECT, and a
+chat job that is one call every backend of the group may take, found answered, is finished
+right there by ``finish`` (running/hits.py: the same lines without the Attempt), never handed
+to a worker; every other job's answer waits for its own ``lookup``.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import orjson
 from rrcli.config.profile import CACHE_MODES, Backend, Profile
 from rrcli.errors import UsageError
 from rrcli.providers.base import Call, Reply
-from rrcli.records.attempt import Attempt, CallOutcome
+from rrcli.records.attempt import Attempt, CallOutcome, cached_attempt
 from rrcli.records.jobs import InvalidJob, Job
 from rrcli.running.options import RunOptions
 
@@ -44,11 +49,26 @@ if TYPE_CHECKING:
 
 MANY = 256  # jobs read ahead and looked up at once (records.cache.MANY: one SELECT)
 
-__all__ = ["ResponseCache", "open_cache", "request_key"]
+__all__ = ["ANSWERED", "Answered", "ResponseCache", "open_cache", "request_key"]
 
 Jobs = Iterator[Job | InvalidJob]
 #: what builds the request a backend would be sent (``Engine._request``)
 Request = Callable[[Job, list[dict[str, Any]], Backend], Call]
+#: what finishes a job the read-ahead found answered, never routed (running/hits.py): given
+#: the job, its call, the backend the answer is on and the stored reply's fields; False when
+#: it leaves the job to the workers
+Finish = Callable[[Job, Call, Backend, dict[str, Any]], bool]
+
+
+class Answered:
+    """What the read-ahead hands on after a chunk of which it finished jobs (``ANSWERED``): a
+    worker lets the event loop run then (flushes, signals), as a whole rerun may be answered
+    without a job being handed on."""
+
+    __slots__ = ()
+
+
+ANSWERED = Answered()
 
 _KEY_VERSION = b"rrcli-cache-key-1\n"
 #: the reply's fields kept: not the transport's (status, TTFT), nor a pause_turn's continuation
@@ -57,6 +77,9 @@ _STORED = tuple(
     for f in fields(Reply)
     if f.name not in ("http_status", "ttft_ms", "continuation", "pause_s")
 )
+#: the fields of a stored answer a hit finished where it was read may hold: a Responses id is
+#: remembered (its continuations go to its backend) by the engine's own path
+_PLAIN = frozenset(_STORED) - {"response_id"}
 
 
 def request_key(call: Call, model: str) -> bytes:
@@ -88,6 +111,7 @@ class ResponseCache:
     hits: int = 0
     _groups: tuple[tuple[Backend, ...], ...] = ()
     _group_of: dict[str, int] | None = None
+    _first: dict[str, Backend] = field(default_factory=dict)  # the first group's, by id
     #: read ahead (``ahead``), by id(job) for a job not yet looked up: the job (kept alive, so
     #: its id names it), its call to the first group and that call's key, the answer or None
     _read: dict[int, tuple[Job, Call, bytes, bytes | None]] = field(default_factory=dict)
@@ -99,6 +123,7 @@ class ResponseCache:
             groups.setdefault(what, []).append(backend)
         self._groups = tuple(tuple(group) for group in groups.values())
         self._group_of = {b.id: i for i, group in enumerate(self._groups) for b in group}
+        self._first = {b.id: b for b in self._groups[0]} if self._groups else {}
 
     def lookup(
         self,
@@ -131,11 +156,13 @@ class ResponseCache:
         return None, keys
 
     def ahead(
-        self, jobs: Iterator[Job | InvalidJob], request: Request
-    ) -> Iterator[Job | InvalidJob]:
+        self, jobs: Iterator[Job | InvalidJob], request: Request, finish: Finish | None = None
+    ) -> Iterator[Job | InvalidJob | Answered]:
         """``jobs`` as they come, each chunk of them looked up in one SELECT before the first is
         handed on (a call's own lookup then finds its answer read): the first group's key of
-        each job that is one call of its first turn."""
+        each job that is one call of its first turn. A job found answered is first offered to
+        ``finish``, and not handed on when it took it (a hit: it finished the job); ANSWERED
+        follows a chunk of which some were."""
         if not self.reads or not self._groups:
             yield from jobs
             return
@@ -150,10 +177,37 @@ class ResponseCache:
             calls = [request(j, list(j.messages), first) for j in plain]
             keys = [request_key(call, first.model) for call in calls]
             found = self.file.get_many(keys)
+            done: set[int] = set()
             for job, call, key in zip(plain, calls, keys, strict=True):
-                self._read[id(job)] = (job, call, key, found.get(key))
+                answer = found.get(key)
+                if answer is not None and finish is not None:
+                    stored = self._plain(answer)
+                    if stored is not None and finish(job, call, *stored):
+                        self.hits += 1
+                        done.add(id(job))
+                        continue
+                self._read[id(job)] = (job, call, key, answer)
             older, old = old, [id(j) for j in plain]
-            yield from chunk
+            if not done:
+                yield from chunk
+                continue
+            yield from (j for j in chunk if id(j) not in done)
+            yield ANSWERED
+
+    def _plain(self, stored: bytes) -> tuple[Backend, dict[str, Any]] | None:
+        """(the backend, the reply's fields) of a stored answer as ``lookup`` gives it on the
+        first group when every backend of it may take the call; None for an entry ``_decode``
+        refuses, or one holding a field a plain answer's lines cannot carry."""
+        try:
+            entry = orjson.loads(stored)
+            by, reply = entry["by"], entry["reply"]
+        except (orjson.JSONDecodeError, TypeError, KeyError):
+            return None
+        if type(reply) is not dict or "output" not in reply or not reply.keys() <= _PLAIN:
+            return None
+        if type(by) is not str:
+            return None
+        return self._first.get(by, self._groups[0][0]), reply
 
     def keep(
         self,
@@ -195,10 +249,9 @@ def _hit(
     may take this call, else on the first that may; zero latency, no queue, decision
     ``cached``."""
     backend = next((b for b in allowed if b.id == by), allowed[0])
-    now = time.monotonic()
-    return Attempt(
-        job.id, job.session, turn, 1, backend, None, call.stream, job.endpoint, time.time(),
-        now, now, 0.0, 0, reply, None, "cached",
+    return cached_attempt(
+        job.id, job.session, turn, backend, reply, call.stream, job.endpoint, time.time(),
+        time.monotonic(),
     )  # fmt: skip
 
 

@@ -17,7 +17,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from msgspec import structs
 
@@ -31,6 +31,7 @@ from rrcli.records.attempt import Attempt, CallOutcome
 from rrcli.records.jobs import InvalidJob, Job
 from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
+from rrcli.records.results import ResultSink
 from rrcli.records.trace import TraceWriter
 from rrcli.routing.budget import Unaffordable
 from rrcli.routing.control import Halted, RunControl
@@ -40,7 +41,7 @@ from rrcli.routing.lease import Lease
 from rrcli.routing.retry import RetryPolicy
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
-from rrcli.running.cached import ResponseCache
+from rrcli.running.cached import ANSWERED, ResponseCache
 from rrcli.running.failures import log_failure
 from rrcli.running.money import with_cap
 from rrcli.running.quiet import debug_logged
@@ -65,26 +66,19 @@ __all__ = ["Engine", "ResultSink"]
 log = get_logger("rrcli")
 
 
-class ResultSink(Protocol):
-    """Where results go: a ResultWriter, or a callback for ``--prompt``."""
-
-    def write(self, result: dict[str, Any], *, body: dict[str, Any] | None = None) -> None: ...
-
-    def flush(self) -> None: ...
-
-
 @dataclass(slots=True, eq=False)
 class Engine:
     """One run's live state: the router, the providers, the writers and the counters.
     ``stream``: --stream; ``on_text`` takes text as it arrives (--prompt --stream);
-    ``keep_response``: result lines carry the provider's body; ``cache``: --cache."""
+    ``keep_response``: result lines carry the provider's body; ``cache``: --cache;
+    ``results`` None: no result lines are made (a pool whose caller takes none)."""
 
     profile: Profile
     stream: bool
     on_text: Callable[[str], None] | None
     router: Router
     providers: Mapping[str, Provider]
-    results: ResultSink
+    results: ResultSink | None
     traces: TraceWriter
     summary: RunSummary
     control: RunControl
@@ -115,6 +109,9 @@ class Engine:
         for n, job in enumerate(jobs, 1):
             if self.control.stopping:
                 return
+            if job is ANSWERED:  # jobs the cache's read-ahead finished: the loop runs a while
+                await asyncio.sleep(0)
+                continue
             # calls that never suspend (sim at zero latency) must not starve the loop
             if n % 64 == 0:
                 await asyncio.sleep(0)
@@ -126,10 +123,6 @@ class Engine:
             except (Halted, NoHealthyBackend):  # the job has no result line: --resume runs it
                 return
             self.finish(outcome)
-
-    def ahead(self, jobs: Iterator[Job | InvalidJob]) -> Iterator[Job | InvalidJob]:
-        """``jobs`` looked up in the cache by chunks as they are pulled (one SELECT a chunk)."""
-        return jobs if self.cache is None else self.cache.ahead(jobs, self._keyed)
 
     async def submit(
         self, job: Job, exclude: frozenset[str], on_text: Callable[[str, str], None] | None
@@ -165,7 +158,8 @@ class Engine:
     def finish(self, outcome: CallOutcome) -> None:
         """A job ended: its one result line, the counters, a failure logged, and a binding no
         later job can use forgotten."""
-        self.results.write(result_line(outcome, self.keep_response), body=outcome.body)
+        if self.results is not None:
+            self.results.write(result_line(outcome, self.keep_response), body=outcome.body)
         job = outcome.job
         if outcome.status == "ok":
             self.summary.ok += 1
@@ -214,12 +208,12 @@ class Engine:
         cache = self.cache
         if cache is None:
             return await self._routed(job, messages, turn, excluded)
-        hit, keys = cache.lookup(job, messages, turn, excluded, self._keyed)
+        hit, keys = cache.lookup(job, messages, turn, excluded, self.keyed)
         if hit is not None:
             self.traces.call(hit, None)
             return self._outcome(job, hit, hit.reply)
         outcome = await self._routed(job, messages, turn, excluded)
-        cache.keep(outcome, keys, messages, self._keyed)
+        cache.keep(outcome, keys, messages, self.keyed)
         return outcome
 
     async def _routed(
@@ -309,7 +303,7 @@ class Engine:
             call, estimate = paused_call(call, reply, job.input)
             queued = time.monotonic()
 
-    def _keyed(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
+    def keyed(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
         """The call as ``_request`` makes it, for its cache key only: its tokens not counted."""
         return self._request(job, messages, backend, None, False)
 

@@ -10,10 +10,9 @@ from contextlib import ExitStack, closing
 from typing import TYPE_CHECKING, Any
 
 from rrcli.records.claim import STDIN, OutputClaim, refuse_same_files
-from rrcli.records.results import ResultWriter, ResumeState, prepare_output
+from rrcli.records.results import ResultSink, ResultWriter, ResumeState, prepare_output
 from rrcli.records.trace import TraceWriter
 from rrcli.routing.control import Halt, RunControl
-from rrcli.running.engine import ResultSink
 from rrcli.running.options import RunOptions
 from rrcli.running.summary import RunSummary
 from rrcli.running.telemetry import JobEnds

@@ -58,16 +58,6 @@ CLIENT_LEFT = "client_disconnected"
 Texts = AsyncIterator[str | dict[str, Any]]
 
 
-class _NoResults:
-    """The result sink of a pool whose caller keeps no result lines."""
-
-    def write(self, result: dict[str, Any], *, body: dict[str, Any] | None = None) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-
 class Pool:
     """A profile's pool, open for calls (``async with``, or ``open`` then ``close``).
 
@@ -134,7 +124,7 @@ class Pool:
         stack.callback(traces.close)
         traces.run(profile)
         on_result = options.on_result
-        results = CallbackWriter(on_result) if on_result is not None else _NoResults()
+        results = CallbackWriter(on_result) if on_result is not None else None
         providers = make_providers(profile, keys, profile.seed)
         self._engine = Engine(
             profile, False, None, router, providers, results, traces, summary, control, rng,

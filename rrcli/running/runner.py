@@ -36,6 +36,7 @@ from rrcli.routing.router import Router
 from rrcli.running.cached import ResponseCache, open_cache
 from rrcli.running.engine import Engine
 from rrcli.running.failures import log_repeated
+from rrcli.running.hits import read_ahead
 from rrcli.running.lookahead import Lookahead
 from rrcli.running.money import budget_prices, final_halt, make_budget, output_caps
 from rrcli.running.options import RunOptions
@@ -287,7 +288,8 @@ async def _close(engine: Engine, gates: Mapping[str, Any]) -> None:
     engine.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record(), halted)
     if budget is not None:
         await budget.ledger.close()
-    engine.results.flush()
+    if engine.results is not None:
+        engine.results.flush()
     engine.traces.flush()
     for provider in engine.providers.values():
         await provider.aclose()
@@ -337,7 +339,7 @@ async def _drive(
     if not isinstance(jobs, Iterator):  # a shared queue
         filling: Awaitable[None] = feed.fill(jobs.fetch)
     else:
-        filling = feed.pull(engine.ahead(jobs)) if reader is None else feed.read(jobs, reader)
+        filling = feed.pull(read_ahead(engine, jobs)) if reader is None else feed.read(jobs, reader)
     everything = asyncio.ensure_future(filling)
     control._cancel = everything.cancel
     flusher = asyncio.create_task(_flush_periodically(engine))
@@ -371,7 +373,8 @@ async def _until_done(everything: asyncio.Future[Any], control: RunControl, rout
 async def _flush_periodically(engine: Engine) -> None:
     while True:
         await asyncio.sleep(FLUSH_INTERVAL)
-        engine.results.flush()
+        if engine.results is not None:
+            engine.results.flush()
         engine.traces.flush()
 
 

@@ -17,7 +17,7 @@ from rrcli.logs import get_logger
 
 if TYPE_CHECKING:
     from rrcli.otel.live import SpanProcess
-    from rrcli.running.engine import ResultSink
+    from rrcli.records.results import ResultSink
 
 __all__ = ["JobEnds", "close_sender", "open_sender", "otlp_url"]
 

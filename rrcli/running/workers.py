@@ -100,14 +100,13 @@ class JobDicts:
 
 
 class StoppableReader:
-    """A stream whose ``readline`` returns end of file once ``stop()`` was called, so a reader
-    thread skipping an endless line ends with the run."""
+    """A stream opened for the run whose ``readline`` returns end of file once ``stop()`` was
+    called, so a reader thread skipping an endless line ends with the run."""
 
-    __slots__ = ("_close", "_stream", "stopped")
+    __slots__ = ("_stream", "stopped")
 
-    def __init__(self, stream: BinaryIO, *, close: bool) -> None:
+    def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
-        self._close = close
         self.stopped = False
 
     def readline(self, size: int = -1) -> bytes:
@@ -117,9 +116,7 @@ class StoppableReader:
         self.stopped = True
 
     def close(self) -> None:
-        """Close the stream if it was opened for the run (standard input stays open)."""
-        if self._close:
-            self._stream.close()
+        self._stream.close()
 
 
 def count_lines(path: Path | None) -> int | None:
@@ -196,7 +193,12 @@ def open_jobs(options: RunOptions, stack: ExitStack) -> tuple[str, BinaryIO | St
         if path is not None:
             stack.enter_context(stream)
         return source, stream
-    return source, StoppableReader(stream, close=path is not None)
+    if path is None:
+        # The reader thread may still wait in a read of it when the process exits, holding its
+        # buffer's lock: a buffer of its own (standard input stays open), as the interpreter
+        # closes sys.stdin's at exit and aborts (Fatal Python error) on finding that lock held.
+        stream = os.fdopen(os.dup(stream.fileno()), "rb")
+    return source, StoppableReader(stream)
 
 
 class JobFeed:

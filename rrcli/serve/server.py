@@ -27,9 +27,11 @@ from rrcli.config.profile import Profile
 from rrcli.errors import RRCLIError, UsageError
 from rrcli.logs import get_logger
 from rrcli.running.pool import Pool
-from rrcli.serve.app import Gateway, Settings, build_app, pool_name
+from rrcli.serve.app import build_app
+from rrcli.serve.gateway import Gateway, Settings, pool_name
+from rrcli.serve.protocol import BoundedHttpTools
 
-__all__ = ["ServeOptions", "client_keys", "serve"]
+__all__ = ["ServeOptions", "client_keys", "event_loop", "serve"]
 
 log = get_logger("rrcli")
 
@@ -76,6 +78,16 @@ def client_keys(
     key = "sk-rrcli-" + secrets.token_urlsafe(24)
     echo(f"client key (shown once): {key}")
     return frozenset({key})
+
+
+def event_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop serve runs on: uvloop's where it is installed (about a quarter less CPU
+    a request than asyncio's own), else None (asyncio's)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def _loopback(host: str) -> bool:
@@ -140,7 +152,7 @@ async def _run(
         lifespan="off",
         timeout_graceful_shutdown=max(1, round(options.drain_timeout)),
         timeout_keep_alive=30,
-        h11_max_incomplete_event_size=64 * 1024,
+        http=BoundedHttpTools,
     )
     server = _Server(config)
     loop = asyncio.get_running_loop()

@@ -28,9 +28,10 @@ import msgspec
 import numpy as np
 
 from rrcli.records.traceschema import CALL, EVENTS, MAX_CALL_COST_USD, OUTCOMES, parse_rfc3339
+from rrcli.stats.values import codes, floats, timestamps
 from rrcli.tokens import MAX_USAGE_TOKENS
 
-_BLOCK_BYTES = 1 << 22
+_BLOCK_BYTES = 1 << 20  # about 1,600 lines, whose Python objects more often stay in the CPU caches
 _LATENCY_SLACK_MS = 1000.0  # a latency further than this from ts_end − ts_start is malformed
 _OUTCOMES = {name: code for code, name in enumerate(OUTCOMES)}  # ok 0, retry 1, error 2, cached 3
 CACHED = _OUTCOMES["cached"]  # the outcome of an answer from the response cache: no call made
@@ -111,6 +112,7 @@ class _BackendEvent(msgspec.Struct, tag="backend", tag_field="event", gc=False):
 
 _DECODER = msgspec.json.Decoder(_Call | _Run | _RunEnd | _BackendEvent)
 _FIELDS = {name: at for at, name in enumerate(_Call.__struct_fields__)}  # name → its place
+assert all(len(kind.__struct_fields__) < len(_FIELDS) for kind in (_Run, _RunEnd, _BackendEvent))
 _NUMBERS = ("latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens")
 
 
@@ -232,15 +234,8 @@ class TraceReader:
             records = _DECODER.decode_lines(block)
         except (msgspec.MsgspecError, RecursionError):  # a line nested past the decoder's depth
             records = self._decode_each(bytes(block).split(b"\n"))
-        if set(map(type, records)) <= {_Call}:
-            calls = records
-        else:
-            calls = [r for r in records if type(r) is _Call]
-            for record in records:
-                if type(record) is not _Call:
-                    self._meta(record)
-        if calls:
-            self._columns(calls)
+        if records:
+            self._columns(records)
 
     def _decode_each(self, lines: list[bytes]) -> list[object]:
         records = []
@@ -251,12 +246,22 @@ class TraceReader:
                 self.malformed += bool(line.strip()) and not _unknown_event(line)
         return records
 
-    def _columns(self, calls: list[_Call]) -> None:
-        """The calls of a block as columns. Every record's fields come out in one C call
-        (``astuple``), flattened into one list whose strided slices are the fields: a tenth of
-        the cost of reading each attribute of each record."""
-        n, width = len(calls), len(_FIELDS)
-        flat = list(chain.from_iterable(map(msgspec.structs.astuple, calls)))
+    def _columns(self, records: list[object]) -> None:
+        """The calls of a block as columns, its other records noted. Every record's fields
+        come out in one C call (``astuple``), flattened into one list whose strided slices are
+        the fields: a tenth of the cost of reading each attribute of each record. A block of
+        calls only (most) flattens to ``width`` values a record; any other record has fewer."""
+        n, width = len(records), len(_FIELDS)
+        flat = list(chain.from_iterable(map(msgspec.structs.astuple, records)))
+        if len(flat) != n * width:
+            calls = [r for r in records if type(r) is _Call]
+            for record in records:
+                if type(record) is not _Call:
+                    self._meta(record)
+            n = len(calls)
+            if not n:
+                return
+            flat = list(chain.from_iterable(map(msgspec.structs.astuple, calls)))
 
         def values(name: str) -> list[Any]:
             return flat[_FIELDS[name] :: width]
@@ -264,11 +269,11 @@ class TraceReader:
         def flags(name: str) -> np.ndarray:  # null is false
             return np.fromiter(values(name), bool, n)
 
-        t0, t1 = _timestamps(values("ts_start")), _timestamps(values("ts_end"))
-        numbers = np.array([_floats(values(name)) for name in _NUMBERS])
+        t0, t1 = timestamps(values("ts_start")), timestamps(values("ts_end"))
+        numbers = np.array([floats(values(name)) for name in _NUMBERS])
         cols = [
-            _codes(self.run_ids, values("run_id")),
-            _codes(self.deployments, values("deployment")),
+            codes(self.run_ids, values("run_id")),
+            codes(self.deployments, values("deployment")),
             None,
             np.fromiter(map(_OUTCOMES.__getitem__, values("outcome")), np.int8, n),
             flags("stream"),
@@ -281,7 +286,7 @@ class TraceReader:
         ]
         cols[2] = {"run": cols[0], "deployment": cols[1]}.get(self.by)
         if cols[2] is None:
-            cols[2] = _codes(self.keys, values(KEY_FIELDS[self.by]))
+            cols[2] = codes(self.keys, values(KEY_FIELDS[self.by]))
         good = _sane(t0, t1, numbers)
         if not good.all():
             self.malformed += int(n - good.sum())
@@ -304,26 +309,10 @@ class TraceReader:
             info.backends = {b.id: b for b in record.profile.backends}
 
 
-def _floats(values: list[float | int | None]) -> np.ndarray:
-    """``values`` as floats, NaN for None, infinity for an integer past any float."""
-    try:
-        return np.fromiter([math.nan if v is None else v for v in values], float, len(values))
-    except OverflowError:
-        return np.array(list(map(_float, values)))
-
-
-def _float(value: float | None) -> float:
-    """``value`` as a float (NaN for None, infinity for an integer past any float)."""
-    try:
-        return math.nan if value is None else float(value)
-    except OverflowError:
-        return math.inf
-
-
 def _charges(values: list[float | None]) -> np.ndarray:
     """The USD each call record says it was charged, NaN where it says none or a charge that
     cannot be one (negative, not finite, MAX_CALL_COST_USD or more): its tokens are priced."""
-    charged = np.array(values, dtype=float)  # typed float: msgspec refused any past a float
+    charged = floats(values)  # typed float: msgspec refused any past a float
     with np.errstate(invalid="ignore"):
         charged[~((charged >= 0) & (charged < MAX_CALL_COST_USD))] = math.nan
     return charged
@@ -364,30 +353,3 @@ def _remap(table: dict, other: dict) -> np.ndarray:
     for value, code in other.items():
         mapping[code] = table.setdefault(value, len(table))
     return mapping
-
-
-def _codes(table: dict, values: list) -> np.ndarray:
-    """Small integer codes for ``values``, growing ``table`` (value → code) with new ones."""
-    for value in set(values) - table.keys():
-        table[value] = len(table)
-    return np.fromiter(map(table.__getitem__, values), np.int32, len(values))
-
-
-def _timestamps(values: list[str]) -> np.ndarray:
-    """Epoch ms of each RFC 3339 string, NaN where it is not one. Canonical
-    ``YYYY-MM-DDTHH:MM:SS.mmmZ`` strings parse vectorised (joined into one buffer of 24 bytes
-    each); others one by one."""
-    if set(map(len, values)) == {24}:
-        try:
-            raw = np.frombuffer("".join(values).encode("ascii"), "S24")
-        except UnicodeEncodeError:
-            raw = None
-        if raw is not None:
-            view = raw.view(np.uint8).reshape(-1, 24)
-            marks = (view[:, 10] == 84) & (view[:, 19] == 46) & (view[:, 23] == 90)  # T . Z
-            if marks.all():
-                try:
-                    return raw.astype("S23").astype("datetime64[ms]").astype(np.int64) * 1.0
-                except ValueError:
-                    pass
-    return np.array([parse_rfc3339(v) for v in values], dtype=float) * 1000.0

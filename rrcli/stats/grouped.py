@@ -183,6 +183,7 @@ def group_rows(
     streamed = with_ttft & c.stream & ~np.isnan(c.latency) & (c.tokens_out > 1)
     tpot = (c.latency[streamed] - c.ttft[streamed]) / (c.tokens_out[streamed] - 1)
     calls = group_sums(codes, n)
+    tokens = (np.nan_to_num(c.tokens_in), np.nan_to_num(c.tokens_out))
     columns = (
         calls,
         group_sums(codes[ok], n),
@@ -192,10 +193,10 @@ def group_rows(
         group_percentiles(codes[timed], c.latency[timed], n, (50, 95, 99)),
         group_percentiles(codes[with_ttft], c.ttft[with_ttft], n, (50, 95)),
         group_percentiles(codes[streamed], tpot, n, (50,)),
-        group_sums(codes, n, np.nan_to_num(c.tokens_in)),
-        group_sums(codes, n, np.nan_to_num(c.tokens_out)),
+        group_sums(codes, n, tokens[0]),
+        group_sums(codes, n, tokens[1]),
         group_sums(codes[c.usage_estimated], n),
-        *_money(c, codes, n, (price_in, price_out, price_cached)),
+        *_money(c, codes, n, (price_in, price_out, price_cached), tokens),
         *group_sweep(codes, c.t0, c.t1, n),
     )
     values = [column.tolist() for column in columns]  # Python numbers: 10x faster to read
@@ -205,30 +206,31 @@ def group_rows(
     ]
 
 
-def _money(c: Columns, codes: np.ndarray, n: int, prices: tuple[np.ndarray, ...]) -> tuple:
+def _money(
+    c: Columns, codes: np.ndarray, n: int, prices: tuple[np.ndarray, ...], tokens: tuple
+) -> tuple:
     """Per group: the cost (NaN: no priced call), the priced calls, those whose cost is an
     estimate, the cached input tokens, and what they saved at the cached-input price (NaN: no
     call with a price). A call costs what its record says it was charged, else its tokens at
-    its price; ``prices``: USD per million input, output and cached input tokens of each call."""
+    its price; ``prices``: USD per million input, output and cached input tokens of each call;
+    ``tokens``: its input and output tokens, 0 for none. Sums run over every call, those without
+    a price adding an exact 0.0: the same sums as over the priced calls alone."""
     price_in, price_out, price_cached = prices
-    tokens_in, tokens_out = np.nan_to_num(c.tokens_in), np.nan_to_num(c.tokens_out)
+    tokens_in, tokens_out = tokens
     known = ~np.isnan(price_in)
     held = np.minimum(np.nan_to_num(c.tokens_cached), tokens_in)
-    saved = held[known] * (price_in[known] - price_cached[known])
+    saved = np.where(known, held * (price_in - price_cached), 0.0)
     charged = ~np.isnan(c.cost)
-    spent = tokens_in[known] * price_in[known] + tokens_out[known] * price_out[known] - saved
-    costs = np.zeros(len(codes))
-    costs[known] = spent
-    priced = known | charged
-    costs[charged] = c.cost[charged] * 1e6  # in USD per million, as the prices are
-    priced_calls = group_sums(codes[priced], n)
+    costs = np.where(known, tokens_in * price_in + tokens_out * price_out - saved, 0.0)
+    costs = np.where(charged, c.cost * 1e6, costs)  # in USD per million, as the prices are
+    priced_calls = group_sums(codes[known | charged], n)
     known_calls = group_sums(codes[known], n)
     return (
-        np.where(priced_calls > 0, group_sums(codes[priced], n, costs[priced]), np.nan),
+        np.where(priced_calls > 0, group_sums(codes, n, costs), np.nan),
         priced_calls,
         group_sums(codes[charged & c.cost_estimated], n),
         group_sums(codes, n, held),
-        np.where(known_calls > 0, group_sums(codes[known], n, saved), np.nan),
+        np.where(known_calls > 0, group_sums(codes, n, saved), np.nan),
     )
 
 

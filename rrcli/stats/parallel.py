@@ -11,11 +11,14 @@ Where fork is missing (Windows, macOS's default aside) everything runs in this p
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing
 import os
+import pickle
+import tempfile
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import IO, Any
 
 from rrcli.stats.columns import TraceReader
@@ -23,37 +26,60 @@ from rrcli.stats.columns import TraceReader
 __all__ = ["Source", "both", "cpus", "read_all"]
 
 Source = str | os.PathLike[str] | IO[bytes]
-_PARALLEL_BYTES = 64 << 20  # files this large are read in parts, one a process
+_PARALLEL_BYTES = 64 << 20  # files this large are read in parts by several processes
+_PARTS_PER_WORKER = 4  # small enough parts that the processes end about together
+#: where a forked reader leaves what it read: memory (tmpfs) where there is one
+_HANDOVER_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 _child: Callable[[], Any] | None = None  # what the forked child of ``both`` runs
+_claims: Any = None  # the next part to read, shared by the processes of ``_read_parts``
 
 
 def read_all(sources: list[Source], by: str, workers: int) -> TraceReader:
     """Read every source; files of _PARALLEL_BYTES or more are cut at line boundaries into
-    ``workers`` parts, read by this process and ``workers`` − 1 forked ones, whose readers are
-    merged."""
+    _PARTS_PER_WORKER × ``workers`` parts, read by this process and ``workers`` − 1 forked
+    ones, whose readers are merged in the parts' order."""
     reader, parts = TraceReader(by), []
     for source in sources:
         if not isinstance(source, str | os.PathLike):
             reader.read(getattr(source, "buffer", source))
             continue
         size = os.path.getsize(source)
-        cuts = _cuts(source, size, workers if size >= _PARALLEL_BYTES else 1)
+        count = workers * _PARTS_PER_WORKER if size >= _PARALLEL_BYTES and workers > 1 else 1
+        cuts = _cuts(source, size, count)
         if len(cuts) > 2:
             parts += [(source, a, b, by) for a, b in itertools.pairwise(cuts)]
         else:
             with open(source, "rb") as stream:
                 reader.read(stream)
-    if parts:  # this process reads its share of the parts while the others read the rest
-        share = max(1, len(parts) // workers)
-        fork = multiprocessing.get_context("fork")
-        pool_size = max(1, min(workers - 1, len(parts) - share))
-        with ProcessPoolExecutor(pool_size, mp_context=fork) as pool:
-            rest = pool.map(_read_part, parts[share:])
-            for part in parts[:share]:
-                reader.merge(_read_part(part))
-            for theirs in rest:
-                reader.merge(theirs)
+    for theirs in _read_parts(parts, workers) if parts else ():
+        reader.merge(theirs)
     return reader
+
+
+def _read_parts(parts: list[tuple[Source, int, int, str]], workers: int) -> list[TraceReader]:
+    """A reader of each part, in order. This process and ``workers`` − 1 forked ones each take
+    the next part not yet taken (a shared counter) until none is left, so one that the machine
+    slows reads fewer. A forked one hands its readers back in a file in _HANDOVER_DIR (a pipe
+    takes a context switch every 64 KiB, which a loaded machine makes slow)."""
+    global _claims
+    fork = multiprocessing.get_context("fork")
+    _claims = fork.Value("i", 0)
+    read: dict[int, TraceReader] = {}
+    theirs: list[Future[str]] = []
+    try:
+        with ProcessPoolExecutor(max(1, workers - 1), mp_context=fork) as pool:
+            theirs = [pool.submit(_read_claimed, parts) for _ in range(max(1, workers - 1))]
+            read.update(_claimed(parts))
+        for future in theirs:
+            with open(future.result(), "rb") as handover:
+                read.update(pickle.load(handover))
+    finally:
+        _claims = None
+        for future in theirs:  # all done: the pool waited for them
+            if not future.cancelled() and future.exception() is None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(future.result())
+    return [read[at] for at in range(len(parts))]
 
 
 def both(child: Callable[[], Any], here: Callable[[], Any]) -> tuple[Any, Any]:
@@ -97,6 +123,28 @@ def _cuts(path: Source, size: int, parts: int) -> list[int]:
             if cuts[-1] < stream.tell() < size:
                 cuts.append(stream.tell())
     return [*cuts, size]
+
+
+def _claimed(parts: list[tuple[Source, int, int, str]]) -> dict[int, TraceReader]:
+    """Readers of the parts this process takes, by the part's place."""
+    assert _claims is not None  # set by ``_read_parts`` before it forks
+    read = {}
+    while True:
+        with _claims.get_lock():
+            at = _claims.value
+            _claims.value += 1
+        if at >= len(parts):
+            return read
+        read[at] = _read_part(parts[at])
+
+
+def _read_claimed(parts: list[tuple[Source, int, int, str]]) -> str:
+    """In a forked process: ``_claimed``, its readers written to a file whose path it returns."""
+    read = _claimed(parts)
+    fd, path = tempfile.mkstemp(prefix="rrcli-stats-", dir=_HANDOVER_DIR)
+    with os.fdopen(fd, "wb") as handover:
+        pickle.dump(read, handover, protocol=pickle.HIGHEST_PROTOCOL)
+    return path
 
 
 def _read_part(part: tuple[Source, int, int, str]) -> TraceReader:
