@@ -104,16 +104,21 @@ def _run(tmp_path, servers, name: str, **top) -> tuple[float, list[dict]]:
 
 
 def test_the_window_raises_the_hit_rate_of_a_saturated_pool(sim_server, tmp_path):
-    """Through the CLI, every slot busy (concurrency the sum of the caps), three replicas each
-    caching about one system prompt: with the window each job finds its prompt warm far more
-    often than in the file's order, and every job has exactly one result line."""
+    """Through the CLI, every slot busy (concurrency the sum of the caps, each replica at its
+    cap), three replicas each caching about one system prompt: with the window each job finds
+    its prompt warm far more often than in the file's order, and every job has exactly one
+    result line. Calls of 20 ms keep the pool saturated on a loaded machine too: with shorter
+    ones a slowed client finds several slots free at once, where the file's order can choose a
+    warm one and its hit rate climbs towards the window's."""
 
     def replicas():
-        return [sim_server(prefix_cache_tokens=900, latency_ms=5, jitter_ms=4) for _ in range(3)]
+        return [sim_server(prefix_cache_tokens=900, latency_ms=20, jitter_ms=8) for _ in range(3)]
 
     windowed, results = _run(tmp_path, replicas(), "window")
-    ordered, _ = _run(tmp_path, replicas(), "ordered", lookahead=0)
+    in_order = replicas()
+    ordered, _ = _run(tmp_path, in_order, "ordered", lookahead=0)
     assert {f"q{i}": 1 for i in range(60)} == dict(collections.Counter(r["id"] for r in results))
+    assert [2, 2, 2] == [server.stats()["peak_concurrency"] for server in in_order]
     assert windowed > 0.7
     assert windowed > ordered + 0.2
 
