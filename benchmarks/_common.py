@@ -44,10 +44,15 @@ def serving(argv: list[str], port: int) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def server_process(argv: list[str], port: int) -> Iterator[tuple[str, int]]:
-    """``serving``, yielding the process id too (for ``cpu_seconds``)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def server_process(argv: list[str], port: int, root: Path = ROOT) -> Iterator[tuple[str, int]]:
+    """``serving``, yielding the process id too (for ``cpu_seconds``); the rrcli it runs is
+    the checkout at ``root``, run in its folder when it is another (``python -m`` looks in
+    the working folder first)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    cwd = None if root == ROOT else root
+    proc = subprocess.Popen(
+        argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

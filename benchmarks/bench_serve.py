@@ -3,20 +3,21 @@ the same requests, the same run.
 
 Two `rrcli sim` processes are the backends; `rrcli serve` (its own process) pools them; a bare
 forwarder (benchmarks/_forwarder.py: starlette on uvicorn, one httpx2 client per backend, no
-routing) is the floor of serve's stack. The load generator (this process: ``--client raw``,
-benchmarks/_rawload.py, keep-alive connections on raw asyncio streams and requests made once; or
-``--client httpx2``, one httpx2 client, as a program would send) keeps ``--in-flight`` chat
-requests going straight to the backends (alternating), through the
-forwarder and through serve, interleaved, for each backend latency; it prints each one's
-throughput, median and p99, the ratios to direct, and the CPU seconds the forwarder's and
-serve's processes spent a request (all of it beyond the upstream call), and the generator's.
-The 2 cores are shared by the generator, the backends and the process measured, so each CPU
-microsecond of any of them is throughput. Then a slow streaming
-backend: the time to the first text straight, through the forwarder and through serve,
-sequential requests, medians compared.
+routing) is the floor of serve's stack. The load generator (this process) keeps
+``--in-flight`` chat requests going straight to the backends (alternating), through the
+forwarder and through serve, interleaved, for each backend latency: ``--client raw``
+(benchmarks/_rawload.py: keep-alive connections on raw asyncio streams, requests made once) or
+``--client httpx2`` (one httpx2 client, as a program would send). It prints each one's
+throughput, median and p99, the ratios to direct, the CPU seconds the forwarder's and serve's
+processes spent a request (all of it beyond the upstream call) and the generator's own: the 2
+cores are shared by the generator, the backends and the process measured, so each CPU
+microsecond of any of them is throughput. ``--baseline`` adds `rrcli serve` of another
+checkout to the same run (before and after a change). Then a slow streaming backend: the time
+to the first text straight, through the forwarder and through serve, sequential requests,
+medians compared.
 
     python benchmarks/bench_serve.py [--requests 3000] [--in-flight 64] [--latencies 50,0]
-        [--client raw|httpx2]
+        [--client raw|httpx2] [--baseline CHECKOUT]
 """
 
 from __future__ import annotations
@@ -54,11 +55,12 @@ def profile(urls: list[str], path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def served(path: Path) -> Iterator[tuple[str, int]]:
-    """`rrcli serve` on the profile at ``path``: (its base URL, its pid)."""
+def served(path: Path, root: Path = ROOT) -> Iterator[tuple[str, int]]:
+    """`rrcli serve` of the checkout at ``root`` on the profile at ``path``: (its base URL,
+    its pid)."""
     port = free_port()
     argv = [sys.executable, "-m", "rrcli", "serve", "-p", str(path), "--port", str(port)]
-    with server_process([*argv, "--no-auth"], port) as running:
+    with server_process([*argv, "--no-auth"], port, root) as running:
         yield running
 
 
@@ -135,6 +137,9 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--latencies", default="50,0", help="backend latencies in ms")
     parser.add_argument(
+        "--baseline", type=Path, help="also `rrcli serve` of this checkout (before a change)"
+    )
+    parser.add_argument(
         "--client", choices=("raw", "httpx2"), default="raw", help="the load generator"
     )
     args = parser.parse_args()
@@ -145,8 +150,14 @@ def main() -> None:
             ms = str(latency)
             with sim_server("--latency-ms", ms) as a, sim_server("--latency-ms", ms) as b:
                 path = profile([a, b], Path(tmp) / "pool.toml")
-                with served(path) as gateway, forwarded([a, b]) as forwarder:
-                    targets = {"direct": ([a, b], None), "forwarder": forwarder, "serve": gateway}
+                with contextlib.ExitStack() as stack:
+                    targets: dict[str, Target] = {
+                        "direct": ([a, b], None),
+                        "forwarder": stack.enter_context(forwarded([a, b])),
+                        "serve": stack.enter_context(served(path)),
+                    }
+                    if args.baseline is not None:
+                        targets["baseline"] = stack.enter_context(served(path, args.baseline))
                     compare(latency, targets, args)
         with sim_server(
             "--ttft-ms", "200", "--tokens-per-s", "16", "--output-tokens", "32"

@@ -6,8 +6,9 @@ Writes a SPEC §5 trace of LINES lines once (cached in the temp folder; several 
 errors, streamed calls), then summarises it in a fresh process per engine and prints the wall
 time and peak RSS of each, and the ratio. DuckDB computes the same per-deployment call counts
 and latency p50/p95 (quantile_cont is the same linear method); it is skipped with a message when
-it is not installed (`pip install duckdb`). Targets: under 2 s and under 300 MB for 1,000,000
-lines.
+it is not installed (`pip install duckdb`). Both use every CPU by default (DuckDB's threads,
+rrcli's reader processes); ``--workers N`` gives each N. Targets: at most 2 x DuckDB's time and
+under 300 MB for 1,000,000 lines.
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 RRCLI = """
 import json, resource, sys, time
+from rrcli.stats.parallel import cpus
 from rrcli.stats.summary import summarize
 t, cpu0 = time.perf_counter(), time.process_time()
-s = summarize([sys.argv[1]], workers=int(sys.argv[2]) or None)
+workers = int(sys.argv[2]) or cpus()
+s = summarize([sys.argv[1]], workers=workers)
 wall = time.perf_counter() - t
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 self_mb, child_mb = me.ru_maxrss / 1024, kids.ru_maxrss / 1024
@@ -36,7 +39,7 @@ cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime - cpu0
 groups = {g["key"]: [g["calls"], g["latency_ms"]["p50"], g["latency_ms"]["p95"]]
           for g in s["groups"]}
 print(json.dumps({"wall": wall, "cpu": cpu, "rss": self_mb, "child_rss": child_mb,
-                  "groups": groups}))
+                  "workers": workers, "groups": groups}))
 """
 
 DUCKDB = """
@@ -45,6 +48,9 @@ import duckdb
 t, cpu0 = time.perf_counter(), time.process_time()
 db = duckdb.connect()
 db.execute("set enable_progress_bar = false")  # it draws on stdout, where the numbers go
+if int(sys.argv[2]):
+    db.execute(f"set threads = {int(sys.argv[2])}")
+threads = db.execute("select current_setting('threads')").fetchone()[0]
 rows = db.execute(
     "select deployment, count(*), quantile_cont(latency_ms, 0.5) filter (where outcome = 'ok'),"
     " quantile_cont(latency_ms, 0.95) filter (where outcome = 'ok')"
@@ -52,7 +58,7 @@ rows = db.execute(
     " where event = 'call' group by deployment", [sys.argv[1]]).fetchall()
 wall, cpu = time.perf_counter() - t, time.process_time() - cpu0  # its threads' CPU included
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"wall": wall, "cpu": cpu, "rss": rss, "child_rss": 0.0,
+print(json.dumps({"wall": wall, "cpu": cpu, "rss": rss, "child_rss": 0.0, "threads": threads,
                   "groups": {r[0]: list(r[1:]) for r in rows}}))
 """
 
@@ -101,7 +107,12 @@ def measure(code: str, path: Path, workers: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lines", type=int, default=1_000_000)
-    parser.add_argument("--workers", type=int, default=0, help="0: the usable CPUs")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="rrcli's reader processes and DuckDB's threads (0: each its default, the CPUs)",
+    )
     args = parser.parse_args()
     path = trace_file(args.lines)
     size = path.stat().st_size / 2**20
@@ -109,7 +120,7 @@ def main() -> None:
     ours = measure(RRCLI, path, args.workers)
     print(
         f"rrcli stats : {ours['wall']:.2f} s ({ours['cpu']:.2f} s CPU), "
-        f"peak RSS {ours['rss']:.0f} MB "
+        f"{ours['workers']} reading process(es), peak RSS {ours['rss']:.0f} MB "
         f"(each reader process {ours['child_rss']:.0f} MB), "
         f"{args.lines / ours['wall']:,.0f} lines/s"
     )
@@ -118,10 +129,10 @@ def main() -> None:
     except ImportError:
         print("duckdb     : skipped (not installed: pip install duckdb)")
         return
-    theirs = measure(DUCKDB, path, 0)
+    theirs = measure(DUCKDB, path, args.workers)
     print(
         f"duckdb      : {theirs['wall']:.2f} s ({theirs['cpu']:.2f} s CPU), "
-        f"peak RSS {theirs['rss']:.0f} MB"
+        f"peak RSS {theirs['rss']:.0f} MB, {theirs['threads']} threads"
     )
     print(
         f"ratio       : rrcli/duckdb time {ours['wall'] / theirs['wall']:.2f}x, "

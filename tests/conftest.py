@@ -12,6 +12,10 @@ Options are those of ``rrcli sim`` in snake case (``latency_ms``, ``cap``, ``err
 ``canned(answer)`` and ``canned_server(answer)`` (tests/canned.py) start a server answering with
 exactly what a test says; ``hostile_server(answer)`` (tests/hostile.py) one that misbehaves on
 purpose, byte for byte.
+
+Hypothesis runs without its per-example deadline and its too-slow health check: both time the
+examples by the wall clock, which a loaded 2-core CI machine stretches; the properties keep
+their number of examples.
 """
 
 from __future__ import annotations
@@ -28,9 +32,13 @@ import pytest
 from billing import billing_server  # noqa: F401  (fixture: a server that bills every token)
 from canned import canned, canned_server  # noqa: F401  (fixtures: a canned HTTP server)
 from hostile import hostile_server  # noqa: F401  (fixture: a server that misbehaves on purpose)
+from hypothesis import HealthCheck, settings
 
 from rrcli.sim.behaviour import SimConfig, config_from_options
 from rrcli.sim.server import listen, uvicorn_server
+
+settings.register_profile("rrcli", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("rrcli")
 
 
 @pytest.fixture(autouse=True, scope="session")

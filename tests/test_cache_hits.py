@@ -105,7 +105,7 @@ def test_a_hit_finished_where_it_was_read_writes_the_engines_lines(tmp_path):
         writer.call(hit, None)
         writer.cached(job.id, job.session, backend, plain, stream, "chat", T0)
         assert records[0] == records[1]
-        assert writer._hits[backend.id] is not None  # filled in, not built the long way
+        assert writer._hits[backend.id, stream, "chat"] is not None  # filled in, not built anew
 
     check()
     cache.file.close()

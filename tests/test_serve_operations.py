@@ -89,3 +89,26 @@ def test_an_idle_session_is_forgotten(tmp_path, sim_server):
     finally:
         served.stop()
     assert (["b0"] * 3, "b1") == (used, later)
+
+
+def test_a_session_is_not_idle_while_its_call_runs(tmp_path, sim_server):
+    """With ``[serve] session_idle = 1``, a call that takes 2.5 s does not let its session go
+    idle under it: the idle time starts when the call ends, so the session's next request,
+    sent right after, stays on its backend (round robin would give a new one the other)."""
+    slow, other = sim_server(latency_ms=2500), sim_server()
+    path = write_profile(
+        tmp_path / "pool.toml",
+        openai_backends(slow.openai_url, other.openai_url),
+        name="pool",
+        binding="session",
+        strategy="round_robin",
+        serve={"session_idle": 1},
+    )
+    served = Served(path, tmp_path, "--no-auth")
+    try:
+        with httpx2.Client(timeout=30, headers={"x-rrcli-session": "s1"}) as client:
+            url = served.url + "/v1/chat/completions"
+            used = [client.post(url, json=CHAT).headers["x-rrcli-deployment"] for _ in range(2)]
+    finally:
+        served.stop()
+    assert ["b0", "b0"] == used

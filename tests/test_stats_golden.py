@@ -131,15 +131,18 @@ def test_summaries_equal_the_recorded_ones(mixed):
     assert recorded("stats_mixed.json", actual) == actual
 
 
-def test_parallel_reading_equals_the_recorded_summary(mixed, monkeypatch):
+def test_parallel_reading_equals_the_recorded_summary(mixed, monkeypatch, tmp_path):
     """Read in parts by forked workers, in blocks of a few lines (some with a field null in
-    every record, some with a bad line), summed in two processes: the recorded numbers."""
+    every record, some with a bad line), summed in two processes: the recorded numbers, and
+    no file left behind by the workers' handover."""
     monkeypatch.setattr("rrcli.stats.columns._BLOCK_BYTES", 4096)
+    monkeypatch.setattr("rrcli.stats.parallel._HANDOVER_DIR", str(tmp_path))
     monkeypatch.setattr("rrcli.stats.parallel._PARALLEL_BYTES", 0)
     monkeypatch.setattr("rrcli.stats.summary._SPLIT_CALLS", 0)
     expected = json.loads((GOLDEN / "stats_mixed.json").read_text())
     for by in ("deployment", "endpoint"):
         assert expected[by] == json.loads(json.dumps(summarize([mixed], by=by, workers=3)))
+    assert [] == list(tmp_path.iterdir())
 
 
 def test_tables_equal_the_recorded_ones(mixed):

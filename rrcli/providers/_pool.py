@@ -5,10 +5,11 @@ one whether it is closed, idle or expired (an expiry check polls the socket), tw
 so at 32 connections a backend that walk was about a sixth of a gateway's CPU. This pool keeps
 the idle connections of each origin on a stack and checks only the one it takes (closed, past
 its keep-alive, or closed by the server while it idled: then it is closed and the next taken);
-the one released last is taken first, so the connections a steady load needs stay warm and the
-rest age out. When every connection is busy a request waits its turn (``pool`` timeout), as in
-httpcore2. Connections are httpcore2's own (HTTP/1.1, TLS, the address check of ``peer.py``):
-only the choice of one changes.
+the one released last is taken first, so the connections a steady load needs stay warm, and
+each release looks at the oldest idle one, closed once past its keep-alive. When every
+connection is busy a request waits its turn (``pool`` timeout), as in httpcore2. Connections
+are httpcore2's own (HTTP/1.1, TLS, the address check of ``peer.py``): only the choice of one
+changes.
 """
 
 from __future__ import annotations
@@ -114,7 +115,12 @@ class StackPool(httpcore2.AsyncConnectionPool):
         out of the pool; a waiting request is woken either way."""
         kept = sum(len(s) for s in self._idle.values()) < self._max_keepalive_connections
         if connection.is_connected() and connection.is_idle() and kept:
-            self._idle.setdefault(_key(origin), []).append(connection)
+            stack = self._idle.setdefault(_key(origin), [])
+            stack.append(connection)
+            oldest = stack[0]
+            if oldest is not connection and oldest.has_expired():  # one aged out at a time
+                del stack[0]
+                await self._drop(oldest)
         else:
             await self._drop(connection)
         self._wake()

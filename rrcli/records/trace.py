@@ -39,7 +39,7 @@ _UNPRICED = (None, False)
 #: what varies between the call records of cached answers on one backend, in record order
 _HIT_FIELDS = (
     "job_id", "session", "response_model", "ts_start", "ts_end", "input_tokens",
-    "output_tokens", "cached_input_tokens", "usage_estimated", "stream", "endpoint",
+    "output_tokens", "cached_input_tokens", "usage_estimated",
 )  # fmt: skip
 _EPOCH = b'"1970-01-01T00:00:00.000Z"'  # rfc3339(0.0): a template's mark for its times
 
@@ -131,7 +131,8 @@ class TraceWriter:
         self._tap = tap
         self._path = path
         self._out = None if path is None else LineFile(path, append=append, what="traces")
-        self._hits: dict[str, bytes | None] = {}  # backend id -> its cached record's template
+        #: (backend id, stream, endpoint) -> the template of a cached answer's call record
+        self._hits: dict[tuple[str, bool, str], bytes | None] = {}
 
     def reopen(self) -> bool:
         """Open the path again, appending (after a log rotation moved the file), and close the
@@ -242,30 +243,30 @@ class TraceWriter:
         attempt (``records.attempt.cached_attempt``)."""
         if self._out is None and self._tap is None:
             return
-        template = self._hits.get(backend.id, b"")
+        kind = (backend.id, stream, endpoint)
+        template = self._hits.get(kind, b"")
         if template == b"":
-            template = self._hits[backend.id] = self._hit_template(backend)
+            template = self._hits[kind] = self._hit_template(backend, stream, endpoint)
         if template is None:  # a record whose fields came out of order: built the long way
             self.call(_hit(job_id, session, backend, reply, stream, endpoint, ts_start), None)
             return
         get, dumps = reply.get, orjson.dumps
         start = b'"%s"' % rfc3339(ts_start).encode()
+        job = dumps(job_id)
         values = (
-            dumps(job_id), dumps(session), dumps(get("response_model")), start, start,
-            dumps(get("input_tokens")), dumps(get("output_tokens")),
+            job, job if session is job_id else dumps(session), dumps(get("response_model")),
+            start, start, dumps(get("input_tokens")), dumps(get("output_tokens")),
             dumps(get("cached_input_tokens")), dumps(get("usage_estimated", False)),
-            dumps(stream), dumps(endpoint),
         )  # fmt: skip
         self._put_line(template % values)
 
-    def _hit_template(self, backend: Backend) -> bytes | None:
+    def _hit_template(self, backend: Backend, stream: bool, endpoint: str) -> bytes | None:
         """``call``'s record of a cached answer on ``backend``, each of _HIT_FIELDS a ``%s``:
         written by ``call`` from an attempt whose varying values are marks; None when they do
         not come out once each, in _HIT_FIELDS' order."""
         marks = {name: f"\x00{i}\x00" for i, name in enumerate(_HIT_FIELDS)}
         lines: list[bytes] = []
-        attempt = _hit(marks["job_id"], marks["session"], backend, marks, marks["stream"],
-                       marks["endpoint"], 0.0)  # fmt: skip
+        attempt = _hit(marks["job_id"], marks["session"], backend, marks, stream, endpoint, 0.0)
         TraceWriter(None, self.run_id, tap=lines.append).call(attempt, None)
         record, at = lines[0].replace(b"%", b"%%"), 0
         for name in _HIT_FIELDS:

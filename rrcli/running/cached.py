@@ -18,6 +18,11 @@ backend that first gave the answer when it is still in the group, else the group
 the trace writes it (``outcome: "cached"``), the result line says ``"cached": true``, and the
 router never sees it. Only ok answers are stored; a Responses call continuing a
 ``previous_response_id`` (an answer that depends on the server's state) is never cached.
+
+The jobs of a file are read ahead (``ahead``): a chunk's first-group keys in one SELECT, and a
+chat job that is one call every backend of the group may take, found answered, is finished
+right there by ``finish`` (running/hits.py: the same lines without the Attempt), never handed
+to a worker; every other job's answer waits for its own ``lookup``.
 """
 
 from __future__ import annotations
@@ -245,16 +250,9 @@ def _hit(
     ``cached``."""
     backend = next((b for b in allowed if b.id == by), allowed[0])
     return cached_attempt(
-        job.id,
-        job.session,
-        turn,
-        backend,
-        reply,
-        call.stream,
-        job.endpoint,
-        time.time(),
+        job.id, job.session, turn, backend, reply, call.stream, job.endpoint, time.time(),
         time.monotonic(),
-    )
+    )  # fmt: skip
 
 
 def open_cache(profile: Profile, options: RunOptions) -> ResponseCache | None:

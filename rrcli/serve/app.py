@@ -13,11 +13,9 @@ reason, usage) closes it. Every answer says its ``x-rrcli-deployment`` and, once
 from __future__ import annotations
 
 import asyncio
-import hmac
 import math
 import time
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -30,11 +28,12 @@ from rrcli.errors import CallError
 from rrcli.records.attempt import CallOutcome
 from rrcli.running.pool import CLIENT_LEFT, Pool, answer
 from rrcli.serve.counting import count_tokens
-from rrcli.serve.metrics import CONTENT_TYPE, Metrics
-from rrcli.serve.sessions import Idle, session_of
+from rrcli.serve.gateway import Gateway
+from rrcli.serve.metrics import CONTENT_TYPE
+from rrcli.serve.sessions import session_of
 from rrcli.serve.wires import ANTHROPIC, OPENAI, Wire
 
-__all__ = ["Gateway", "Settings", "build_app"]
+__all__ = ["build_app"]
 
 _JSON = "application/json"
 _OPENAI_PATHS = {
@@ -44,75 +43,6 @@ _OPENAI_PATHS = {
     "completions": "completions",
     "moderations": "moderations",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """``[serve]``: the client keys (empty: no auth), the body limit in bytes, the seconds a
-    session may stay idle before it is forgotten."""
-
-    keys: frozenset[str] = frozenset()
-    max_body_bytes: int = 32 << 20
-    session_idle: float = 3600.0
-
-
-class Gateway:
-    """The pools and the state of the server: sessions seen, draining."""
-
-    def __init__(self, pools: Sequence[Pool], settings: Settings) -> None:
-        self.pools = list(pools)
-        self.settings = settings
-        self.draining = False
-        self.in_flight = 0
-        self.sessions = Idle(settings.session_idle)
-        self.metrics = Metrics(self.pools)
-        self._by_model: dict[str, tuple[Pool, frozenset[str]]] = {}
-        for pool in self.pools:
-            ids = {b.id for b in pool.profile.backends}
-            for backend in pool.profile.backends:
-                serving = {b.id for b in pool.profile.backends if b.model == backend.model}
-                self._by_model.setdefault(backend.model, (pool, frozenset(ids - serving)))
-        for pool in self.pools:  # a profile's name wins over a model of the same name
-            self._by_model[pool_name(pool)] = (pool, frozenset())
-
-    def models(self) -> list[str]:
-        return list(self._by_model)
-
-    def pick(self, model: object) -> tuple[Pool, frozenset[str]] | None:
-        if model is None and len(self.pools) == 1:
-            return self.pools[0], frozenset()
-        return self._by_model.get(model) if type(model) is str else None
-
-    def cooling(self, pool: Pool, exclude: frozenset[str]) -> float | None:
-        """Seconds until the first of the request's backends stops cooling, when every one
-        of them is cooling (the request is answered 429 at once rather than held); None when
-        one may take it."""
-        states = [
-            s for s in pool.engine.router.states if s.backend.id not in exclude and not s.down
-        ]
-        if not states or not all(s.cooling for s in states):
-            return None
-        return min(s.cooldown_until for s in states) - states[0].clock()
-
-    def forget_idle(self) -> None:
-        for session in self.sessions.expired():
-            for pool in self.pools:
-                pool.engine.router.forget(session)
-
-    def authorized(self, request: Request) -> bool:
-        keys = self.settings.keys
-        if not keys:
-            return True
-        given = request.headers.get("x-api-key") or ""
-        bearer = request.headers.get("authorization", "")
-        if bearer[:7].lower() == "bearer ":
-            given = bearer[7:].strip()
-        return any(hmac.compare_digest(given.encode(), key.encode()) for key in keys)
-
-
-def pool_name(pool: Pool) -> str:
-    profile = pool.profile
-    return profile.name or profile.label.rsplit(".", 1)[0]
 
 
 def build_app(gateway: Gateway) -> Starlette:
@@ -228,12 +158,14 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
     session = session_of(request.path_params.get("session"), request.headers, body)
     streamed = body.get("stream") is True
     line = wire.line(endpoint, body)
+    ended = None
     if session is not None:
         line["session"] = session
-        gateway.sessions.touch(session)
+        ended = gateway.sessions.begin(session)
     if streamed:
-        return await _streamed(wire, pool, line, exclude, request, str(body.get("model", "")))
-    return await _plain(wire, pool, line, exclude, request)
+        model = str(body.get("model", ""))
+        return await _streamed(wire, pool, line, exclude, request, model, ended)
+    return await _plain(wire, pool, line, exclude, request, ended)
 
 
 _NOT_JSON = "the request body is not a JSON object"
@@ -269,9 +201,17 @@ async def _body(request: Request, limit: int) -> dict[str, Any] | Response | Non
 
 
 async def _plain(
-    wire: Wire, pool: Pool, line: dict[str, Any], exclude: frozenset[str], request: Request
+    wire: Wire,
+    pool: Pool,
+    line: dict[str, Any],
+    exclude: frozenset[str],
+    request: Request,
+    ended: Callable[[object], None] | None,
 ) -> Response:
+    """``ended``: called when the call is over (its session's idle time starts then)."""
     task = asyncio.ensure_future(pool.call(line, exclude))
+    if ended is not None:
+        task.add_done_callback(ended)
     if await _client_left(request, task):
         return Response(status_code=499)
     try:
@@ -291,11 +231,14 @@ async def _streamed(
     exclude: frozenset[str],
     request: Request,
     model: str,
+    ended: Callable[[object], None] | None,
 ) -> Response:
     """The stream starts at the first text; until then the call may still fail with a status."""
     texts: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
     task = asyncio.ensure_future(pool.call(line, exclude, lambda d, t: texts.put_nowait((d, t))))
     task.add_done_callback(lambda _: texts.put_nowait(None))
+    if ended is not None:
+        task.add_done_callback(ended)
     first = asyncio.ensure_future(texts.get())
     if await _client_left(request, first):
         task.cancel(CLIENT_LEFT)

@@ -27,7 +27,8 @@ from rrcli.config.profile import Profile
 from rrcli.errors import RRCLIError, UsageError
 from rrcli.logs import get_logger
 from rrcli.running.pool import Pool
-from rrcli.serve.app import Gateway, Settings, build_app, pool_name
+from rrcli.serve.app import build_app
+from rrcli.serve.gateway import Gateway, Settings, pool_name
 from rrcli.serve.protocol import BoundedHttpTools
 
 __all__ = ["ServeOptions", "client_keys", "event_loop", "serve"]

@@ -43,12 +43,14 @@ def session_of(path: str | None, headers: Mapping[str, str], body: Mapping[str, 
 
 class Idle:
     """The sessions seen, oldest use first; ``expired()`` takes out those idle longer than
-    ``idle`` seconds (the caller forgets their bindings)."""
+    ``idle`` seconds (the caller forgets their bindings). A session is idle from the end of
+    its last call: one with a call in flight (a long stream, say) is never expired."""
 
     def __init__(self, idle: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._idle = idle
         self._clock = clock
         self._seen: OrderedDict[str, float] = OrderedDict()
+        self._busy: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -57,14 +59,32 @@ class Idle:
         self._seen[session] = self._clock()
         self._seen.move_to_end(session)
 
+    def begin(self, session: str) -> Callable[[object], None]:
+        """A call of ``session`` starts; the function returned ends it (a done callback)."""
+        self.touch(session)
+        self._busy[session] = self._busy.get(session, 0) + 1
+
+        def end(_: object = None) -> None:
+            left = self._busy.pop(session) - 1
+            if left:
+                self._busy[session] = left
+            self.touch(session)
+
+        return end
+
     def expired(self) -> list[str]:
         """The sessions idle past the limit, no longer tracked."""
-        limit = self._clock() - self._idle
+        now = self._clock()
+        limit = now - self._idle
         gone = []
-        while self._seen:
+        for _ in range(len(self._seen)):
             session, seen = next(iter(self._seen.items()))
             if seen > limit:
                 break
+            if session in self._busy:
+                self._seen.move_to_end(session)
+                self._seen[session] = now
+                continue
             del self._seen[session]
             gone.append(session)
         return gone

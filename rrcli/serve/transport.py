@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from rrcli.providers.asgi import StreamingASGITransport
 from rrcli.running.pool import Pool
-from rrcli.serve.app import Gateway, Settings, build_app
+from rrcli.serve.app import build_app
+from rrcli.serve.gateway import Gateway, Settings
 
 __all__ = ["PoolTransport"]
 

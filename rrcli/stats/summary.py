@@ -204,16 +204,15 @@ def _prices(reader: TraceReader, cols: Columns) -> tuple[np.ndarray, np.ndarray,
                 price = backend.price
                 cached = price.input if price.cached_input is None else price.cached_input
                 prices.append((price.input, price.output, cached))
-    price_in, price_out, price_cached = (np.full(len(cols.t0), np.nan) for _ in range(3))
-    if pairs:
-        order = np.argsort(pairs)
-        known, table = np.array(pairs)[order], np.array(prices).reshape(-1, 3)[order]
-        wanted = cols.run.astype(np.int64) * width + cols.deployment
-        at = np.minimum(np.searchsorted(known, wanted), len(known) - 1)
-        found = known[at] == wanted
-        price_in[found], price_out[found] = table[at[found], 0], table[at[found], 1]
-        price_cached[found] = table[at[found], 2]
-    return price_in, price_out, price_cached
+    if not pairs:
+        return tuple(np.full(len(cols.t0), np.nan) for _ in range(3))
+    order = np.argsort(pairs)
+    known = np.array(pairs)[order]
+    table = np.vstack((np.array(prices).reshape(-1, 3)[order], [np.nan] * 3))  # last: no price
+    wanted = cols.run.astype(np.int64) * width + cols.deployment
+    at = np.minimum(np.searchsorted(known, wanted), len(known) - 1)
+    at[known[at] != wanted] = len(known)
+    return tuple(np.take(np.ascontiguousarray(table[:, k]), at) for k in range(3))
 
 
 def _sums(reader, cols, prices, runs, sent: int, workers: int) -> tuple[list, dict[str, Any]]:
