@@ -43,6 +43,25 @@ def calls(traces: Path) -> list[dict[str, Any]]:
     return [r for r in read_jsonl(traces) if r["event"] == "call"]
 
 
+def run_on_replicas(
+    tmp_path: Path, servers: list[Any], strategy: str, jobs: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Run ``jobs`` on sims keeping a 4,000-token prefix cache (backends r0, r1, ...) with
+    ``strategy`` and 2 in flight; the result lines (the run must succeed)."""
+    backends = [
+        {"id": f"r{i}", "base_url": s.openai_url, "prefix_cache_tokens": 4000}
+        for i, s in enumerate(servers)
+    ]
+    profile = write_profile(
+        tmp_path / f"{strategy}.toml", backends, strategy=strategy, concurrency=2
+    )
+    path = tmp_path / f"{strategy}.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(job) + b"\n" for job in jobs))
+    done = rrcli("run", path, "-p", profile, "-q", cwd=tmp_path)
+    assert 0 == done.returncode, done.stderr
+    return read_jsonl(tmp_path / f"{strategy}.results.jsonl")
+
+
 def rrcli(
     *args: str | Path,
     cwd: Path,

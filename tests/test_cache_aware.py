@@ -17,7 +17,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from runkit import read_jsonl, rrcli, write_profile
+from runkit import read_jsonl, rrcli, run_on_replicas, write_profile
 
 from rrcli.routing.strategies import CacheAware, Candidate
 
@@ -105,23 +105,12 @@ SYSTEMS = [
 def _grouped_run(tmp_path, servers, strategy: str) -> tuple[dict[int, set[str]], float]:
     """Run 4 system prompts × 8 questions, interleaved; (deployments serving each system
     prompt, cached ÷ input tokens)."""
-    backends = [
-        {"id": f"r{i}", "base_url": s.openai_url, "prefix_cache_tokens": 4000}
-        for i, s in enumerate(servers)
-    ]
-    profile = write_profile(
-        tmp_path / f"{strategy}.toml", backends, strategy=strategy, concurrency=2
-    )
-    jobs = tmp_path / f"{strategy}.jsonl"
     lines = [
         {"id": f"q{i}", "system": SYSTEMS[i % 4], "prompt": f"question {i}"} for i in range(32)
     ]
-    jobs.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
-    done = rrcli("run", jobs, "-p", profile, "-q", cwd=tmp_path)
-    assert 0 == done.returncode, done.stderr
     served: dict[int, set[str]] = collections.defaultdict(set)
     cached = total = 0
-    for result in read_jsonl(tmp_path / f"{strategy}.results.jsonl"):
+    for result in run_on_replicas(tmp_path, servers, strategy, lines):
         served[int(result["id"][1:]) % 4].add(result["deployment"])
         cached += result["usage"]["cached_input_tokens"]
         total += result["usage"]["input_tokens"]

@@ -9,7 +9,7 @@ import collections
 import random
 
 import orjson
-from runkit import read_jsonl, rrcli, write_profile
+from runkit import read_jsonl, rrcli, run_on_replicas, write_profile
 
 from rrcli.config.profile import SimSettings
 from rrcli.sim.behaviour import SimBehaviour
@@ -40,20 +40,9 @@ def sessions_run(sim_server, tmp_path, strategy: str) -> tuple[list[int], float]
     """The session jobs on three fresh replicas: (deployments serving each session, cached ÷
     input tokens over the calls)."""
     servers = [sim_server(prefix_cache_tokens=4000) for _ in range(3)]
-    backends = [
-        {"id": f"r{i}", "base_url": s.openai_url, "prefix_cache_tokens": 4000}
-        for i, s in enumerate(servers)
-    ]
-    profile = write_profile(
-        tmp_path / f"{strategy}.toml", backends, strategy=strategy, concurrency=2
-    )
-    jobs = tmp_path / f"{strategy}.jsonl"
-    jobs.write_bytes(b"".join(orjson.dumps(job) + b"\n" for job in session_jobs()))
-    done = rrcli("run", jobs, "-p", profile, "-q", cwd=tmp_path)
-    assert 0 == done.returncode, done.stderr
     served: dict[str, set[str]] = collections.defaultdict(set)
     cached = given = 0
-    for result in read_jsonl(tmp_path / f"{strategy}.results.jsonl"):
+    for result in run_on_replicas(tmp_path, servers, strategy, session_jobs()):
         served[result["id"].partition("-")[0]].add(result["deployment"])
         cached += result["usage"]["cached_input_tokens"]
         given += result["usage"]["input_tokens"]

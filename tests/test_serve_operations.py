@@ -66,20 +66,24 @@ def test_a_trace_file_that_cannot_be_reopened_is_kept(tmp_path, sim_server):
     assert 2 == len(calls(tmp_path / "old" / "serve.traces.jsonl"))
 
 
-def test_an_idle_session_is_forgotten(tmp_path, sim_server):
-    """With ``[serve] session_idle = 1``, a session keeps its backend while it is used; once no
-    request named it for longer than that, it is routed again as a new one (round robin: the
-    other backend)."""
-    a, b = sim_server(), sim_server()
+def _session_pool(tmp_path, first, second) -> Served:
+    """``rrcli serve`` over two sims, sessions bound, round robin, idle after 1 s."""
     path = write_profile(
         tmp_path / "pool.toml",
-        openai_backends(a.openai_url, b.openai_url),
+        openai_backends(first.openai_url, second.openai_url),
         name="pool",
         binding="session",
         strategy="round_robin",
         serve={"session_idle": 1},
     )
-    served = Served(path, tmp_path, "--no-auth")
+    return Served(path, tmp_path, "--no-auth")
+
+
+def test_an_idle_session_is_forgotten(tmp_path, sim_server):
+    """With ``[serve] session_idle = 1``, a session keeps its backend while it is used; once no
+    request named it for longer than that, it is routed again as a new one (round robin: the
+    other backend)."""
+    served = _session_pool(tmp_path, sim_server(), sim_server())
     try:
         with httpx2.Client(timeout=30, headers={"x-rrcli-session": "s1"}) as client:
             url = served.url + "/v1/chat/completions"
@@ -95,16 +99,7 @@ def test_a_session_is_not_idle_while_its_call_runs(tmp_path, sim_server):
     """With ``[serve] session_idle = 1``, a call that takes 2.5 s does not let its session go
     idle under it: the idle time starts when the call ends, so the session's next request,
     sent right after, stays on its backend (round robin would give a new one the other)."""
-    slow, other = sim_server(latency_ms=2500), sim_server()
-    path = write_profile(
-        tmp_path / "pool.toml",
-        openai_backends(slow.openai_url, other.openai_url),
-        name="pool",
-        binding="session",
-        strategy="round_robin",
-        serve={"session_idle": 1},
-    )
-    served = Served(path, tmp_path, "--no-auth")
+    served = _session_pool(tmp_path, sim_server(latency_ms=2500), sim_server())
     try:
         with httpx2.Client(timeout=30, headers={"x-rrcli-session": "s1"}) as client:
             url = served.url + "/v1/chat/completions"
