@@ -41,6 +41,15 @@ settings.register_profile("rrcli", deadline=None, suppress_health_check=[HealthC
 settings.load_profile("rrcli")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _regex_strategies_imported() -> None:
+    """Hypothesis imports its regex strategies when from_regex is first drawn from, deep in a
+    draw's stack, where Python 3.11's parser (pytest rewrites the module as it is imported) can
+    raise a spurious "SystemError: AST constructor recursion depth mismatch" (CPython gh-106905)
+    and fail whichever property test drew first: they are imported before any test runs."""
+    import hypothesis.strategies._internal.regex  # noqa: F401
+
+
 class RunningSim:
     """A sim server running in a background thread of this process.
 
