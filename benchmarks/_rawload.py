@@ -55,10 +55,10 @@ async def raw_load(
     left = iter(range(requests))
     opened: list[asyncio.StreamWriter] = []
 
-    async def worker(k: int) -> None:
+    async def worker() -> None:
         connections: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
         for n in left:
-            i = (n + k) % len(targets)
+            i = n % len(targets)
             host, port, request = targets[i]
             started = time.perf_counter()
             if i not in connections:
@@ -69,7 +69,7 @@ async def raw_load(
 
     started = time.perf_counter()
     try:
-        await asyncio.gather(*(worker(k) for k in range(in_flight)))
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
         elapsed = time.perf_counter() - started
     finally:
         for writer in opened:

@@ -81,16 +81,16 @@ async def httpx2_load(urls: list[str], requests: int, in_flight: int) -> tuple[f
     left = iter(range(requests))
     async with httpx2.AsyncClient(timeout=60, limits=limits) as client:
 
-        async def worker(k: int) -> None:
+        async def worker() -> None:
             for n in left:
-                url = urls[(n + k) % len(urls)] + "/chat/completions"
+                url = urls[n % len(urls)] + "/chat/completions"
                 started = time.perf_counter()
                 reply = await client.post(url, json=BODY)
                 latencies.append(time.perf_counter() - started)
                 assert reply.status_code == 200, reply.text
 
         started = time.perf_counter()
-        await asyncio.gather(*(worker(k) for k in range(in_flight)))
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
         elapsed = time.perf_counter() - started
     return requests / elapsed, latencies
 
