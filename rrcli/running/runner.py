@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sized
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rrcli.config.profile import Profile
 from rrcli.logs import get_logger
@@ -53,9 +53,6 @@ from rrcli.running.workers import (
     planned_total,
     select_jobs,
 )
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["RunControl", "RunOptions", "RunSummary", "SharedQueue", "run", "run_sync"]
 
