@@ -92,8 +92,8 @@ class Prepared:
 
     Keyed by the identity of the job's ``params`` (a dict of its own: the entry holds it, so no
     other object takes its id meanwhile); a call takes an entry only when its params are that
-    dict and its messages those rendered (the same dicts, or equal ones: a session's first turn
-    is a new dict each time)."""
+    dict and its messages a list equal to the one rendered (list equality takes the same dicts
+    as equal before comparing them: a session's first turn is a new dict each time)."""
 
     MOST = 4096  # prompts kept: far more than are handed out and not yet routed
 
@@ -104,7 +104,7 @@ class Prepared:
         return len(self._ready)
 
     def prepared(
-        self, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any], prompt: Prompt
+        self, messages: list[Mapping[str, Any]], params: Mapping[str, Any], prompt: Prompt
     ) -> None:
         """A call of ``messages`` with ``params`` has the prompt ``prompt``."""
         ready = self._ready
@@ -118,12 +118,6 @@ class Prepared:
         if params is None:
             params = _NO_PARAMS
         found = self._ready.pop(id(params), None) if self._ready else None
-        if found is not None and found[0] is params and _same(found[1], messages):
+        if found is not None and found[0] is params and found[1] == messages:
             return found[2]
         return prompt_of(messages, params)
-
-
-def _same(rendered: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]]) -> bool:
-    if len(rendered) != len(messages):
-        return False
-    return all(a is b or a == b for a, b in zip(rendered, messages, strict=True))

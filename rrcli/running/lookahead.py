@@ -38,8 +38,8 @@ _DEPTH = 512  # blocks of a prompt the window indexes at most (8,192 tokens)
 COLD = 1000  # decisions in a row finding nothing warm after which the window stands aside
 
 # what the window holds of a job: the job, its first prompt (None: not indexed), its messages
-_Entry = tuple[Job | InvalidJob, Prompt | None, Sequence[Mapping[str, Any]]]
-_ORDERED: Sequence[Mapping[str, Any]] = ()
+_Entry = tuple[Job | InvalidJob, Prompt | None, list[Mapping[str, Any]]]
+_ORDERED: list[Mapping[str, Any]] = []
 
 
 class Pictured(Protocol):
@@ -129,9 +129,9 @@ class Lookahead:
             return job, None, _ORDERED
         if self._sessions and job.session is not job.key:
             return job, None, _ORDERED
-        messages: Sequence[Mapping[str, Any]] = job.messages
+        messages: list[Mapping[str, Any]] = list(job.messages)  # as the call's are: a list
         if job.kind == "session" and job.turns:
-            messages = [*messages, {"role": "user", "content": job.turns[0]}]
+            messages.append({"role": "user", "content": job.turns[0]})
         prompt = prompt_of(messages, job.params)
         return job, (prompt if prompt.head is not None else None), messages
 
