@@ -103,29 +103,19 @@ class Router:
 
         With ``binding = "session"`` a session routes at its first call and stays there while
         its backend is up; ``exclude`` names backends not to use; ``messages`` and ``params``
-        are the call's prompt, for a strategy that reads it (cache_aware). Raises
+        are the call's prompt, for a strategy that reads it (cache_aware: the call's prompt
+        chosen by, and then recorded as sent to, the backend that takes it). Raises
         NoBackendError."""
-        if self._prefixes is not None and messages is not None:
-            return await self._warm(session, exclude, messages, params)
-        return await self._acquire(session, exclude, None)
-
-    async def _warm(
-        self,
-        session: str | None,
-        exclude: frozenset[str],
-        messages: Sequence[Mapping[str, Any]],
-        params: Mapping[str, Any] | None,
-    ) -> Lease:
-        """cache_aware's decision: the call's prompt chosen by, and then recorded as sent to,
-        the backend that takes the call."""
-        assert self._prefixes is not None
+        prefixes = self._prefixes
+        if prefixes is None or messages is None:
+            return await self._acquire(session, exclude, None)
         prompt = self.prompts.of(messages, params)
         lease = await self._acquire(session, exclude, prompt)
-        self._prefixes.sent(position := lease.state.position, prompt)
+        prefixes.sent(position := lease.state.position, prompt)
         keyed = lease.state.backend.sets_cache_key and "prompt_cache_key" not in (params or ())
         if keyed and prompt.head is not None:
             head = cache_key_head(prompt.text)
-            lease.cache_key = self._prefixes.cache_key(position, head, self._clock())
+            lease.cache_key = prefixes.cache_key(position, head, self._clock())
         return lease
 
     async def _acquire(
