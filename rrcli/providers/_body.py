@@ -82,6 +82,9 @@ def dropped_while_idle(exc: httpx2.HTTPError) -> bool:
     had answered before, and the server closed it before any byte of this answer came."""
     if not isinstance(exc, _DROPS):
         return False
+    reused = getattr(exc, "unanswered_reuse", None)  # the lean transport's (``_wire.py``)
+    if reused is not None:
+        return bool(reused)
     cause = exc.__cause__
     tb = cause.__traceback__ if cause is not None else exc.__traceback__
     while tb is not None:
@@ -104,6 +107,10 @@ def _reused_and_unanswered(connection: httpcore2.AsyncHTTP11Connection) -> bool:
 async def fresh_connections(transport: httpx2.AsyncBaseTransport) -> None:
     """Close the pool's idle connections, so the next request opens a new one (a server that
     closed one idle connection has likely closed the others of its age too)."""
+    close_idle = getattr(transport, "close_idle", None)
+    if close_idle is not None:  # the lean transport; then its fallback's pool
+        close_idle()
+        transport = transport.fallback  # type: ignore[attr-defined]
     pool = getattr(transport, "_pool", None)
     for connection in getattr(pool, "connections", ()):
         if connection.is_idle():

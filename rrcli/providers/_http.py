@@ -32,7 +32,7 @@ from rrcli.providers._body import (
     too_large,
 )
 from rrcli.providers._deadline import Deadline, Deadlines
-from rrcli.providers._pool import stack_transport
+from rrcli.providers._lean import lean_transport
 from rrcli.providers._sse import SSEEvent, SSEParser
 from rrcli.providers.base import (
     Call,
@@ -120,7 +120,7 @@ class HTTPProvider:
         # kept to a twentieth of the shorter limit (at most 1 s, at least 10 ms)
         self._deadlines = Deadlines(min(1.0, max(0.01, min(backend.timeout, self._idle) / 20)))
         limits = httpx2.Limits(max_connections=cap, max_keepalive_connections=cap)
-        self._transport = transport or stack_transport(limits)
+        self._transport = transport or lean_transport(limits)
         self._client = httpx2.AsyncClient(
             headers=headers,
             timeout=timeout,
