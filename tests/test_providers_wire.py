@@ -42,6 +42,7 @@ class RawServer:
         self.handler = handler
         self.connections = 0
         self.requests = 0
+        self.heads: list[bytes] = []
         self.url = ""
 
     async def __aenter__(self) -> RawServer:
@@ -67,6 +68,7 @@ class RawServer:
         if not head:
             return False
         self.requests += 1
+        self.heads.append(head)
         length = next(
             (
                 int(line[15:])
@@ -138,6 +140,26 @@ def test_a_reused_connection_closed_before_its_answer_is_sent_again_on_a_fresh_o
 
     server: RawServer
     assert (["ok", "ok"], 3, 2) == asyncio.run(go())
+
+
+def test_a_cookie_the_backend_sets_is_sent_back_with_the_next_calls() -> None:
+    """A backend whose first answer sets a cookie (a load balancer's stickiness, say): the
+    calls after it carry the cookie, as an httpx2 client's would."""
+    cookie = b"HTTP/1.1 200 OK\r\nset-cookie: lb=b7; Path=/\r\n" + OK[len(b"HTTP/1.1 200 OK\r\n") :]
+
+    async def handler(reader, writer, n: int) -> None:
+        await server.read_request(reader)
+        writer.write(cookie)
+        await _keep_answering(server, reader, writer)
+
+    async def go() -> tuple[list[str], list[bool]]:
+        nonlocal server
+        async with RawServer(handler) as server:
+            outputs = await _sends(server.url, 3)
+            return outputs, [b"\r\ncookie: lb=b7\r\n" in head.lower() for head in server.heads]
+
+    server: RawServer
+    assert (["ok"] * 3, [False, True, True]) == asyncio.run(go())
 
 
 def test_answers_that_close_their_connection_are_read_whole_and_it_is_not_reused() -> None:
