@@ -186,6 +186,25 @@ def test_answers_that_close_their_connection_are_read_whole_and_it_is_not_reused
     assert (["ok"] * 3, 3) == asyncio.run(go())
 
 
+def test_an_answer_nobody_asked_for_ends_its_connection() -> None:
+    """A server that answers one request twice in one write: the call reads the first
+    answer, the connection is given up (the second answer never taken for the next call), and
+    the calls after it are answered on a new one."""
+
+    async def handler(reader, writer, n: int) -> None:
+        await server.read_request(reader)
+        writer.write(OK + (OK if n == 1 else b""))
+        await _keep_answering(server, reader, writer)
+
+    async def go() -> tuple[list[str], int, int]:
+        nonlocal server
+        async with RawServer(handler) as server:
+            return await _sends(server.url, 3), server.requests, server.connections
+
+    server: RawServer
+    assert (["ok"] * 3, 3, 2) == asyncio.run(go())
+
+
 def _chunked_forever(chunk: bytes) -> Handler:
     async def handler(reader, writer, n: int) -> None:
         await reader.readuntil(b"\r\n\r\n")

@@ -103,6 +103,10 @@ class Wire(asyncio.Protocol):
 
     # --- httptools' callbacks -------------------------------------------------------------
 
+    def on_message_begin(self) -> None:
+        if self._state == _DONE:  # a second answer to one request: the connection is not reused
+            raise httptools.HttpParserError("the server sent an answer nobody asked for")
+
     def on_status(self, reason: bytes) -> None:
         self.reason = reason
 
@@ -151,8 +155,8 @@ class Wire(asyncio.Protocol):
         read = timeouts.get("read")
         while self._state == _SENT and self._error is None:
             await self.wait(read)
-        if self._error is not None:
-            raise self._error
+        if self._state == _SENT:  # the head never came whole
+            raise self._error  # type: ignore[misc]
         return self._parser.get_status_code()
 
     def _begin(self) -> None:
