@@ -5,13 +5,21 @@ A request's head (request line and headers) may take ``HEAD_LIMIT`` bytes: past 
 head is complete, the client is answered 431 and the connection closed, so a client trickling
 headers without end holds no memory beyond the limit. Bytes that arrive together with the end
 of a head are not counted (the parser has them already, as h11 with the same limit does).
+
+A request's scope carries ``dispatch.ON_GONE``, a list the app may put callables in: each is called
+when the connection is lost before the request's answer is complete, so the app learns that its
+client left the moment it happens, without a task of its own waiting for ``http.disconnect``.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
+from collections.abc import Callable
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from rrcli.serve.dispatch import ON_GONE
 
 __all__ = ["HEAD_LIMIT", "BoundedHttpTools"]
 
@@ -27,12 +35,20 @@ _WHY = b"the request's headers are over %d bytes" % HEAD_LIMIT
 
 
 class BoundedHttpTools(HttpToolsProtocol):
-    """uvicorn's httptools protocol, a request's incomplete head bounded to ``HEAD_LIMIT``."""
+    """uvicorn's httptools protocol, a request's incomplete head bounded to ``HEAD_LIMIT``,
+    each request's scope with its ``ON_GONE`` list."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._in_head = True
         self._head_bytes = 0
+        self._unanswered: deque[list[Callable[[], object]]] = deque()  # oldest request first
         super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        while self._unanswered:
+            for gone in self._unanswered.popleft():
+                gone()
 
     def data_received(self, data: bytes) -> None:
         if self._in_head:
@@ -44,7 +60,15 @@ class BoundedHttpTools(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        gone: list[Callable[[], object]] = []
+        self.scope[ON_GONE] = gone  # type: ignore[literal-required]
+        self._unanswered.append(gone)
         super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        if self._unanswered:
+            self._unanswered.popleft()
+        super().on_response_complete()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
