@@ -204,16 +204,14 @@ def _prompt(obj: dict[str, Any]) -> Parts:
     prompt = obj["prompt"]
     if type(prompt) is not str:
         raise LineError(f"prompt must be a string, got {type_name(prompt)}")
-    system = _system_message(obj.get("system"), "system")
-    params = _check_params(obj.get("params"), "params")
-    return (
-        (*system, {"role": "user", "content": prompt}),
-        _EMPTY,
-        params,
-        _pop_stream(params, "params"),
-        "chat",
-        None,
-    )
+    user = {"role": "user", "content": prompt}
+    system = obj.get("system")
+    messages = (user,) if system is None else (*_system_message(system, "system"), user)
+    params = obj.get("params")
+    if params is None:  # the most common line: no params to check, none to pop
+        return messages, _EMPTY, {}, None, "chat", None
+    params = _check_params(params, "params")
+    return messages, _EMPTY, params, _pop_stream(params, "params"), "chat", None
 
 
 def _messages(obj: dict[str, Any]) -> Parts:

@@ -57,10 +57,14 @@ def refuse_unfit(path: Path, fmt: str) -> None:
 
 
 def unfit_invalid(jobs: Iterator[Job | InvalidJob], fmt: str) -> Iterator[Job | InvalidJob]:
-    """``jobs`` with each one whose answer ``fmt`` would drop made invalid, saying why."""
+    """``jobs`` with each one whose answer ``fmt`` would drop made invalid, saying why: ``jobs``
+    themselves for a format that drops nothing (no generator between)."""
     if fmt != "anthropic-batch":
-        yield from jobs
-        return
+        return jobs
+    return _made_invalid(jobs, fmt)
+
+
+def _made_invalid(jobs: Iterator[Job | InvalidJob], fmt: str) -> Iterator[Job | InvalidJob]:
     for job in jobs:
         what = unfit(fmt, job) if isinstance(job, Job) else None
         if what is None:

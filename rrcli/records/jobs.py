@@ -154,11 +154,16 @@ class KeySet:
         return i, h
 
     def add(self, key: str) -> bool:
-        """Add ``key``; True if it was new, False if it was already there."""
-        i, h = self._slot(key)
-        if self._table[i]:
+        """Add ``key``; True if it was new, False if it was already there. Once a job: the probe
+        of ``_slot`` written out, without its call and its tuple."""
+        h = (hash(key) & _M64) or 1
+        table, mask = self._table, self._mask
+        i = h & mask
+        while (v := table[i]) and v != h:
+            i = (i + 1) & mask
+        if v:
             return False
-        self._table[i] = h
+        table[i] = h
         self._n += 1
         if self._n > self._limit:
             self._resize(2 * (self._mask + 1))

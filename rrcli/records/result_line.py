@@ -82,9 +82,9 @@ def _chat_line(
         _answer(line, reply)
     line["finish_reason"] = reply.finish_reason
     line["usage"] = _usage(turns) if turns else _tokens(reply)
-    line["attempts"] = _attempts(turns) if turns else outcome.attempts
+    line["attempts"] = _attempts(turns) if turns else attempt.number  # outcome.attempts
     line["latency_ms"] = _latency_ms(turns) if turns else attempt.latency_ms
-    if _cached(outcome):
+    if _cached(outcome) if turns else attempt.decision == "cached":
         line["cached"] = True
     if reply.request_id is not None:
         line["request_id"] = reply.request_id

@@ -88,11 +88,6 @@ def _price_record(price: Price) -> dict[str, float]:
     return record
 
 
-def _rounded(ms: float | None) -> float | None:
-    """Milliseconds at the precision of every time in the trace: three decimals."""
-    return None if ms is None else round(ms, 3)
-
-
 def _backend_record(backend: Backend) -> dict[str, Any]:
     known = price_of(backend)
     price = None if known is None else known.price
@@ -185,8 +180,7 @@ class TraceWriter:
         """The ``call`` record of one HTTP attempt; ``server_address`` is the provider's
         host[:port] (None for the in-process sim); ``charged``: (USD the attempt was charged,
         None unpriced; whether that is an estimate). The dict literal is in SPEC §5's field
-        order: the hot path builds it and encodes it once, nothing more (and hands it to the
-        tap)."""
+        order, the attempt's derived fields inline: built and encoded once, nothing more."""
         if self._out is None and self._tap is None:
             return
         reply, error, backend = attempt.reply, attempt.error, attempt.backend
@@ -206,16 +200,16 @@ class TraceWriter:
                 "response_model": None if reply is None else reply.response_model,
                 "server_address": server_address,
                 "binding": attempt.binding,
-                "outcome": attempt.outcome,
-                "http_status": attempt.http_status,
+                "outcome": "retry" if (decision := attempt.decision) == "failover" else decision,
+                "http_status": reply.http_status if reply else error and error.status_code,
                 "error_type": None if error is None else error.type,
                 "retry_after_ms": None if error is None else _ms(error.retry_after),
                 "backoff_ms": None if error is None else _ms(attempt.backoff_s),
                 "queue_ms": round(attempt.queue_s * 1000.0, 3),
                 "ts_start": start,
                 "ts_end": rfc3339(ts_start + took) if took else start,  # a cached answer: 0
-                "latency_ms": attempt.latency_ms,
-                "ttft_ms": None if reply is None else _rounded(reply.ttft_ms),
+                "latency_ms": round(took * 1000.0, 3),
+                "ttft_ms": reply and reply.ttft_ms and round(reply.ttft_ms, 3),
                 "input_tokens": None if reply is None else reply.input_tokens,
                 "output_tokens": None if reply is None else reply.output_tokens,
                 "cached_input_tokens": None if reply is None else reply.cached_input_tokens,

@@ -26,14 +26,15 @@ if TYPE_CHECKING:
     from rrcli.records.attempt import Attempt
 
 __all__ = [
-    "NO_OUTPUT", "Charge", "attempt_ceiling", "attempt_cost", "billed_nothing", "choices",
-    "over_limit", "reply_cost",
+    "NO_OUTPUT", "UNPRICED", "Charge", "attempt_ceiling", "attempt_cost", "billed_nothing",
+    "choices", "over_limit", "reply_cost",
 ]  # fmt: skip
 
 NO_OUTPUT = frozenset({"embeddings", "moderations"})  # endpoints whose answers have no tokens
 
 #: (USD charged or None when the backend is unpriced, whether the charge is an estimate)
 Charge = tuple[float | None, bool]
+UNPRICED: Charge = (None, False)  # the charge of an attempt on an unpriced backend
 
 #: error types of an attempt that never reached the provider, so nothing was generated
 _UNSENT = frozenset(
@@ -134,7 +135,7 @@ def attempt_cost(price: Price | None, attempt: Attempt, reserved: float | None) 
     USD its budget set aside for it (None without a budget: an unknown usage then costs its
     estimate)."""
     if price is None:
-        return None, False
+        return UNPRICED
     reply = attempt.reply
     if reply is not None and not reply.usage_estimated:
         cost = reply_cost(price, reply)

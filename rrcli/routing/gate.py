@@ -264,7 +264,7 @@ class LocalGate:
             if not future.done():
                 self._in_flight += 1
                 future.set_result(None)
-        if self._admits():
+        if self._listeners and self._admits():
             for callback in tuple(self._listeners):
                 callback()
 
@@ -320,6 +320,8 @@ class LocalGate:
         concurrent callers queue behind each other's bookings instead of all reading the same
         unspent budget. Cancelled while waiting, the booking stays (the budget errs on the safe
         side)."""
+        if self._rpm is None and self._tpm is None:
+            return
         now = self._clock()
         start = now
         tokens = max(0, tokens)

@@ -24,7 +24,7 @@ from rrcli.config.prices import pool_prices
 from rrcli.config.profile import Profile
 from rrcli.errors import ProviderError
 from rrcli.logs import get_logger
-from rrcli.routing.costs import Charge, attempt_cost
+from rrcli.routing.costs import UNPRICED, Charge, attempt_cost
 from rrcli.routing.down import BackendDown, no_backend
 from rrcli.routing.gate import Clock, Gate, Sleep, WaitEnded
 from rrcli.routing.lease import BackendState, Lease
@@ -85,7 +85,8 @@ class Router:
         self.prices = pool_prices(profile.backends)  # what a call is charged without a budget
         distinct = {id(s.gate): s.gate for s in self.states}.values()
         self._waiting = Waiting(self._sweep, len(distinct), rng, sleep)
-        if isinstance(self._strategy, FirstAvailable):
+        self._queued = isinstance(self._strategy, FirstAvailable)  # requests wait in line
+        if self._queued:
             for gate in distinct:
                 gate.add_release_listener(self._waiting.on_capacity)
 
@@ -157,15 +158,13 @@ class Router:
             return
         lease.held = False
         lease.state.in_flight -= 1
-        await self._waiting.free(lease.state.gate)
+        await (self._waiting.free(lease.state.gate) if self._queued else lease.state.gate.release())
 
     def admit(self, lease: Lease, tokens: int, call: Call) -> Awaitable[None]:
-        """Await it until the lease's next attempt may start: its slot again if a retry gave it
-        back (``reacquire``), with a budget its worst case set aside (waiting for calls in
-        flight to settle when it does not fit yet; ``Halted`` when it never can: the attempt
-        is not sent), then the rpm/tpm budget for ``tokens``. Every attempt starts here.
-        Without a budget, or with room in a local one, a lease holding its slot awaits the
-        gate's reservation itself: no coroutine between."""
+        """Await it until the lease's next attempt may start (every attempt starts here): its
+        slot again if a retry gave it back (``reacquire``), a budget's worst case set aside (after
+        calls in flight settle; ``Halted`` when it never fits), the rpm/tpm budget for ``tokens``.
+        Without a budget, or with room in a local one, a held lease awaits the gate's reserve."""
         if not lease.held:
             return self._readmit(lease, tokens, call)
         if self.budget is not None:
@@ -191,7 +190,8 @@ class Router:
         is unknown, its budget reservation (``costs.attempt_cost``); (None, False) unpriced."""
         if self.budget is not None:
             return self.budget.charge(attempt, lease)
-        return attempt_cost(self.prices.get(attempt.backend.id), attempt, None)
+        price = self.prices.get(attempt.backend.id)
+        return UNPRICED if price is None else attempt_cost(price, attempt, None)
 
     async def observe(
         self, attempt: Attempt, lease: Lease | None = None, charged: float | None = None
@@ -358,7 +358,7 @@ class Router:
                 # every candidate is cooling: wait for the first to recover instead of failing
                 await self._sleep(max(0.0, (recovery or 0.0) - self._clock()))
                 continue
-            if isinstance(self._strategy, FirstAvailable):
+            if self._queued:
                 return await self._waiting.take(exclude)
             snapshot = self._snapshot(candidates)
             if prompt is not None and self._prefixes is not None:

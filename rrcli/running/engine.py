@@ -27,7 +27,7 @@ from rrcli.logs import get_logger
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.providers.registry import UNSTREAMED
 from rrcli.providers.translate import dialect_of
-from rrcli.records.attempt import Attempt, CallOutcome
+from rrcli.records.attempt import Attempt, CallOutcome, Decision
 from rrcli.records.jobs import InvalidJob, Job
 from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
@@ -50,16 +50,17 @@ from rrcli.running.turns import (
     MOVES,
     REQUEST_TEXT,
     Cancelled,
-    admitted,
+    Echo,
     assistant_message,
     bounded,
     decide,
     echo_for,
     join_paused,
     paused_call,
+    refused,
     sent,
 )
-from rrcli.tokens import estimate_call_tokens, estimate_prompt_tokens
+from rrcli.tokens import estimate_prompt_tokens, output_cap
 
 __all__ = ["Engine", "ResultSink"]
 
@@ -263,27 +264,28 @@ class Engine:
         queued: float,
         failover: bool,
     ) -> CallOutcome:
-        """The attempts of one call on the leased backend, numbered on from ``before``: a retry
-        after its backoff, an Anthropic pause_turn continued on the same slot; ``failover``: the
-        call may move on when the budget here is spent. Returns with the slot released."""
-        backend = lease.state.backend
-        provider = self.providers[backend.id]
+        """The attempts of one call on the leased backend, numbered on from ``before`` (retries,
+        a pause_turn continued on the slot; ``failover``: it may move on); ends the slot freed."""
+        provider = self.providers[(backend := lease.state.backend).id]
         call = self._request(job, messages, backend, lease.cache_key)
-        estimate = estimate_call_tokens(messages, call.params, job.input, call.input_tokens)
-        echo = echo_for(call.stream, self.on_text, backend.id)
+        estimate = (call.input_tokens or 0) + (output_cap(call.params) or 0)  # as estimated
+        echo = echo_for(True, self.on_text, backend.id) if call.stream else None
         number, first_try, paused, continued = before, time.monotonic(), None, 0
         attempt: Attempt | None = None
         while True:
             number += 1
-            if not await admitted(self.router, lease, estimate, call):
+            if await refused(self.router, lease, estimate, call):
                 assert attempt is not None  # only a retry waits for its backend's slot again
                 return self._outcome(job, attempt, None)
             started, ts_start = time.monotonic(), time.time()
             reply, error, ended = await sent(provider, call, echo, estimate)
-            reply, error, continued = bounded(reply, error, continued, self._continuations)
-            printed = echo is not None and echo.printed
-            backoff = self._backoff(error, number - before, ended - first_try, printed)
-            decision = decide(error, backoff, failover and not printed)
+            if reply is not None and reply.continuation is not None:
+                reply, error, continued = bounded(reply, error, continued, self._continuations)
+            backoff, decision = None, "ok"
+            if error is not None:
+                backoff, decision = self._judged(
+                    error, echo, number - before, ended - first_try, failover
+                )
             attempt = Attempt(  # positional: keywords would cost 2 % of a zero-latency run
                 job.id, job.session, turn, number, backend, lease.binding, call.stream,
                 job.endpoint, ts_start, started, ended, started - queued, estimate, reply, error,
@@ -325,14 +327,14 @@ class Engine:
         prompt = estimate_prompt_tokens(messages, job.input) if count else 0
         return Call(messages, params, stream, dialect_of(job.kind), job.endpoint, job.input, prompt)
 
-    def _backoff(
-        self, error: ProviderError | None, retry: int, elapsed: float, printed: bool
-    ) -> float | None:
-        """The sleep before retry ``retry`` here; None: a success, a final error, or text
-        already printed."""
-        if error is None or printed:
-            return None
-        return self.policy.delay(retry, error, elapsed)
+    def _judged(
+        self, error: ProviderError, echo: Echo | None, retry: int, elapsed: float, failover: bool
+    ) -> tuple[float | None, Decision]:
+        """(the sleep before retry ``retry`` here, None for a final error or text already
+        printed; what follows the failed attempt: ``turns.decide``)."""
+        printed = echo is not None and echo.printed
+        backoff = None if printed else self.policy.delay(retry, error, elapsed)
+        return backoff, decide(error, backoff, failover and not printed)
 
     def _observe(
         self, attempt: Attempt, server_address: str | None, lease: Lease
@@ -374,8 +376,8 @@ class Engine:
     def _outcome(self, job: Job, attempt: Attempt, reply: Reply | None) -> CallOutcome:
         """How the call ended at ``attempt``; a cancelled call (traced, its slot given back)
         has no outcome: its cancellation goes on."""
-        session = self._session_of(job)
-        if reply is None:
+        session = job.session if (self.session_binding or job.kind == "session") else None
+        if reply is None:  # the session as _session_of names it
             assert attempt.error is not None
             if isinstance(attempt.error, Cancelled):
                 raise attempt.error.cancel

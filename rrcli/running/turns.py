@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import replace
 from functools import partial
@@ -31,7 +31,6 @@ __all__ = [
     "REQUEST_TEXT",
     "Cancelled",
     "Echo",
-    "admitted",
     "assistant_message",
     "bounded",
     "decide",
@@ -39,6 +38,7 @@ __all__ = [
     "estimated_usage",
     "join_paused",
     "paused_call",
+    "refused",
     "sent",
     "too_many_continuations",
 ]
@@ -222,11 +222,18 @@ def paused_call(call: Call, reply: Reply, job_input: Any) -> tuple[Call, int]:
     return call, estimate_call_tokens(call.messages, call.params, job_input)
 
 
-async def admitted(router: Router, lease: Lease, estimate: int, call: Call) -> bool:
-    """The router's admission of an attempt; False when, while a retry waited for it, its
-    backend left the pool."""
+def refused(router: Router, lease: Lease, estimate: int, call: Call) -> Awaitable[bool | None]:
+    """The router's admission of an attempt, awaited: true when, while a retry waited for it,
+    its backend left the pool. A lease holding its slot awaits the router's step itself (only a
+    slot taken again can find its backend gone): no coroutine between."""
+    if lease.held:
+        return router.admit(lease, estimate, call)
+    return _readmitted(router, lease, estimate, call)
+
+
+async def _readmitted(router: Router, lease: Lease, estimate: int, call: Call) -> bool:
     try:
         await router.admit(lease, estimate, call)
     except BackendDown:
-        return False
-    return True
+        return True
+    return False

@@ -1,5 +1,5 @@
-"""The gateway's HTTP app (starlette): each request a job for one of the pools, answered in the
-client's API.
+"""The gateway's endpoints: each API request a job for one of the pools, answered in the
+client's API (``dispatch.Routes`` is the ASGI app over them).
 
 The request's ``model`` picks the pool: a profile's name (every backend of it) or a model id its
 backends serve (those backends only). A plain call is awaited while the client is watched: a
@@ -19,15 +19,14 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
 
 from rrcli.errors import CallError
 from rrcli.records.attempt import CallOutcome
 from rrcli.running.pool import CLIENT_LEFT, Pool, answer
 from rrcli.serve.counting import count_tokens
+from rrcli.serve.dispatch import ON_GONE, Routes
 from rrcli.serve.gateway import Gateway
 from rrcli.serve.metrics import CONTENT_TYPE
 from rrcli.serve.sessions import session_of
@@ -45,24 +44,21 @@ _OPENAI_PATHS = {
 }
 
 
-def build_app(gateway: Gateway) -> Starlette:
-    """The app: both APIs (also under ``/s/{session}``), /health, /ready, /v1/models."""
-    routes = [
-        Route("/health", _health(gateway)),
-        Route("/ready", _ready(gateway)),
-        Route("/metrics", _metrics(gateway)),
-    ]
-    for prefix in ("", "/s/{session}"):
-        for path, endpoint in _OPENAI_PATHS.items():
-            handler = _api(gateway, OPENAI, endpoint)
-            routes.append(Route(f"{prefix}/v1/{path}", handler, methods=["POST"]))
-        routes.append(
-            Route(f"{prefix}/v1/messages", _api(gateway, ANTHROPIC, "chat"), methods=["POST"])
-        )
-        counting = _api(gateway, ANTHROPIC, "count_tokens")
-        routes.append(Route(f"{prefix}/v1/messages/count_tokens", counting, methods=["POST"]))
-        routes.append(Route(f"{prefix}/v1/models", _models(gateway)))
-    return Starlette(routes=routes)
+def build_app(gateway: Gateway) -> Routes:
+    """The app: both APIs (also under ``/s/{session}``), /health, /ready, /metrics,
+    /v1/models."""
+    get, post = frozenset({"GET", "HEAD"}), frozenset({"POST"})
+    table = {
+        "/health": (get, _health(gateway)),
+        "/ready": (get, _ready(gateway)),
+        "/metrics": (get, _metrics(gateway)),
+        "/v1/models": (get, _models(gateway)),
+        "/v1/messages": (post, _api(gateway, ANTHROPIC, "chat")),
+        "/v1/messages/count_tokens": (post, _api(gateway, ANTHROPIC, "count_tokens")),
+    }
+    for path, endpoint in _OPENAI_PATHS.items():
+        table[f"/v1/{path}"] = (post, _api(gateway, OPENAI, endpoint))
+    return Routes(table, frozenset(p for p in table if p.startswith("/v1/")))
 
 
 def _health(gateway: Gateway) -> Any:
@@ -104,7 +100,6 @@ def _api(gateway: Gateway, wire: Wire, endpoint: str) -> Any:
 
     async def handle(request: Request) -> Response:
         gateway.in_flight += 1
-        metrics.in_flight.inc()
         started = time.monotonic()
         status, streamed, deployment = 500, False, None
         try:
@@ -114,7 +109,6 @@ def _api(gateway: Gateway, wire: Wire, endpoint: str) -> Any:
             return response
         finally:
             gateway.in_flight -= 1
-            metrics.in_flight.dec()
             seconds = time.monotonic() - started
             metrics.observe(wire.name, endpoint, status, seconds, streamed, deployment)
 
@@ -284,11 +278,28 @@ async def _relay(
 
 async def _client_left(request: Request, task: asyncio.Future[Any]) -> bool:
     """Wait for ``task``; True (the task cancelled) when the client disconnected first."""
-    gone = asyncio.ensure_future(_disconnect(request))
+    gone = request.scope.get(ON_GONE)
+    if gone is None:  # no server tells of a lost connection: a task waits for the disconnect
+        return await _watched(request, task)
+    gone.append(lambda: task.cancel(CLIENT_LEFT))
     try:
-        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if not task.cancelled() or (current is not None and current.cancelling()):
+            raise  # this request's own handler is cancelled (the server stops)
+        return True
+    except Exception:  # the caller reads the task's outcome
+        pass
+    return False
+
+
+async def _watched(request: Request, task: asyncio.Future[Any]) -> bool:
+    watcher = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        gone.cancel()
+        watcher.cancel()
     if task.done():
         return False
     task.cancel(CLIENT_LEFT)

@@ -35,7 +35,7 @@ class Gateway:
         self.draining = False
         self.in_flight = 0
         self.sessions = Idle(settings.session_idle)
-        self.metrics = Metrics(self.pools)
+        self.metrics = Metrics(self.pools, lambda: self.in_flight)
         self._by_model: dict[str, tuple[Pool, frozenset[str]]] = {}
         for pool in self.pools:
             ids = {b.id for b in pool.profile.backends}

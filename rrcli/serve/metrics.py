@@ -10,12 +10,19 @@ calls in flight (read from the router when scraped) and the answers it gave.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from prometheus_client import generate_latest as _latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 if TYPE_CHECKING:
     from rrcli.routing.lease import BackendState
@@ -25,34 +32,22 @@ __all__ = ["CONTENT_TYPE", "Activity", "Metrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_LE = [*(str(float(b)) for b in _SECONDS), "+Inf"]
 
 
 class Metrics:
-    """The gateway's counters; ``observe`` once a request is answered."""
+    """The gateway's counters; ``observe`` once a request is answered. They are plain
+    counts, counted without a lock (the gateway runs on one event loop), and made into
+    Prometheus' metrics only when ``/metrics`` is read."""
 
-    def __init__(self, pools: Sequence[Pool]) -> None:
-        self.registry = registry = CollectorRegistry()
-        self._requests = Counter(
-            "rrcli_serve_requests", "Requests answered", ["api", "endpoint", "status"],
-            registry=registry,
-        )  # fmt: skip
-        self._seconds = Histogram(
-            "rrcli_serve_first_byte_seconds",
-            "Seconds to the answer's first byte (a stream's first text)",
-            ["api", "endpoint", "streamed"],
-            buckets=_SECONDS,
-            registry=registry,
-        )
-        self.in_flight = Gauge("rrcli_serve_in_flight", "Requests in flight", registry=registry)
-        self._answers = Counter(
-            "rrcli_deployment_answers", "Answers by deployment", ["deployment"], registry=registry
-        )
-        calls = Gauge(
-            "rrcli_deployment_calls_in_flight", "Calls in flight", ["deployment"], registry=registry
-        )
-        for pool in pools:
-            for state in pool.engine.router.states:
-                calls.labels(state.backend.id).set_function(lambda s=state: s.in_flight)
+    def __init__(self, pools: Sequence[Pool], in_flight: Callable[[], int]) -> None:
+        self._requests: dict[tuple[str, str, str], int] = {}
+        self._seconds: dict[tuple[str, str, str], list[float]] = {}  # counts by bucket, sum
+        self._answers: dict[str, int] = {}
+        self._in_flight = in_flight
+        self._states = [state for pool in pools for state in pool.engine.router.states]
+        self.registry = CollectorRegistry()
+        self.registry.register(self)  # type: ignore[arg-type]
 
     def observe(
         self,
@@ -63,13 +58,51 @@ class Metrics:
         streamed: bool,
         deployment: str | None,
     ) -> None:
-        self._requests.labels(api, endpoint, str(status)).inc()
-        self._seconds.labels(api, endpoint, "true" if streamed else "false").observe(seconds)
+        key = (api, endpoint, str(status))
+        self._requests[key] = self._requests.get(key, 0) + 1
+        timed = (api, endpoint, "true" if streamed else "false")
+        counts = self._seconds.get(timed)
+        if counts is None:
+            counts = self._seconds[timed] = [0.0] * (len(_SECONDS) + 2)
+        counts[bisect_left(_SECONDS, seconds)] += 1
+        counts[-1] += seconds
         if deployment:
-            self._answers.labels(deployment).inc()
+            self._answers[deployment] = self._answers.get(deployment, 0) + 1
 
     def render(self) -> bytes:
         return _latest(self.registry)
+
+    def collect(self) -> Iterator[Metric]:
+        """The metrics of the counts so far (prometheus-client's collector interface)."""
+        requests = CounterMetricFamily(
+            "rrcli_serve_requests", "Requests answered", labels=["api", "endpoint", "status"]
+        )
+        for labels, count in self._requests.items():
+            requests.add_metric(labels, count)
+        seconds = HistogramMetricFamily(
+            "rrcli_serve_first_byte_seconds",
+            "Seconds to the answer's first byte (a stream's first text)",
+            labels=["api", "endpoint", "streamed"],
+        )
+        for labels, counts in self._seconds.items():
+            cumulative, buckets = 0.0, []
+            for le, count in zip(_LE, counts, strict=False):
+                cumulative += count
+                buckets.append((le, cumulative))
+            seconds.add_metric(labels, buckets, counts[-1])
+        in_flight = GaugeMetricFamily("rrcli_serve_in_flight", "Requests in flight")
+        in_flight.add_metric([], self._in_flight())
+        answers = CounterMetricFamily(
+            "rrcli_deployment_answers", "Answers by deployment", labels=["deployment"]
+        )
+        for deployment, count in self._answers.items():
+            answers.add_metric([deployment], count)
+        calls = GaugeMetricFamily(
+            "rrcli_deployment_calls_in_flight", "Calls in flight", labels=["deployment"]
+        )
+        for state in self._states:
+            calls.add_metric([state.backend.id], state.in_flight)
+        yield from (requests, seconds, in_flight, answers, calls)
 
 
 class _Served(Protocol):

@@ -153,6 +153,8 @@ async def _run(
         timeout_graceful_shutdown=max(1, round(options.drain_timeout)),
         timeout_keep_alive=30,
         http=BoundedHttpTools,
+        proxy_headers=False,  # the client's address is never read: no middleware to rewrite it
+        server_header=False,
     )
     server = _Server(config)
     loop = asyncio.get_running_loop()
