@@ -92,23 +92,23 @@ class Router:
 
     # -- public API --------------------------------------------------------------------------
 
-    async def acquire(
+    def acquire(
         self,
         *,
         session: str | None = None,
         exclude: frozenset[str] = frozenset(),
         messages: Sequence[Mapping[str, Any]] | None = None,
         params: Mapping[str, Any] | None = None,
-    ) -> Lease:
-        """One routing decision, returning holding ONE slot on the chosen backend's gate.
+    ) -> Awaitable[Lease]:
+        """One routing decision, awaited: a lease holding ONE slot on the chosen backend's gate.
 
         With ``binding = "session"`` a session routes at its first call and stays there while
         its backend is up; ``exclude`` names backends not to use; ``messages`` and ``params``
         are the call's prompt, for a strategy that reads it (cache_aware). Raises
         NoBackendError."""
         if self._prefixes is not None and messages is not None:
-            return await self._warm(session, exclude, messages, params or {})
-        return await self._acquire(session, exclude, None)
+            return self._warm(session, exclude, messages, params or {})
+        return self._acquire(session, exclude, None)
 
     async def _warm(
         self,
