@@ -1,5 +1,5 @@
 """The floor of serve's stack: a bare forwarder (starlette on uvicorn with httptools and uvloop,
-one httpx2 client per upstream on rrcli's connection pool, each request passed on as it came
+one httpx2 client per upstream on rrcli's transport, each request passed on as it came
 to the next upstream in turn, no routing, gates, records or translation). bench_serve.py runs
 it in its own process beside `rrcli serve`.
 
@@ -20,14 +20,14 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from rrcli.providers._pool import stack_transport
+from rrcli.providers._lean import lean_transport
 from rrcli.providers.peer import guard_connections
 
 
 def build_app(upstreams: list[str]) -> Starlette:
     limits = httpx2.Limits(max_connections=256, max_keepalive_connections=256)
     clients = [
-        httpx2.AsyncClient(base_url=u, timeout=60, transport=stack_transport(limits))
+        httpx2.AsyncClient(base_url=u, timeout=60, transport=lean_transport(limits))
         for u in upstreams
     ]
     for client in clients:  # the cheap idle check of rrcli's clients

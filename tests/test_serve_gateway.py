@@ -113,14 +113,16 @@ def test_the_profiles_serve_table_sets_the_keys_and_the_body_limit(tmp_path, sim
 
 
 def test_health_ready_models_and_metrics(tmp_path, sim_server):
-    """/health and /ready answer 200; /v1/models lists the pool and its model; /metrics counts
-    the requests answered, by API and status, and the answers of each deployment."""
+    """/health and /ready answer 200 (a HEAD of /health too, its head alone); /v1/models lists
+    the pool and its model; /metrics counts the requests answered, by API and status, and the
+    answers of each deployment."""
     sim = sim_server()
     path = write_profile(tmp_path / "pool.toml", openai_backends(sim.openai_url), name="pool")
     served = Served(path, tmp_path, "--no-auth")
     try:
         with httpx2.Client(timeout=30) as client:
             health = client.get(served.url + "/health").status_code
+            head = client.head(served.url + "/health", timeout=5)
             ready = client.get(served.url + "/ready").status_code
             models = [m["id"] for m in client.get(served.url + "/v1/models").json()["data"]]
             for _ in range(3):
@@ -130,6 +132,7 @@ def test_health_ready_models_and_metrics(tmp_path, sim_server):
     finally:
         served.stop()
     assert (200, 200, ["sim", "pool"]) == (health, ready, models)
+    assert (200, b"") == (head.status_code, head.content)
     lines = set(metrics.splitlines())
     assert 'rrcli_serve_requests_total{api="openai",endpoint="chat",status="200"} 3.0' in lines
     assert 'rrcli_serve_requests_total{api="openai",endpoint="chat",status="404"} 1.0' in lines

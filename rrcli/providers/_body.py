@@ -13,14 +13,18 @@ fresh connection; ``dropped_while_idle`` recognises the case from the failed con
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import h11
 import httpcore2
 import httpx2
 
 from rrcli.errors import ResponseTooLargeError
+from rrcli.providers._wire import Body
 
 __all__ = [
     "ERROR_BODY_READ",
+    "body_chunks",
     "dropped_while_idle",
     "fresh_connections",
     "read_body",
@@ -44,6 +48,14 @@ def too_large(limit: int, status: int) -> ResponseTooLargeError:
     )
 
 
+def body_chunks(response: httpx2.Response) -> AsyncIterator[bytes]:
+    """The body's chunks, decompressed: the lean transport's own stream when there is nothing
+    to decompress (httpx2's decoding and chunking layers have nothing to do then)."""
+    if isinstance(response.stream, Body) and "content-encoding" not in response.headers:
+        return response.stream.__aiter__()
+    return response.aiter_bytes()
+
+
 def _declared_too_large(response: httpx2.Response, limit: int) -> bool:
     """The body is plain (not compressed) and its Content-Length already says it is too large."""
     headers = response.headers
@@ -57,7 +69,7 @@ async def read_body(response: httpx2.Response, limit: int) -> bytes:
         raise too_large(limit, response.status_code)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in response.aiter_bytes():
+    async for chunk in body_chunks(response):
         size += len(chunk)
         if size > limit:
             raise too_large(limit, response.status_code)
@@ -69,7 +81,7 @@ async def read_head(response: httpx2.Response, size: int = ERROR_BODY_READ) -> b
     """The body's first ``size`` bytes or so (all of a short one): the rest is never read."""
     chunks: list[bytes] = []
     read = 0
-    async for chunk in response.aiter_bytes():
+    async for chunk in body_chunks(response):
         chunks.append(chunk)
         read += len(chunk)
         if read >= size:
@@ -82,6 +94,9 @@ def dropped_while_idle(exc: httpx2.HTTPError) -> bool:
     had answered before, and the server closed it before any byte of this answer came."""
     if not isinstance(exc, _DROPS):
         return False
+    reused = getattr(exc, "unanswered_reuse", None)  # the lean transport's (``_wire.py``)
+    if reused is not None:
+        return bool(reused)
     cause = exc.__cause__
     tb = cause.__traceback__ if cause is not None else exc.__traceback__
     while tb is not None:
@@ -104,6 +119,10 @@ def _reused_and_unanswered(connection: httpcore2.AsyncHTTP11Connection) -> bool:
 async def fresh_connections(transport: httpx2.AsyncBaseTransport) -> None:
     """Close the pool's idle connections, so the next request opens a new one (a server that
     closed one idle connection has likely closed the others of its age too)."""
+    close_idle = getattr(transport, "close_idle", None)
+    if close_idle is not None:  # the lean transport; then its fallback's pool
+        close_idle()
+        transport = transport.fallback  # type: ignore[attr-defined]
     pool = getattr(transport, "_pool", None)
     for connection in getattr(pool, "connections", ()):
         if connection.is_idle():

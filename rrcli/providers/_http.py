@@ -25,6 +25,7 @@ from rrcli.config.profile import Backend, RetrySettings
 from rrcli.config.urls import endpoint_url
 from rrcli.errors import ProviderError, StreamBrokenError
 from rrcli.providers._body import (
+    body_chunks,
     dropped_while_idle,
     fresh_connections,
     read_body,
@@ -32,7 +33,8 @@ from rrcli.providers._body import (
     too_large,
 )
 from rrcli.providers._deadline import Deadline, Deadlines
-from rrcli.providers._pool import stack_transport
+from rrcli.providers._lean import lean_transport
+from rrcli.providers._send import Sender
 from rrcli.providers._sse import SSEEvent, SSEParser
 from rrcli.providers.base import (
     Call,
@@ -120,7 +122,7 @@ class HTTPProvider:
         # kept to a twentieth of the shorter limit (at most 1 s, at least 10 ms)
         self._deadlines = Deadlines(min(1.0, max(0.01, min(backend.timeout, self._idle) / 20)))
         limits = httpx2.Limits(max_connections=cap, max_keepalive_connections=cap)
-        self._transport = transport or stack_transport(limits)
+        self._transport = transport or lean_transport(limits)
         self._client = httpx2.AsyncClient(
             headers=headers,
             timeout=timeout,
@@ -129,6 +131,7 @@ class HTTPProvider:
             transport=self._transport,
         )
         guard_connections(self._client, backend.allow_private)  # the address policy, per connection
+        self._sender = Sender(self._client, self._transport)
 
     # --- the adapter's hooks --------------------------------------------------------------
 
@@ -167,7 +170,7 @@ class HTTPProvider:
             url, body, parse, new_stream = self.endpoint_request(call)
         content = orjson.dumps(body)
         try:
-            request = self._client.build_request("POST", url, content=content)
+            request = self._sender.post(url, content)
             deadline = self._deadlines.enter(self.backend.timeout)
             try:
                 if call.stream:
@@ -210,12 +213,12 @@ class HTTPProvider:
         closed while it idled (the keep-alive race) costs no attempt: the request is sent
         once more, on a fresh connection."""
         try:
-            return await self._client.send(request, stream=True)
+            return await self._sender.send(request)
         except httpx2.HTTPError as exc:
             if not dropped_while_idle(exc):
                 raise
         await fresh_connections(self._transport)
-        return await self._client.send(request, stream=True)
+        return await self._sender.send(request)
 
     def _status_error(self, response: httpx2.Response, content: bytes) -> ProviderError:
         return error_from_status(
@@ -283,7 +286,7 @@ class HTTPProvider:
         loop = asyncio.get_running_loop()
         size = 0
         try:
-            async for chunk in response.aiter_bytes():
+            async for chunk in body_chunks(response):
                 size += len(chunk)
                 if size > limit:
                     raise too_large(limit, response.status_code)

@@ -23,7 +23,7 @@ import anyio
 import httpcore2
 import httpx2
 
-__all__ = ["StackPool", "stack_transport"]
+__all__ = ["StackPool", "Turns", "stack_transport"]
 
 _Connection = httpcore2.AsyncConnectionInterface
 _Key = tuple[bytes, bytes, int]  # an origin's scheme, host and port (Origin is no dict key)
@@ -35,7 +35,7 @@ class StackPool(httpcore2.AsyncConnectionPool):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._idle: dict[_Key, list[_Connection]] = {}
-        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._turns = Turns()
 
     async def handle_async_request(self, request: httpcore2.Request) -> httpcore2.Response:
         if request.url.scheme not in (b"http", b"https"):
@@ -80,35 +80,8 @@ class StackPool(httpcore2.AsyncConnectionPool):
                 connection = self.create_connection(origin)
                 self._connections.append(connection)
                 return connection
-            await self._wait(timeout, first)
+            await self._turns.wait(timeout, first, httpcore2.PoolTimeout)
             first = False
-
-    async def _wait(self, timeout: float | None, first: bool) -> None:
-        """Until a connection is released; a request woken that found none taken already
-        waits again ahead of those that came after it."""
-        waiter = asyncio.get_running_loop().create_future()
-        if first:
-            self._waiting.append(waiter)
-        else:
-            self._waiting.appendleft(waiter)
-        try:
-            await asyncio.wait_for(waiter, timeout)
-        except TimeoutError:
-            raise httpcore2.PoolTimeout("no connection came free in time") from None
-        except BaseException:
-            if waiter.done() and not waiter.cancelled():
-                self._wake()  # the turn this request was given goes to the next
-            raise
-        finally:
-            if not waiter.done():
-                self._waiting.remove(waiter)
-
-    def _wake(self) -> None:
-        while self._waiting:
-            waiter = self._waiting.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
 
     async def give_back(self, connection: _Connection, origin: httpcore2.Origin) -> None:
         """``connection`` is free again: on its stack if it can take the next request, else
@@ -123,7 +96,7 @@ class StackPool(httpcore2.AsyncConnectionPool):
                 await self._drop(oldest)
         else:
             await self._drop(connection)
-        self._wake()
+        self._turns.wake()
 
     async def _drop(self, connection: _Connection) -> None:
         if connection in self._connections:
@@ -135,6 +108,41 @@ class StackPool(httpcore2.AsyncConnectionPool):
         for stack in self._idle.values():
             if stack:
                 await self._drop(stack.pop(0))
+                return
+
+
+class Turns:
+    """The requests waiting for a connection, in the order they came."""
+
+    def __init__(self) -> None:
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    async def wait(self, timeout: float | None, first: bool, error: type[Exception]) -> None:
+        """Until a connection is released (``error`` past ``timeout`` seconds); a request woken
+        that found none taken already (not ``first``) waits again ahead of those after it."""
+        waiter = asyncio.get_running_loop().create_future()
+        if first:
+            self._waiting.append(waiter)
+        else:
+            self._waiting.appendleft(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            raise error("no connection came free in time") from None
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.wake()  # the turn this request was given goes to the next
+            raise
+        finally:
+            if not waiter.done():
+                self._waiting.remove(waiter)
+
+    def wake(self) -> None:
+        """The first request still waiting gets the connection released."""
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
                 return
 
 

@@ -13,6 +13,9 @@ each request whether the server closed it (``is_readable``), and anyio answers t
 the dict of all of a socket's attributes each time (about a tenth of a gateway's CPU at 64 in
 flight); ``_Stream`` polls the socket it kept instead, and passes all else on untouched.
 
+The lean transport (``_lean.py``) checks its own connections' peers with ``check_peer``;
+``guard_connections`` sets its policy and wraps its fallback's network backend.
+
 A request sent through a proxy (``HTTPS_PROXY``...) connects to the proxy, whose own policy
 decides where it goes; its connections are not checked here.
 """
@@ -30,7 +33,7 @@ import httpx2
 from rrcli.config.addresses import address_kind, forbidden
 from rrcli.errors import ProviderError
 
-__all__ = ["PeerCheck", "guard_connections"]
+__all__ = ["PeerCheck", "check_peer", "guard_connections"]
 
 
 class PeerCheck(httpcore2.AsyncNetworkBackend):
@@ -49,15 +52,11 @@ class PeerCheck(httpcore2.AsyncNetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore2.AsyncNetworkStream:
         stream = await self.inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        peer = stream.get_extra_info("server_addr")
-        address = str(peer[0]) if isinstance(peer, tuple) and peer else None
         try:
-            kind = None if address is None else address_kind(address)
-        except ValueError:
-            kind = None
-        if forbidden(kind, self.allow_private):
+            check_peer(host, stream.get_extra_info("server_addr"), self.allow_private)
+        except ProviderError:
             await stream.aclose()
-            raise refused(host, str(address), str(kind), self.allow_private)
+            raise
         return _Stream(stream)
 
     async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> Any:
@@ -96,6 +95,17 @@ def _readable(sock: socket.socket | None) -> bool:
     return bool(poll.poll(0))
 
 
+def check_peer(host: str, peer: object, allow_private: bool) -> None:
+    """Raise the policy's refusal when ``peer`` (a socket's address) is forbidden."""
+    address = str(peer[0]) if isinstance(peer, tuple) and peer else None
+    try:
+        kind = None if address is None else address_kind(address)
+    except ValueError:
+        kind = None
+    if forbidden(kind, allow_private):
+        raise refused(host, str(address), str(kind), allow_private)
+
+
 def refused(host: str, address: str, kind: str, allow_private: bool) -> ProviderError:
     """The error of a connection refused by the address policy (not transient)."""
     if kind == "metadata":
@@ -113,7 +123,11 @@ def refused(host: str, address: str, kind: str, allow_private: bool) -> Provider
 def guard_connections(client: httpx2.AsyncClient, allow_private: bool) -> None:
     """Check every new connection ``client`` makes without a proxy (a test's mock transport,
     which makes none, is left alone)."""
-    pool = getattr(getattr(client, "_transport", None), "_pool", None)
+    transport = getattr(client, "_transport", None)
+    if hasattr(transport, "allow_private"):  # the lean transport checks its own, and the
+        transport.allow_private = allow_private  # type: ignore[union-attr]
+        transport = transport.fallback  # type: ignore[union-attr]  # fallback's through here
+    pool = getattr(transport, "_pool", None)
     inner = getattr(pool, "_network_backend", None)
     if inner is not None:
         pool._network_backend = PeerCheck(inner, allow_private)  # type: ignore[union-attr]

@@ -6,6 +6,10 @@ head is complete, the client is answered 431 and the connection closed, so a cli
 headers without end holds no memory beyond the limit. Bytes that arrive together with the end
 of a head are not counted (the parser has them already, as h11 with the same limit does).
 
+An answer's head is written together with its body's first part, in one write (uvicorn writes
+each on its own: a second system call and a second TCP segment for every answer, the client
+woken twice).
+
 A request's scope carries ``dispatch.ON_GONE``, a list the app may put callables in: each is called
 when the connection is lost before the request's answer is complete, so the app learns that its
 client left the moment it happens, without a task of its own waiting for ``http.disconnect``.
@@ -15,11 +19,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from rrcli.serve.dispatch import ON_GONE
+
+Message = Any  # an ASGI message (a dict)
 
 __all__ = ["HEAD_LIMIT", "BoundedHttpTools"]
 
@@ -64,6 +71,9 @@ class BoundedHttpTools(HttpToolsProtocol):
         self.scope[ON_GONE] = gone  # type: ignore[literal-required]
         self._unanswered.append(gone)
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and self.scope["method"] != "HEAD":  # a HEAD's answer is its head
+            cycle.send = _head_with_body(cycle)  # type: ignore[method-assign]
 
     def on_response_complete(self) -> None:
         if self._unanswered:
@@ -74,3 +84,43 @@ class BoundedHttpTools(HttpToolsProtocol):
         super().on_message_complete()
         self._in_head = True
         self._head_bytes = 0
+
+
+def _head_with_body(cycle: RequestResponseCycle) -> Callable[[Message], Awaitable[None]]:
+    """``cycle.send``, the head it writes at ``http.response.start`` held back and written
+    in front of the first body part (uvicorn writes at every body message, an empty one too)."""
+    send = cycle.send
+
+    async def held(message: Message) -> None:
+        if message["type"] == "http.response.start" and not cycle.response_started:
+            transport = cycle.transport
+            cycle.transport = _HeldHead(cycle, transport)  # type: ignore[assignment]
+            try:
+                await send(message)
+            except BaseException:
+                cycle.transport = transport
+                raise
+            return
+        await send(message)
+
+    return held
+
+
+class _HeldHead:
+    """A cycle's transport while its answer's head is held: the first write (the head) is
+    kept, the next goes out after it in one write, and the cycle has its transport back."""
+
+    def __init__(self, cycle: RequestResponseCycle, transport: asyncio.Transport) -> None:
+        self._cycle = cycle
+        self._transport = transport
+        self._head: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._head is None:
+            self._head = data
+            return
+        self._cycle.transport = self._transport
+        self._transport.write(self._head + data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
