@@ -19,11 +19,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 from runkit import read_jsonl, rrcli, run_on_replicas, write_profile
 
+from rrcli.routing.picture import Picture
+from rrcli.routing.prompts import Prompt
 from rrcli.routing.strategies import CacheAware, Candidate
+from rrcli.tokens import PrefixBlocks
 
 loads = st.lists(
     st.tuples(st.integers(0, 8), st.integers(0, 3), st.integers(1, 8)), min_size=1, max_size=6
 )
+
+
+def _prompt(chain: list[int]) -> Prompt:
+    """A prompt of exactly the blocks ``chain``."""
+    return Prompt.of_blocks(chain, 16 * len(chain))
 
 
 def _candidates(shape: list[tuple[int, int, int]]) -> list[Candidate]:
@@ -38,9 +46,11 @@ def test_never_routes_to_a_backend_at_its_cap(shape, sent, data):
     guard = data.draw(st.sampled_from([None, 1000]))  # the default guard, and none at all
     strategy = CacheAware([1000] * len(shape), balance_abs=guard)
     for position, depth in sent:
-        strategy.sent(position % len(shape), list(range(depth)))
+        strategy.sent(position % len(shape), _prompt(list(range(depth))))
     chain = list(range(data.draw(st.integers(0, 20))))
-    chosen = candidates[strategy.choose_for(candidates, chain, 16 * len(chain) + 5)]
+    chosen = candidates[
+        strategy.choose_for(candidates, Prompt.of_blocks(chain, 16 * len(chain) + 5))
+    ]
     room = [c for c in candidates if c.in_flight + c.waiting < c.cap]
     assert (not room) or chosen.in_flight + chosen.waiting < chosen.cap
 
@@ -50,10 +60,10 @@ def test_a_backend_at_its_cap_yields_its_longer_match_to_one_with_room():
     shorter one that still covers the threshold: the call goes to the one with room."""
     candidates = _candidates([(8, 0, 8), (0, 0, 8)])
     strategy = CacheAware([1000, 1000], balance_abs=1000)  # no load guard in the way
-    strategy.sent(0, list(range(10)))
-    strategy.sent(1, list(range(7)))
+    strategy.sent(0, _prompt(list(range(10))))
+    strategy.sent(1, _prompt(list(range(7))))
     chain = list(range(12))
-    assert 1 == strategy.choose_for(candidates, chain, 16 * len(chain) + 5)
+    assert 1 == strategy.choose_for(candidates, Prompt.of_blocks(chain, 16 * len(chain) + 5))
 
 
 @given(loads, st.lists(st.integers(0, 5), max_size=30))
@@ -63,8 +73,8 @@ def test_with_no_shared_prefix_it_is_least_loaded(shape, history):
     candidates = _candidates(shape)
     strategy = CacheAware([1000] * len(shape))
     for n, position in enumerate(history):
-        strategy.sent(position % len(shape), [n * 100 + k for k in range(5)])
-    chosen = candidates[strategy.choose_for(candidates, [-1, -2, -3], 60)]
+        strategy.sent(position % len(shape), _prompt([n * 100 + k for k in range(5)]))
+    chosen = candidates[strategy.choose_for(candidates, Prompt.of_blocks([-1, -2, -3], 60))]
     assert min(c.load for c in candidates) == chosen.load
 
 
@@ -73,16 +83,16 @@ def test_the_backend_holding_the_prefix_takes_the_call():
     chosen, even when it is not the least loaded."""
     candidates = _candidates([(0, 0, 8), (2, 0, 8), (0, 0, 8)])
     strategy = CacheAware([1000] * 3)
-    strategy.sent(1, [1, 2, 3, 4])
-    assert 1 == strategy.choose_for(candidates, [1, 2, 3, 4, 5], 80)
+    strategy.sent(1, _prompt([1, 2, 3, 4]))
+    assert 1 == strategy.choose_for(candidates, Prompt.of_blocks([1, 2, 3, 4, 5], 80))
 
 
 def test_a_short_match_under_the_threshold_does_not_count():
     """A match covering less than cache_threshold of the prompt is no match: least loaded."""
     candidates = _candidates([(0, 0, 8), (2, 0, 8)])
     strategy = CacheAware([1000] * 2, threshold=0.5)
-    strategy.sent(1, [1])
-    assert 0 == strategy.choose_for(candidates, [1, 2, 3, 4], 64)
+    strategy.sent(1, _prompt([1]))
+    assert 0 == strategy.choose_for(candidates, Prompt.of_blocks([1, 2, 3, 4], 64))
 
 
 def test_an_unbalanced_pool_goes_to_the_least_loaded():
@@ -90,11 +100,46 @@ def test_an_unbalanced_pool_goes_to_the_least_loaded():
     factor over balance_rel, the least loaded is chosen, warm or not."""
     candidates = _candidates([(1, 0, 32), (12, 0, 32)])
     strategy = CacheAware([1000] * 2, balance_abs=4, balance_rel=1.5)
-    strategy.sent(1, [1, 2, 3])
-    assert 0 == strategy.choose_for(candidates, [1, 2, 3], 48)
+    strategy.sent(1, _prompt([1, 2, 3]))
+    assert 0 == strategy.choose_for(candidates, Prompt.of_blocks([1, 2, 3], 48))
     calm = CacheAware([1000] * 2, balance_abs=16, balance_rel=1.5)
-    calm.sent(1, [1, 2, 3])
-    assert 1 == calm.choose_for(candidates, [1, 2, 3], 48)
+    calm.sent(1, _prompt([1, 2, 3]))
+    assert 1 == calm.choose_for(candidates, Prompt.of_blocks([1, 2, 3], 48))
+
+
+def test_the_cold_streak_counts_decisions_that_found_nothing_warm():
+    """Each decision whose prompt's first block no backend holds adds one to the cold streak; the
+    first that finds it on a backend ends the streak."""
+    candidates = _candidates([(0, 0, 8), (0, 0, 8)])
+    strategy = CacheAware([1000] * 2)
+    for n in range(3):
+        strategy.sent(strategy.choose_for(candidates, _prompt([n, 100 + n])), _prompt([n, 100 + n]))
+    cold = strategy.cold
+    strategy.choose_for(candidates, _prompt([1, 7]))
+    assert [3, 0] == [cold, strategy.cold]
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(1, 8), st.integers(0, 3)), max_size=40),
+    st.tuples(st.integers(0, 3), st.integers(1, 8), st.integers(0, 3)),
+    st.integers(1, 400),
+)
+def test_the_picture_matches_as_a_cache_of_every_block_would(sent, probe, capacity):
+    """Prompts from four roots, sent in any order: the picture (a prompt sharing nothing held by
+    its first block alone) matches any prompt as a cache holding every block of what was sent
+    does, when all of it fits; and it counts what it holds, never more than its capacity."""
+
+    def prompt(root: int, depth: int, own: int) -> Prompt:
+        return _prompt([hash((root, k)) for k in range(depth)] + [hash((root, depth, own))])
+
+    picture, every = Picture(16 * capacity), PrefixBlocks(16 * 10_000)
+    for shape in sent:
+        picture.add(prompt(*shape))
+        every.add(prompt(*shape).chain)
+        held = sum(1 if lone is None else lone.whole for lone in picture.blocks.values())
+        assert held == len(picture) <= capacity
+    if sum(depth + 1 for _, depth, _ in sent) <= capacity:
+        assert every.match(prompt(*probe).chain) == picture.match(prompt(*probe))
 
 
 SYSTEMS = [

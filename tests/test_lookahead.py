@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from runkit import read_jsonl, rrcli, write_profile
 
 from rrcli.records.jobs import job_from_dict
-from rrcli.routing.prompts import PromptBlocks
-from rrcli.running.lookahead import Lookahead, _Index
+from rrcli.routing.prompts import Prepared, Prompt
+from rrcli.running.lookahead import COLD, Lookahead, _Index
 from rrcli.tokens import prefix_blocks, rendered_prompt
 
 SYSTEMS = [
@@ -23,25 +23,32 @@ SYSTEMS = [
 
 
 class Warm:
-    """A pool whose backend 0 always has room and was last sent system prompt ``held``."""
+    """A pool whose backend 0 always has room and was last sent system prompt ``held``;
+    ``cold`` decisions in a row found nothing warm."""
 
     threshold = 0.3
 
-    def __init__(self, held: int | None) -> None:
+    def __init__(self, held: int | None, cold: int = 0) -> None:
         self.held = held
-        self.prompts = PromptBlocks()
+        self.cold = cold
+        self.prompts = Prepared()
+
+    @property
+    def pictured(self) -> Warm:
+        return self
 
     def free_positions(self) -> list[int]:
         return [0]
 
-    def recents(self) -> list[list[list[int]]]:
+    @property
+    def recents(self) -> list[list[Prompt]]:
         if self.held is None:
             return [[]]
-        prompt = rendered_prompt([{"role": "system", "content": SYSTEMS[self.held]}])
-        return [[prefix_blocks(prompt)]]
+        return [[Prompt(rendered_prompt([{"role": "system", "content": SYSTEMS[self.held]}]))]]
 
-    def recent_heads(self) -> set[int]:
-        return {chain[0] for chains in self.recents() for chain in chains}
+    @property
+    def recent_heads(self) -> set[int | None]:
+        return {prompt.head for prompts in self.recents for prompt in prompts}
 
 
 def _jobs(n: int, **extra) -> list:
@@ -74,6 +81,49 @@ def test_no_job_waits_more_than_the_window_past_its_turn():
     taken = [job.id for job in Lookahead(iter(jobs), Warm(2), 4, False)]
     assert sorted(taken) == sorted(f"q{i}" for i in range(30))
     assert all(taken.index(f"q{i}") <= i + 4 for i in range(30))
+
+
+def test_after_a_cold_streak_the_window_stands_aside_until_something_is_warm_again():
+    """After COLD decisions in a row found nothing warm the jobs come in the file's order, the
+    window's prompts not even prepared; the first warm decision ends that: the backend's warm
+    jobs come first again."""
+    warm = Warm(2, cold=COLD)
+    window = Lookahead(iter(_jobs(12)), warm, 100, False)
+    assert ["q0", "q1", "q2"] == [next(window).id for _ in range(3)]
+    assert 0 == len(warm.prompts)
+    warm.cold = 0
+    assert ["q5", "q8", "q11", "q3"] == [next(window).id for _ in range(4)]
+
+
+def test_the_window_hands_out_what_it_held_before_standing_aside():
+    """A streak that turns cold while the window holds jobs: they come first, oldest first,
+    then the file's next jobs; every job once."""
+    warm = Warm(2)
+    window = Lookahead(iter(_jobs(9)), warm, 4, False)
+    first = next(window).id
+    warm.cold = COLD
+    rest = [job.id for job in window]
+    assert ["q2", "q0", "q1", "q3", "q4", "q5", "q6", "q7", "q8"] == [first, *rest]
+
+
+def test_a_handed_out_jobs_call_takes_the_prompt_the_window_rendered():
+    """The window leaves each job's rendered prompt for its first call: that call (the job's
+    params, its messages or an equal copy) takes it once; a later call of the job (a longer
+    history), a call of another job with the same messages, or the same call again, renders its
+    own."""
+    warm = Warm(None)
+    jobs = list(Lookahead(iter(_jobs(2)), warm, 100, False))
+    prepared = [len(warm.prompts)]
+    taken = warm.prompts.of(list(jobs[0].messages), jobs[0].params)
+    prepared.append(len(warm.prompts))
+    again = warm.prompts.of(list(jobs[0].messages), jobs[0].params)
+    other = warm.prompts.of(list(jobs[1].messages), {**jobs[1].params})
+    assert [2, 1, 1] == [*prepared, len(warm.prompts)]
+    longer = [*jobs[1].messages, {"role": "user", "content": "more"}]
+    assert rendered_prompt(longer) == warm.prompts.of(longer, jobs[1].params).text
+    assert taken is not again and taken.text == again.text
+    assert taken.chain == prefix_blocks(rendered_prompt(list(jobs[0].messages)))
+    assert other.text == rendered_prompt(list(jobs[1].messages))
 
 
 def test_named_sessions_keep_their_order_under_session_binding():
@@ -146,12 +196,12 @@ def test_the_index_finds_the_deepest_shared_prefix_and_its_oldest_job(prompts, g
 
     index, held = _Index(), {}
     for slot, (root, depth) in enumerate(prompts):
-        held[slot] = chain(root, depth, slot)
+        held[slot] = Prompt.of_blocks(chain(root, depth, slot), 16 * (depth + 1))
         index.add(slot, held[slot])
     for slot in sorted(gone & set(held)):
         index.remove(slot, held.pop(slot))
     wanted = [hash((probe[0], k)) for k in range(probe[1])]
-    depths = {slot: _common(wanted, blocks) for slot, blocks in held.items()}
+    depths = {slot: _common(wanted, list(prompt.chain)) for slot, prompt in held.items()}
     deepest = max(depths.values(), default=0)
     oldest = min((s for s, d in depths.items() if d == deepest), default=-1) if deepest else -1
     assert (deepest, oldest) == index.deepest(wanted)
@@ -162,10 +212,11 @@ def test_the_index_is_empty_again_once_its_jobs_are_taken():
     """Jobs sharing a first block, one whose blocks repeat a hash, added and taken out in any
     order: nothing of them stays in the window's index."""
     chains = {0: [1, 2, 3], 1: [1, 2, 2], 2: [1, 2, 3, 4], 3: [1]}
+    prompts = {slot: Prompt.of_blocks(chain, 16 * len(chain)) for slot, chain in chains.items()}
     for order in ([0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2]):
         index = _Index()
-        for slot, chain in chains.items():
-            index.add(slot, chain)
+        for slot, prompt in prompts.items():
+            index.add(slot, prompt)
         for slot in order:
-            index.remove(slot, chains[slot])
+            index.remove(slot, prompts[slot])
         assert {} == index.heads

@@ -1,31 +1,80 @@
-"""A call's prompt as cache_aware reads it: its prefix blocks and its tokens, hashed once a job.
+"""A call's prompt as cache_aware reads it, rendered once a job and hashed only as deep as needed.
 
-Cutting a rendered prompt into chained block hashes (``tokens.prefix_blocks``) is most of what a
-cache-aware decision costs, and a batch's lookahead window already does it for every job's first
-prompt to index the job. So when the window hands a job out it leaves the blocks here
-(``prepared``), and the router's decision for that prompt takes them (``of``) instead of
-hashing the prompt again. Entries are keyed by the rendered prompt's own ``hash``; they are
-bounded (a job the response cache answers never routes: its entry ages out), so memory does not
-grow with the number of jobs.
+A ``Prompt`` is a rendered prompt (``tokens.rendered_prompt``) with its tokens and the hash of
+its first block (``head``); its chain of block hashes (``tokens.prefix_blocks``) is cut only when
+a match needs it: a prompt whose first block no backend holds and no other job starts with is
+never hashed further. Most of a cache-aware decision's cost was rendering and hashing, so a
+batch's lookahead window, which renders every job's first prompt to index the job, leaves the
+``Prompt`` in ``Prepared`` when it hands the job out, and the router's decision for that call
+takes it (``of``) instead of rendering the prompt again. Entries are bounded (a job the response
+cache answers never routes: its entry ages out), so memory does not grow with the number of jobs.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from rrcli.tokens import CHARS_PER_TOKEN, prefix_blocks
+from rrcli.tokens import BLOCK_TOKENS, CHARS_PER_TOKEN, prefix_blocks, rendered_prompt
 
-__all__ = ["Prompt", "PromptBlocks", "blocks_of", "cache_key_head"]
+__all__ = ["Prepared", "Prompt", "cache_key_head", "prompt_of", "shared_blocks"]
 
-Prompt = tuple[Sequence[int], int]  # a prompt's prefix blocks and its tokens
 _KEY_CHARS = 256 * CHARS_PER_TOKEN  # a hosted API routes a prompt by its first 256 tokens
+_BLOCK_CHARS = BLOCK_TOKENS * CHARS_PER_TOKEN
+_NO_PARAMS: Mapping[str, Any] = {}
 
 
-def blocks_of(text: str) -> Prompt:
-    """The prefix blocks and the tokens of the rendered prompt ``text``."""
-    return prefix_blocks(text), len(text) // CHARS_PER_TOKEN
+class Prompt:
+    """A rendered prompt: ``text``, ``tokens``, ``whole`` (its whole blocks), ``head`` (its first
+    block's hash; None when it has no whole block) and ``chain`` (every whole block's hash, block
+    k's naming the first k + 1 blocks), cut on first use."""
+
+    __slots__ = ("_chain", "head", "text", "tokens", "whole")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = len(text) // CHARS_PER_TOKEN
+        self.whole = len(text) // _BLOCK_CHARS
+        # prefix_blocks' first hash, without cutting the rest
+        self.head = hash(text[:_BLOCK_CHARS]) if self.whole else None
+        self._chain: Sequence[int] | None = None
+
+    @classmethod
+    def of_blocks(cls, chain: Sequence[int], tokens: int) -> Prompt:
+        """A prompt known by its block hashes alone (no text)."""
+        prompt = cls("")
+        prompt._chain, prompt.tokens, prompt.whole = chain, tokens, len(chain)
+        prompt.head = chain[0] if chain else None
+        return prompt
+
+    @property
+    def chain(self) -> Sequence[int]:
+        chain = self._chain
+        if chain is None:
+            chain = self._chain = prefix_blocks(self.text)
+        return chain
+
+
+def prompt_of(messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> Prompt:
+    """The prompt of a call of ``messages`` with ``params`` (its tools, an Anthropic system)."""
+    return Prompt(rendered_prompt(messages, params.get("tools"), params.get("system")))
+
+
+def shared_blocks(chain: Sequence[int], other: Sequence[int], most: int | None = None) -> int:
+    """How many leading blocks ``chain`` and ``other`` share, ``most`` at most (block k's hash
+    names the first k + 1 blocks: equality is monotone, so a binary search)."""
+    low, high = 0, min(len(chain), len(other))
+    if most is not None:
+        high = min(high, most)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if chain[mid - 1] == other[mid - 1]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def cache_key_head(text: str) -> str:
@@ -34,27 +83,41 @@ def cache_key_head(text: str) -> str:
     return hashlib.blake2b(text[:_KEY_CHARS].encode(), digest_size=8).hexdigest()
 
 
-class PromptBlocks:
-    """The blocks of prompts already hashed whose call has not routed yet; see the module
-    docstring."""
+# what Prepared holds of a call: its params, its messages, its prompt
+_Ready = tuple[Mapping[str, Any], Sequence[Mapping[str, Any]], Prompt]
+
+
+class Prepared:
+    """The prompts already rendered whose call has not routed yet; see the module docstring.
+
+    Keyed by the identity of the job's ``params`` (a dict of its own: the entry holds it, so no
+    other object takes its id meanwhile); a call takes an entry only when its params are that
+    dict and its messages a list equal to the one rendered (list equality takes the same dicts
+    as equal before comparing them: a session's first turn is a new dict each time)."""
 
     MOST = 4096  # prompts kept: far more than are handed out and not yet routed
 
     def __init__(self) -> None:
-        self._ready: OrderedDict[int, Prompt] = OrderedDict()  # oldest first
+        self._ready: OrderedDict[int, _Ready] = OrderedDict()  # oldest first
 
     def __len__(self) -> int:
         return len(self._ready)
 
-    def prepared(self, key: int, prompt: Prompt) -> None:
-        """The prompt whose rendered text hashes to ``key`` has these blocks and tokens."""
+    def prepared(
+        self, messages: list[Mapping[str, Any]], params: Mapping[str, Any], prompt: Prompt
+    ) -> None:
+        """A call of ``messages`` with ``params`` has the prompt ``prompt``."""
         ready = self._ready
-        ready[key] = prompt
+        ready[id(params)] = (params, messages, prompt)
         if len(ready) > self.MOST:
             ready.popitem(last=False)
 
-    def of(self, text: str) -> Prompt:
-        """The blocks and tokens of the rendered prompt ``text``: the prepared ones (then
-        forgotten: a job's first call routes once), else hashed now."""
-        found = self._ready.pop(hash(text), None)
-        return found if found is not None else blocks_of(text)
+    def of(self, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None) -> Prompt:
+        """The prompt of a call of ``messages`` with ``params``: the prepared one (then
+        forgotten: a job's first call routes once), else rendered now."""
+        if params is None:
+            params = _NO_PARAMS
+        found = self._ready.pop(id(params), None) if self._ready else None
+        if found is not None and found[0] is params and found[1] == messages:
+            return found[2]
+        return prompt_of(messages, params)

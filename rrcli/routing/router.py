@@ -17,7 +17,7 @@ clock, rng and sleep are passed in.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rrcli.config.prices import pool_prices
@@ -28,10 +28,10 @@ from rrcli.routing.costs import UNPRICED, Charge, attempt_cost
 from rrcli.routing.down import BackendDown, no_backend
 from rrcli.routing.gate import Clock, Gate, Sleep, WaitEnded
 from rrcli.routing.lease import BackendState, Lease
-from rrcli.routing.prompts import Prompt, PromptBlocks, cache_key_head
+from rrcli.routing.prompts import Prepared, Prompt, cache_key_head
 from rrcli.routing.strategies import CacheAware, Candidate, FirstAvailable, make_strategy
 from rrcli.routing.waiting import Waiting
-from rrcli.tokens import plausible_call_tokens, rendered_prompt
+from rrcli.tokens import plausible_call_tokens
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Call
@@ -73,7 +73,7 @@ class Router:
         #: the strategy that reads prompts, when it is the one
         self._prefixes = self._strategy if isinstance(self._strategy, CacheAware) else None
         self.threshold = profile.cache_threshold  # what a lookahead's match must cover
-        self.prompts = PromptBlocks()  # the blocks a lookahead hashed, for the call's decision
+        self.prompts = Prepared()  # the prompts a lookahead rendered, for the call's decision
         self._rng = rng
         self._clock = clock
         self._sleep = sleep
@@ -104,29 +104,19 @@ class Router:
 
         With ``binding = "session"`` a session routes at its first call and stays there while
         its backend is up; ``exclude`` names backends not to use; ``messages`` and ``params``
-        are the call's prompt, for a strategy that reads it (cache_aware). Raises
+        are the call's prompt, for a strategy that reads it (cache_aware: the call's prompt
+        chosen by, and then recorded as sent to, the backend that takes it). Raises
         NoBackendError."""
-        if self._prefixes is not None and messages is not None:
-            return await self._warm(session, exclude, messages, params or {})
-        return await self._acquire(session, exclude, None)
-
-    async def _warm(
-        self,
-        session: str | None,
-        exclude: frozenset[str],
-        messages: Sequence[Mapping[str, Any]],
-        params: Mapping[str, Any],
-    ) -> Lease:
-        """cache_aware's decision: the prompt's prefix blocks chosen by, and then recorded as
-        sent to, the backend that takes the call."""
-        assert self._prefixes is not None
-        prompt = rendered_prompt(messages, params.get("tools"), params.get("system"))
-        chain, tokens = self.prompts.of(prompt)
-        lease = await self._acquire(session, exclude, (chain, tokens))
-        self._prefixes.sent(position := lease.state.position, chain)
-        if chain and lease.state.backend.sets_cache_key and "prompt_cache_key" not in params:
-            head = cache_key_head(prompt)
-            lease.cache_key = self._prefixes.cache_key(position, head, self._clock())
+        prefixes = self._prefixes
+        if prefixes is None or messages is None:
+            return await self._acquire(session, exclude, None)
+        prompt = self.prompts.of(messages, params)
+        lease = await self._acquire(session, exclude, prompt)
+        prefixes.sent(position := lease.state.position, prompt)
+        keyed = lease.state.backend.sets_cache_key and "prompt_cache_key" not in (params or ())
+        if keyed and prompt.head is not None:
+            head = cache_key_head(prompt.text)
+            lease.cache_key = prefixes.cache_key(position, head, self._clock())
         return lease
 
     async def _acquire(
@@ -254,8 +244,13 @@ class Router:
     @property
     def warm(self) -> bool:
         """Whether the strategy pictures what each backend holds warm (cache_aware): then the
-        free positions, recents, recent heads, threshold and prompts serve a lookahead."""
+        free positions, the picture, threshold and prompts serve a lookahead."""
         return self._prefixes is not None
+
+    @property
+    def pictured(self) -> CacheAware | None:
+        """cache_aware itself: each backend's recent prompts, their heads, its cold streak."""
+        return self._prefixes
 
     def free_positions(self) -> list[int]:
         """The positions of the backends a decision may use that have a free slot now."""
@@ -264,14 +259,6 @@ class Router:
             for s in self._admitted
             if s.gate.in_flight + s.gate.waiting < s.gate.cap and not s.cooling
         ]
-
-    def recents(self) -> Sequence[Sequence[Sequence[int]]]:
-        """For each backend in profile order, the prefix blocks of the last prompts sent to it
-        (newest last)."""
-        return self._prefixes.recents if self._prefixes is not None else ()
-
-    def recent_heads(self) -> Collection[int]:
-        return self._prefixes.recent_heads if self._prefixes is not None else ()  # their heads
 
     @property
     def healthy(self) -> int:
@@ -363,8 +350,8 @@ class Router:
         ]  # fmt: skip
 
     async def _route(self, exclude: frozenset[str], prompt: Prompt | None = None) -> BackendState:
-        """Choose a backend (for ``prompt``'s prefix blocks and tokens, when the strategy reads
-        it) and take one slot on its gate."""
+        """Choose a backend (for ``prompt``, when the strategy reads it) and take one slot on
+        its gate."""
         while True:
             candidates, recovery = self._candidates(exclude)
             if not candidates:
@@ -375,7 +362,7 @@ class Router:
                 return await self._waiting.take(exclude)
             snapshot = self._snapshot(candidates)
             if prompt is not None and self._prefixes is not None:
-                state = candidates[self._prefixes.choose_for(snapshot, *prompt)]
+                state = candidates[self._prefixes.choose_for(snapshot, prompt)]
             else:
                 state = candidates[self._strategy.choose(snapshot)]
             try:

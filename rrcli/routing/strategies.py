@@ -8,8 +8,8 @@ rng is passed in, so a seed makes every choice repeatable.
 
 ``first_available`` is the one strategy that ranks instead of picking: ``order`` gives the
 shuffled order in which the router tries the gates without queuing. ``cache_aware`` is the one
-that reads the prompt: the router hands it the prompt's prefix blocks (``choose_for``) and tells
-it where each prompt went (``sent``), so it keeps its picture of what each backend holds warm.
+that reads the prompt: the router hands it the call's ``Prompt`` (``choose_for``) and tells it
+where each prompt went (``sent``), so it keeps its picture of what each backend holds warm.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from typing import ClassVar, Protocol
 import msgspec
 
 from rrcli.config.profile import Backend, Profile
-from rrcli.tokens import BLOCK_TOKENS, PrefixBlocks
+from rrcli.routing.picture import Picture
+from rrcli.routing.prompts import Prompt
+from rrcli.tokens import BLOCK_TOKENS
 
 __all__ = [
     "CacheAware",
@@ -193,7 +195,7 @@ class CacheAware(_Rotating):
     """Each call where its prompt's prefix is most likely warm, unless that unbalances the pool.
 
     What each backend holds is pictured as the prefix blocks of the prompts sent to it
-    (``PrefixBlocks``, LRU-bounded by its ``prefix_cache_tokens``). A decision, among the
+    (``Picture``, LRU-bounded by its ``prefix_cache_tokens``). A decision, among the
     backends with a free slot (all of them when none has one):
     - the pool is unbalanced (the busiest backend's calls exceed the idlest's by more than
       ``balance_abs`` and by a factor over ``balance_rel``): the least loaded;
@@ -217,43 +219,49 @@ class CacheAware(_Rotating):
         balance_rel: float = 1.5,
     ) -> None:
         super().__init__()
-        self.trees = [PrefixBlocks(c) for c in capacities]
-        self._sizes = [0 for _ in capacities]  # blocks each tree holds (ties: the smallest)
+        self.trees = [Picture(c) for c in capacities]
         self._held = [tree.blocks for tree in self.trees]
-        #: per backend, the prefix blocks of the last prompts sent to it (newest last)
-        self.recents = [deque[Sequence[int]](maxlen=self.RECENT) for _ in capacities]
+        #: per backend, the last prompts sent to it (newest last)
+        self.recents = [deque[Prompt](maxlen=self.RECENT) for _ in capacities]
         #: the first blocks of all those prompts, each with how many of them start with it
         self.recent_heads: dict[int, int] = {}
+        #: decisions in a row whose prompt's first block no backend held
+        self.cold = 0
         self._keys: dict[tuple[int, str], deque[float]] = {}
         self._threshold = threshold
         self._abs = balance_abs
         self._rel = balance_rel
 
     def _key(self, c: Candidate) -> tuple[float, ...]:
-        return (c.load, self._sizes[c.position])
+        return (c.load, self.trees[c.position].size)
 
-    def choose_for(self, candidates: Sequence[Candidate], chain: Sequence[int], tokens: int) -> int:
-        """The index in ``candidates`` for a prompt of ``tokens`` tokens whose prefix blocks are
-        ``chain``. The least loaded is always one with a free slot when any has one (its load is
-        under 1), so only a match needs the slots counted."""
-        if chain:
-            trees, held, head = self.trees, self._held, chain[0]
+    def choose_for(self, candidates: Sequence[Candidate], prompt: Prompt) -> int:
+        """The index in ``candidates`` for ``prompt``. The least loaded is always one with a
+        free slot when any has one (its load is under 1), so only a match needs the slots
+        counted."""
+        head = prompt.head
+        if head is not None:
+            held = self._held
             # the cheap test first: a backend not holding the first block matches nothing
             warm = [c for c in candidates if head in held[c.position]]
+            self.cold = 0 if warm else self.cold + 1
             if warm and not self._unbalanced(candidates):
                 room = [c for c in warm if c.in_flight + c.waiting < c.cap]
                 if room or all(c.in_flight + c.waiting >= c.cap for c in candidates):
                     warm = room or warm
-                    matches = [trees[c.position].match(chain) for c in warm]
+                    trees = self.trees
+                    matches = [trees[c.position].match(prompt) for c in warm]
                     best = max(matches)
-                    if best * BLOCK_TOKENS >= self._threshold * tokens:
+                    if best * BLOCK_TOKENS >= self._threshold * prompt.tokens:
                         warm = [c for c, m in zip(warm, matches, strict=True) if m == best]
                         return candidates.index(warm[self._least(warm)])
+        else:
+            self.cold += 1
         return self._least(candidates)
 
     def _least(self, pool: Sequence[Candidate]) -> int:
-        sizes = self._sizes  # _key's, without a call a candidate
-        return self._lowest(pool, [(c.load, sizes[c.position]) for c in pool])
+        trees = self.trees  # _key's, without a call a candidate
+        return self._lowest(pool, [(c.load, trees[c.position].size) for c in pool])
 
     def _unbalanced(self, candidates: Sequence[Candidate]) -> bool:
         counts = [c.in_flight + c.waiting for c in candidates]
@@ -279,21 +287,20 @@ class CacheAware(_Rotating):
             del keys[next(iter(keys))]
         return f"rrcli-{head}" if not spread else f"rrcli-{head}-{spread}"
 
-    def sent(self, position: int, chain: Sequence[int]) -> None:
-        """A prompt with prefix blocks ``chain`` went to the backend at ``position``."""
-        if chain:
-            tree = self.trees[position]
-            tree.add(chain)
-            self._sizes[position] = len(tree)
+    def sent(self, position: int, prompt: Prompt) -> None:
+        """``prompt`` went to the backend at ``position``."""
+        head = prompt.head
+        if head is not None:
+            self.trees[position].add(prompt)
             recent, heads = self.recents[position], self.recent_heads
             if len(recent) == self.RECENT:  # the oldest goes
-                gone = recent[0][0]
-                if heads[gone] == 1:
-                    del heads[gone]
+                gone = recent[0].head
+                if heads[gone] == 1:  # type: ignore[index]
+                    del heads[gone]  # type: ignore[arg-type]
                 else:
-                    heads[gone] -= 1
-            recent.append(chain)
-            heads[chain[0]] = heads.get(chain[0], 0) + 1
+                    heads[gone] -= 1  # type: ignore[index]
+            recent.append(prompt)
+            heads[head] = heads.get(head, 0) + 1
 
 
 class FirstAvailable(_Base):

@@ -11,7 +11,15 @@ What does not change: every job is handed out exactly once (one result line each
 handed out has none, so ``--resume`` runs it); jobs the window does not index keep their order
 among themselves (a named session's jobs under ``binding = "session"``, every endpoint but chat,
 invalid lines); no job waits more than ``size`` hand-outs past its turn. Memory is the window's:
-``size`` jobs and their blocks, whatever the number of jobs.
+``size`` jobs and their blocks, whatever the number of jobs. A job's prompt is rendered once: the
+window leaves it for the router's decision (``Prepared``), and cuts its blocks past the first
+only when another job or a recent prompt starts with the same block.
+
+When there is nothing to gain the window stands aside: once COLD decisions in a row (or the
+window's size, if larger) found their prompt's first block on no backend, it hands the jobs it
+holds out in order and then passes the file's jobs through as they come, rendering nothing. The
+router still pictures every prompt it routes, so the first that finds its first block warm again
+ends the streak and the window fills again.
 """
 
 from __future__ import annotations
@@ -21,29 +29,40 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from rrcli.records.jobs import InvalidJob, Job
-from rrcli.routing.prompts import PromptBlocks, blocks_of
-from rrcli.tokens import BLOCK_TOKENS, rendered_prompt
+from rrcli.routing.prompts import Prepared, Prompt, prompt_of, shared_blocks
+from rrcli.tokens import BLOCK_TOKENS
 
 __all__ = ["Lookahead", "Warmth"]
 
 _DEPTH = 512  # blocks of a prompt the window indexes at most (8,192 tokens)
+COLD = 1000  # decisions in a row finding nothing warm after which the window stands aside
 
-# what the window holds of a job: the job, its first prompt's blocks, tokens and hash
-_Entry = tuple[Job | InvalidJob, Sequence[int], int, int]
+# what the window holds of a job: the job, its first prompt (None: not indexed), its messages
+_Entry = tuple[Job | InvalidJob, Prompt | None, list[Mapping[str, Any]]]
+_ORDERED: list[Mapping[str, Any]] = []
+
+
+class Pictured(Protocol):
+    """What the router's strategy pictures (cache_aware): for every backend in profile order,
+    the last prompts it was sent (newest last); the first blocks of all of those; and how many
+    decisions in a row found their prompt's first block on no backend."""
+
+    recents: Sequence[Sequence[Prompt]]
+    recent_heads: Collection[int]
+    cold: int
 
 
 class Warmth(Protocol):
-    """What the window asks of the router: the backends with a free slot now; for every
-    backend in profile order, the prefix blocks of the last prompts it was sent (newest last), and
-    the first blocks of all of those;
-    and where to leave the blocks of a job it hands out, so its first call is not hashed again."""
+    """What the window asks of the router: the backends with a free slot now, its strategy's
+    picture, and where to leave the prompt of a job it hands out, so its first call is not
+    rendered again."""
 
     threshold: float
-    prompts: PromptBlocks
+    prompts: Prepared
 
     def free_positions(self) -> Sequence[int]: ...
-    def recents(self) -> Sequence[Sequence[Sequence[int]]]: ...
-    def recent_heads(self) -> Collection[int]: ...
+    @property
+    def pictured(self) -> Pictured | None: ...
 
 
 class Lookahead:
@@ -53,9 +72,13 @@ class Lookahead:
     def __init__(
         self, jobs: Iterator[Job | InvalidJob], warmth: Warmth, size: int, session_binding: bool
     ) -> None:
+        pictured = warmth.pictured
+        assert pictured is not None  # a window is made for a strategy that pictures the pool
         self._jobs = jobs
         self._warmth = warmth
+        self._pictured = pictured
         self._size = max(1, size)
+        self._cold = max(self._size, COLD)
         self._sessions = session_binding
         self._window: OrderedDict[int, _Entry] = OrderedDict()  # slot -> entry, the file's order
         self._index = _Index()
@@ -67,10 +90,17 @@ class Lookahead:
         return self
 
     def __next__(self) -> Job | InvalidJob:
-        self._fill()
         window = self._window
-        if not window:
-            raise StopIteration
+        if self._pictured.cold >= self._cold:  # nothing to gain lately: the file's order
+            if not window:
+                job = next(self._jobs, None)
+                if job is None:
+                    raise StopIteration
+                return job
+        else:
+            self._fill()
+            if not window:
+                raise StopIteration
         oldest = next(iter(window))
         slot = oldest
         if self._index.heads and oldest + self._size > self._handed:
@@ -89,84 +119,84 @@ class Lookahead:
             slot = self._next_slot
             self._next_slot += 1
             window[slot] = entry
-            if entry[1]:
+            if entry[1] is not None:
                 self._index.add(slot, entry[1])
 
     def _entry(self, job: Job | InvalidJob) -> _Entry:
-        """The job with its first prompt's blocks, tokens and hash; none for a job whose order
-        must stay."""
+        """The job with its first prompt and that prompt's messages; no prompt for a job whose
+        order must stay, or whose prompt has no whole block."""
         if not isinstance(job, Job) or job.endpoint != "chat":
-            return job, (), 0, 0
+            return job, None, _ORDERED
         if self._sessions and job.session is not job.key:
-            return job, (), 0, 0
-        messages: Sequence[Mapping[str, Any]] = job.messages
+            return job, None, _ORDERED
+        messages: list[Mapping[str, Any]] = list(job.messages)  # as the call's are: a list
         if job.kind == "session" and job.turns:
-            messages = [*messages, {"role": "user", "content": job.turns[0]}]
-        prompt = rendered_prompt(messages, job.params.get("tools"), job.params.get("system"))
-        chain, tokens = blocks_of(prompt)
-        return job, chain, tokens, hash(prompt)
+            messages.append({"role": "user", "content": job.turns[0]})
+        prompt = prompt_of(messages, job.params)
+        return job, (prompt if prompt.head is not None else None), messages
 
     def _warm_slot(self, oldest: int) -> int:
         """The slot of the job that continues furthest one of the last prompts of a backend with
         a free slot (the oldest of those, over the threshold), else ``oldest``."""
         warmth, index, heads = self._warmth, self._index, self._index.heads
         # first the cheap test: does any job here share a first block with a recent prompt
-        if heads.keys().isdisjoint(warmth.recent_heads()):
+        if heads.keys().isdisjoint(self._pictured.recent_heads):
             return oldest
         starts = [
-            (position, chain)
-            for position, chains in enumerate(warmth.recents())
-            for chain in chains
-            if chain[0] in heads
+            (position, prompt)
+            for position, prompts in enumerate(self._pictured.recents)
+            for prompt in prompts
+            if prompt.head in heads
         ]
         free = set(warmth.free_positions())
         best_depth, best = 0, oldest
-        for position, chain in reversed(starts):
+        for position, prompt in reversed(starts):
             if position in free:
-                depth, slot = index.deepest(chain)
+                depth, slot = index.deepest(prompt.chain)
                 if depth > best_depth:
                     best_depth, best = depth, slot
         if best == oldest:
             return oldest
-        tokens = self._window[best][2]
+        tokens = self._window[best][1].tokens  # type: ignore[union-attr]
         return best if best_depth * BLOCK_TOKENS >= warmth.threshold * tokens else oldest
 
     def _take(self, slot: int) -> Job | InvalidJob:
-        job, chain, tokens, key = self._window.pop(slot)
-        if chain:
-            self._index.remove(slot, chain)
-            self._warmth.prompts.prepared(key, (chain, tokens))
+        job, prompt, messages = self._window.pop(slot)
+        if prompt is not None:
+            self._index.remove(slot, prompt)
+            self._warmth.prompts.prepared(messages, job.params, prompt)  # type: ignore[union-attr]
         return job
 
 
 class _Index:
     """The window's jobs by the first block of their first prompt, so a window of prompts that
-    share nothing costs one entry a job. A first block held by one job maps to (its slot, its
-    blocks); one shared by several, to a map of every block of theirs to the slot holding it or
-    the slots (oldest first) when several do, where the deepest match is a binary search."""
+    share nothing costs one entry a job and no hashing past the first block. A first block held
+    by one job maps to (its slot, its prompt); one shared by several, to a map of every block of
+    theirs to the slot holding it or the slots (oldest first) when several do, where the deepest
+    match is a binary search."""
 
     def __init__(self) -> None:
-        self.heads: dict[int, tuple[int, Sequence[int]] | dict[int, Any]] = {}
+        self.heads: dict[int, tuple[int, Prompt] | dict[int, Any]] = {}
 
-    def add(self, slot: int, chain: Sequence[int]) -> None:
-        heads, head = self.heads, chain[0]
-        held = heads.get(head)
+    def add(self, slot: int, prompt: Prompt) -> None:
+        heads, head = self.heads, prompt.head
+        held = heads.get(head)  # type: ignore[arg-type]
         if held is None:
-            heads[head] = (slot, chain)
+            heads[head] = (slot, prompt)  # type: ignore[index]
             return
-        if type(held) is tuple:
+        if type(held) is tuple:  # a second job starts alike: both indexed block by block
             group: dict[int, Any] = {}
-            _index(group, *held)
-            heads[head] = held = group
-        _index(held, slot, chain)  # type: ignore[arg-type]
+            _index(group, held[0], held[1].chain)
+            heads[head] = held = group  # type: ignore[index]
+        _index(held, slot, prompt.chain)  # type: ignore[arg-type]
 
-    def remove(self, slot: int, chain: Sequence[int]) -> None:
-        heads, head = self.heads, chain[0]
-        held = heads[head]
+    def remove(self, slot: int, prompt: Prompt) -> None:
+        heads, head = self.heads, prompt.head
+        held = heads[head]  # type: ignore[index]
         if type(held) is tuple:
-            del heads[head]
+            del heads[head]  # type: ignore[arg-type]
             return
-        for h in chain[:_DEPTH]:
+        for h in prompt.chain[:_DEPTH]:
             slots = held.get(h)  # type: ignore[union-attr]
             if type(slots) is int:
                 if slots == slot:
@@ -178,7 +208,7 @@ class _Index:
                 elif not slots:
                     del held[h]  # type: ignore[attr-defined]
         if not held:
-            del heads[head]
+            del heads[head]  # type: ignore[arg-type]
 
     def deepest(self, chain: Sequence[int]) -> tuple[int, int]:
         """How many leading blocks of ``chain`` a job here shares at most, and the oldest such
@@ -188,7 +218,7 @@ class _Index:
             return 0, -1
         if type(held) is tuple:
             slot, other = held
-            return _depth_with(chain, other), slot
+            return shared_blocks(chain, other.chain, _DEPTH), slot
         depth = _depth_in(chain, held)  # type: ignore[arg-type]
         slots = held[chain[depth - 1]]  # type: ignore[index]
         return depth, slots if type(slots) is int else next(iter(slots))
@@ -214,19 +244,6 @@ def _depth_in(chain: Sequence[int], blocks: dict[int, Any]) -> int:
     while low < high:
         mid = (low + high + 1) // 2
         if chain[mid - 1] in blocks:
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
-def _depth_with(chain: Sequence[int], other: Sequence[int]) -> int:
-    """How many leading blocks ``chain`` and ``other`` share (block k's hash names the first
-    k + 1 blocks: equality is monotone too)."""
-    low, high = 0, min(len(chain), len(other), _DEPTH)
-    while low < high:
-        mid = (low + high + 1) // 2
-        if chain[mid - 1] == other[mid - 1]:
             low = mid
         else:
             high = mid - 1

@@ -1,0 +1,89 @@
+"""What cache_aware pictures one backend holding warm: the prefix blocks of the prompts sent to it.
+
+An LRU of block hashes bounded by the backend's ``prefix_cache_tokens``, as ``tokens.PrefixBlocks``
+is for the simulated server's own cache, with one difference that makes a prompt sharing nothing
+cheap: a prompt whose first block the picture does not hold is held by that block alone, the
+entry standing for all its blocks (counted as them against the bound, evicted with them) and
+keeping the prompt. Its blocks are cut and held one by one only once another prompt sent here
+starts with the same block; until then a match against it compares the two prompts' chains. So a
+batch of prompts sharing nothing costs one entry a prompt and no hashing past the first block.
+
+A prompt's blocks are touched deepest first, so the blocks nearer the root are the more recent
+and a prompt loses its tail before its head (as vLLM frees a request's blocks).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from rrcli.routing.prompts import Prompt, shared_blocks
+from rrcli.tokens import BLOCK_TOKENS
+
+__all__ = ["Picture"]
+
+
+class Picture:
+    """The prefix blocks one backend is taken to hold; see the module docstring."""
+
+    __slots__ = ("_most", "blocks", "size")
+
+    def __init__(self, capacity_tokens: int) -> None:
+        #: block hash -> None (held alone) or the prompt a first block stands for, oldest first
+        self.blocks: OrderedDict[int, Prompt | None] = OrderedDict()
+        self.size = 0  # blocks held, a prompt held by its first block counting all of its own
+        self._most = max(0, capacity_tokens // BLOCK_TOKENS)
+
+    def __len__(self) -> int:
+        """Blocks held."""
+        return self.size
+
+    def __contains__(self, block: object) -> bool:
+        """Whether the block of hash ``block`` is held as a first block or alone (a prompt held
+        by its first block holds its other blocks too, but they are not asked for)."""
+        return block in self.blocks
+
+    def match(self, prompt: Prompt) -> int:
+        """How many leading blocks of ``prompt`` are held."""
+        blocks = self.blocks
+        if prompt.head not in blocks:
+            return 0
+        lone = blocks[prompt.head]
+        if lone is not None:
+            return shared_blocks(prompt.chain, lone.chain)
+        n = 0
+        for h in prompt.chain:
+            if h not in blocks:
+                break
+            n += 1
+        return n
+
+    def add(self, prompt: Prompt) -> None:
+        """A prompt just sent: held now, the least recent evicted past capacity."""
+        head, most, blocks = prompt.head, self._most, self.blocks
+        if head is None or not most:
+            return
+        if head not in blocks and prompt.whole <= most:
+            blocks[head] = prompt
+            self.size += prompt.whole
+        else:
+            lone = blocks.get(head)
+            if lone is not None:  # another prompt starts alike: both held block by block
+                del blocks[head]
+                self.size -= lone.whole
+                self._enter(lone.chain)
+            self._enter(prompt.chain)
+        while self.size > most:
+            _, gone = blocks.popitem(last=False)
+            self.size -= 1 if gone is None else gone.whole
+
+    def _enter(self, chain: Sequence[int]) -> None:
+        blocks = self.blocks
+        added = 0
+        for h in reversed(chain[: self._most]):
+            if h in blocks:
+                blocks.move_to_end(h)
+            else:
+                blocks[h] = None
+                added += 1
+        self.size += added
