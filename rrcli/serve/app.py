@@ -203,19 +203,55 @@ async def _plain(
     ended: Callable[[object], None] | None,
 ) -> Response:
     """``ended``: called when the call is over (its session's idle time starts then)."""
-    task = asyncio.ensure_future(pool.call(line, exclude))
-    if ended is not None:
-        task.add_done_callback(ended)
-    if await _client_left(request, task):
-        return Response(status_code=499)
     try:
-        outcome = task.result()
+        outcome = await _called(pool, line, exclude, request, ended)
+        if outcome is None:
+            return Response(status_code=499)
         record = answer(outcome)
     except CallError as error:
         return _failed(wire, error)
     headers = _headers(outcome)
     body = orjson.dumps(wire.answer(record, outcome.body))
     return Response(body, headers=headers, media_type=_JSON)
+
+
+async def _called(
+    pool: Pool,
+    line: dict[str, Any],
+    exclude: frozenset[str],
+    request: Request,
+    ended: Callable[[object], None] | None,
+) -> CallOutcome | None:
+    """The call, run in this request's own task and cancelled the moment the server says the
+    client left (None then); where no server says so (in-process), in a task of its own that
+    is watched."""
+    gone = request.scope.get(ON_GONE)
+    handler = asyncio.current_task()
+    if gone is None or handler is None:
+        task = asyncio.ensure_future(pool.call(line, exclude))
+        if ended is not None:
+            task.add_done_callback(ended)
+        return None if await _client_left(request, task) else task.result()
+    over, left = False, False
+
+    def leave() -> None:
+        nonlocal left
+        if not over:
+            left = True
+            handler.cancel(CLIENT_LEFT)
+
+    gone.append(leave)
+    try:
+        return await pool.call(line, exclude)
+    except asyncio.CancelledError:
+        if not left or handler.cancelling() > 1:
+            raise  # the server itself stops this request
+        handler.uncancel()
+        return None
+    finally:
+        over = True
+        if ended is not None:
+            ended(None)
 
 
 async def _streamed(

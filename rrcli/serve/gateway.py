@@ -57,12 +57,18 @@ class Gateway:
         """Seconds until the first of the request's backends stops cooling, when every one
         of them is cooling (the request is answered 429 at once rather than held); None when
         one may take it."""
-        states = [
-            s for s in pool.engine.router.states if s.backend.id not in exclude and not s.down
-        ]
-        if not states or not all(s.cooling for s in states):
+        states = pool.engine.router.states
+        if not states:
             return None
-        return min(s.cooldown_until for s in states) - states[0].clock()
+        now = states[0].clock()
+        until = None
+        for state in states:
+            if state.down or state.backend.id in exclude:
+                continue
+            if state.cooldown_until <= now:  # one not cooling: no need to look further
+                return None
+            until = state.cooldown_until if until is None else min(until, state.cooldown_until)
+        return None if until is None else until - now
 
     def forget_idle(self) -> None:
         for session in self.sessions.expired():
