@@ -7,7 +7,7 @@ the machine's load, so this is the figure to compare across checkouts (``--root`
 checkout's serve and forwarder).
 
     python benchmarks/count_serve.py [--requests 300] [--warm 200] [--root CHECKOUT]
-        [--what serve,forwarder]
+        [--what serve,forwarder] [--keep FOLDER]
 """
 
 from __future__ import annotations
@@ -37,8 +37,11 @@ def _argv(what: str, root: Path, urls: list[str], port: int, tmp: Path) -> list[
     return [str(root / "benchmarks" / "_forwarder.py"), str(port), *urls]
 
 
-def count(what: str, root: Path, urls: list[str], requests: int, warm: int) -> float:
-    """Instructions a request of gateway ``what`` of the checkout at ``root``."""
+def count(
+    what: str, root: Path, urls: list[str], requests: int, warm: int, keep: Path | None = None
+) -> float:
+    """Instructions a request of gateway ``what`` of the checkout at ``root``; the profile
+    copied to ``keep`` (for callgrind_annotate) when given."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         port = free_port()
@@ -54,6 +57,8 @@ def count(what: str, root: Path, urls: list[str], requests: int, warm: int) -> f
             _control("-d", pid)
         dumped = [p for p in Path(tmp).glob("callgrind.out*") if p != out]
         text = dumped[0].read_text(errors="replace") if dumped else ""
+        if keep is not None and dumped:
+            (keep / f"callgrind.{what}").write_text(text)
         totals = re.findall(r"^(?:summary|totals):\s*(\d+)", text, re.M)
         if not totals:
             raise RuntimeError(f"no callgrind totals in {tmp}")
@@ -92,11 +97,12 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=200)
     parser.add_argument("--root", type=Path, default=ROOT)
     parser.add_argument("--what", default="serve,forwarder")
+    parser.add_argument("--keep", type=Path, help="a folder to keep the profiles in")
     args = parser.parse_args()
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     with sim_server("--latency-ms", "50") as a, sim_server("--latency-ms", "50") as b:
         for what in args.what.split(","):
-            per = count(what, args.root.resolve(), [a, b], args.requests, args.warm)
+            per = count(what, args.root.resolve(), [a, b], args.requests, args.warm, args.keep)
             print(f"{what} ({args.root}): {per:,.0f} instructions a request")
 
 

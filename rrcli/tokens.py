@@ -100,6 +100,8 @@ def estimate_call_tokens(
 def output_cap(params: Mapping[str, Any]) -> int | None:
     """The output cap a request sets: ``max_tokens``, ``max_completion_tokens`` or the Responses
     API's ``max_output_tokens`` (the first set); None when none is set to a whole number."""
+    if not params:  # most calls set no params at all
+        return None
     out = (
         params.get("max_tokens")
         or params.get("max_completion_tokens")

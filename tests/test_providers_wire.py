@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
+import ssl
+import subprocess
 from collections.abc import Awaitable, Callable
 
 import httpx2
@@ -38,16 +40,18 @@ class RawServer:
     """A server in the test's own event loop; ``handler(reader, writer, n)`` serves its n-th
     connection (from 1). ``requests`` counts the request heads read by ``read_request``."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, tls: ssl.SSLContext | None = None) -> None:
         self.handler = handler
+        self.tls = tls
         self.connections = 0
         self.requests = 0
         self.heads: list[bytes] = []
         self.url = ""
 
     async def __aenter__(self) -> RawServer:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"https://localhost:{port}" if self.tls else f"http://127.0.0.1:{port}"
         return self
 
     async def __aexit__(self, *_: object) -> None:
@@ -347,3 +351,37 @@ def test_refused_connections_busy_pools_and_broken_headers_are_the_same_errors(k
 
     expected = [("connect_error", True), ("pool_timeout", True), ("local_protocol_error", False)]
     assert expected == asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> tuple[str, str]:
+    """A self-signed certificate for localhost: (its file, its key's file)."""
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+         "-keyout", key, "-out", cert],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_https_calls_are_verified_and_share_one_connection(certificate, monkeypatch, trusted):
+    """An https backend whose certificate the client trusts (``SSL_CERT_FILE``): three
+    calls answered on one TLS connection. Not trusted: each call is a ``connect_error``, and
+    none reaches the server's handler."""
+    cert, key = certificate
+    if trusted:
+        monkeypatch.setenv("SSL_CERT_FILE", cert)
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+
+    async def go() -> tuple[list[str], int]:
+        async with RawServer(lambda r, w, n: _keep_answering(server, r, w), tls) as server:
+            return await _sends(server.url, 3), server.connections
+
+    outputs, connections = asyncio.run(go())
+    expected = (["ok"] * 3, 1) if trusted else (["connect_error"] * 3, 0)
+    assert expected == (outputs, connections)

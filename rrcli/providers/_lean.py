@@ -12,14 +12,15 @@ server is dropped when taken, each release ages out the oldest idle one, and a r
 every connection busy waits its turn (``pool`` timeout). A connection's peer is checked against
 the address policy (``allow_private``, ``peer.py``) before its first request is written.
 
-What it does not speak goes to ``fallback``, httpx2's transport on the stack pool: https, a
-streamed request body, a HEAD request.
+TLS is asyncio's, with the context httpx2's transport made. What it does not speak goes to
+``fallback``, httpx2's transport on the stack pool: a streamed request body, a HEAD request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import ssl
 from typing import Any
 
 import httpx2
@@ -30,16 +31,26 @@ from rrcli.providers.peer import check_peer
 
 __all__ = ["LeanTransport", "lean_transport"]
 
-_Key = tuple[bytes, int]  # an origin's host and port
+_Key = tuple[str, bytes, int]  # an origin's scheme, host and port
+_PORTS = {"http": 80, "https": 443}
 _HTTP11 = {"http_version": b"HTTP/1.1"}
 
 
 class LeanTransport(httpx2.AsyncBaseTransport):
-    """An httpx2 transport for plain-http backends; ``fallback`` carries everything else.
+    """An httpx2 transport for http backends, and https ones given ``tls`` (the context
+    connections are verified with); ``fallback`` carries everything else.
     ``allow_private``: the address policy of new connections (None: unchecked)."""
 
-    def __init__(self, limits: httpx2.Limits, fallback: httpx2.AsyncBaseTransport) -> None:
+    def __init__(
+        self,
+        limits: httpx2.Limits,
+        fallback: httpx2.AsyncBaseTransport,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.fallback = fallback
+        self._tls = tls
+        if tls is not None:
+            tls.set_alpn_protocols(["http/1.1"])
         self.allow_private: bool | None = None
         self._max = limits.max_connections or math.inf
         self._keep = limits.max_keepalive_connections
@@ -51,11 +62,12 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         self._turns = Turns()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        data = _encode(request)
+        url = request.url
+        scheme = url.scheme
+        data = _encode(request) if scheme == "http" or (scheme == "https" and self._tls) else None
         if data is None:
             return await self.fallback.handle_async_request(request)
-        url = request.url
-        key = (url.raw_host, url.port or 80)
+        key = (scheme, url.raw_host, url.port or _PORTS[scheme])
         timeouts = request.extensions.get("timeout") or {}
         wire = await self._take(key, timeouts)
         try:
@@ -90,11 +102,14 @@ class LeanTransport(httpx2.AsyncBaseTransport):
 
     async def _connect(self, key: _Key, timeout: float | None) -> Wire:
         self._open += 1
-        host = key[0].decode("ascii")
+        host = key[1].decode("ascii")
         loop = asyncio.get_running_loop()
+        tls = {"ssl": self._tls, "server_hostname": host} if key[0] == "https" else {}
         try:
             async with asyncio.timeout(timeout):
-                transport, wire = await loop.create_connection(lambda: Wire(loop), host, key[1])
+                transport, wire = await loop.create_connection(
+                    lambda: Wire(loop), host, key[2], **tls
+                )
         except TimeoutError:
             self._gone()
             raise httpx2.ConnectTimeout("the connection was not made in time") from None
@@ -168,15 +183,17 @@ class LeanTransport(httpx2.AsyncBaseTransport):
 
 
 def lean_transport(limits: httpx2.Limits) -> LeanTransport:
-    """The lean transport, httpx2's on the stack pool as its fallback (both within ``limits``)."""
-    return LeanTransport(limits, stack_transport(limits))
+    """The lean transport, httpx2's on the stack pool as its fallback (both within ``limits``),
+    https verified with the fallback's context (httpx2's defaults: ``SSL_CERT_FILE``...)."""
+    fallback = stack_transport(limits)
+    return LeanTransport(limits, fallback, fallback._pool._ssl_context)
 
 
 def _encode(request: httpx2.Request) -> bytes | None:
     """The request's bytes on the wire; None when the fallback sends it. LocalProtocolError for
     a header that would break the head (a line break or NUL in it, a name that is no token)."""
     url = request.url
-    if url.scheme != "http" or request.method == "HEAD":
+    if request.method == "HEAD":
         return None
     try:
         content = request.content

@@ -143,7 +143,12 @@ class TraceWriter:
         return fresh
 
     def _put(self, record: dict[str, Any]) -> None:
-        self._put_line(orjson.dumps(record, option=_NEWLINE))
+        """One record encoded and out: ``_put_line``'s, written out (a call record a job)."""
+        line = orjson.dumps(record, option=_NEWLINE)
+        if self._tap is not None:
+            self._tap(line)
+        if self._out is not None:
+            self._out.write(line)
 
     def _put_line(self, line: bytes) -> None:
         """One encoded record out, to the tap and the file."""

@@ -116,7 +116,9 @@ def rfc3339(ts: float) -> str:
     the millisecond. On the hot path (two a call record): the text of recent seconds is cached.
     """
     sec = int(ts // 1)
-    micros = round((ts - sec) * 1e6)
+    # int(x + 0.5) where round(x) would do: they differ only on a tie, where round keeps the
+    # even count of microseconds and this the odd one above it, never a whole millisecond
+    micros = int((ts - sec) * 1e6 + 0.5)
     if micros >= 1_000_000:
         sec, micros = sec + 1, 0
     prefix = _seconds.get(sec)

@@ -93,24 +93,36 @@ class Router:
 
     # -- public API --------------------------------------------------------------------------
 
-    async def acquire(
+    def acquire(
         self,
         *,
         session: str | None = None,
         exclude: frozenset[str] = frozenset(),
         messages: Sequence[Mapping[str, Any]] | None = None,
         params: Mapping[str, Any] | None = None,
-    ) -> Lease:
-        """One routing decision, returning holding ONE slot on the chosen backend's gate.
+    ) -> Awaitable[Lease]:
+        """One routing decision, awaited: a lease holding ONE slot on the chosen backend's gate.
 
         With ``binding = "session"`` a session routes at its first call and stays there while
         its backend is up; ``exclude`` names backends not to use; ``messages`` and ``params``
         are the call's prompt, for a strategy that reads it (cache_aware: the call's prompt
         chosen by, and then recorded as sent to, the backend that takes it). Raises
         NoBackendError."""
+        if self._prefixes is None or messages is None:
+            return self._acquire(session, exclude, None)
+        return self._warm(session, exclude, messages, params)
+
+    async def _warm(
+        self,
+        session: str | None,
+        exclude: frozenset[str],
+        messages: Sequence[Mapping[str, Any]],
+        params: Mapping[str, Any] | None,
+    ) -> Lease:
+        """cache_aware's decision (a coroutine of its own: a strategy blind to prompts awaits
+        ``_acquire`` with none between)."""
         prefixes = self._prefixes
-        if prefixes is None or messages is None:
-            return await self._acquire(session, exclude, None)
+        assert prefixes is not None
         prompt = self.prompts.of(messages, params)
         lease = await self._acquire(session, exclude, prompt)
         prefixes.sent(position := lease.state.position, prompt)

@@ -91,20 +91,26 @@ class RouteRules:
     """Every rule that narrows where a job may go, asked once per job: the backends serving its
     endpoint and, for chat, those among them whose API can express its params."""
 
-    __slots__ = ("eligibility", "serving")
+    __slots__ = ("_judged", "eligibility", "serving")
 
     def __init__(self, backends: Sequence[Backend]) -> None:
         self.serving = Serving(backends)
         self.eligibility = Eligibility([b for b in backends if "chat" in b.endpoints])
+        #: a job shape -> whether some backend may not express its params (False: a pool of
+        #: one API, where a job's params need no look), asked once a shape
+        self._judged: dict[str, bool] = {}
 
     def check(self, job: Job) -> tuple[frozenset[str], str | None]:
         """(the backends ``job`` may not be routed to, why it may go nowhere or None)."""
         excluded, refusal = self.serving.check(job.endpoint)
         if refusal is not None or job.endpoint != "chat":
             return excluded, refusal
-        dialect = dialect_of(job.kind)
-        if not self.eligibility.judges(dialect):
+        judged = self._judged.get(job.kind)
+        if judged is None:
+            judged = self._judged[job.kind] = self.eligibility.judges(dialect_of(job.kind))
+        if not judged:
             return excluded, None
+        dialect = dialect_of(job.kind)
         messages = job.messages
         if job.turns:  # a session's turns become user messages
             messages = [*messages, *({"role": "user", "content": t} for t in job.turns)]

@@ -201,14 +201,20 @@ class Engine:
                 return CallOutcome(job, "error", error=error, session=self._session_of(job))
         return await self._call(job, [], 0, excluded)
 
-    async def _call(
+    def _call(
         self, job: Job, messages: list[dict[str, Any]], turn: int, excluded: frozenset[str]
-    ) -> CallOutcome:
-        """One call of a job: answered by the response cache when it holds the answer (traced,
-        never routed), else routed and sent, its ok answer then stored (running/cached.py)."""
-        cache = self.cache
-        if cache is None:
-            return await self._routed(job, messages, turn, excluded)
+    ) -> Awaitable[CallOutcome]:
+        """One call of a job, awaited: answered by the response cache when it holds the answer
+        (traced, never routed), else routed and sent, its ok answer then stored
+        (running/cached.py). Without a cache the routed call itself: no coroutine between."""
+        if self.cache is None:
+            return self._routed(job, messages, turn, excluded)
+        return self._cached_call(self.cache, job, messages, turn, excluded)
+
+    async def _cached_call(
+        self, cache: ResponseCache, job: Job, messages: list[dict[str, Any]], turn: int,
+        excluded: frozenset[str],
+    ) -> CallOutcome:  # fmt: skip
         hit, keys = cache.lookup(job, messages, turn, excluded, self.keyed)
         if hit is not None:
             self.traces.call(hit, None)

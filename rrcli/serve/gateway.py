@@ -4,16 +4,18 @@ client keys, the sessions seen and whether it is draining (``[serve]``'s setting
 from __future__ import annotations
 
 import hmac
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-from starlette.requests import Request
+from typing import Any
 
 from rrcli.running.pool import Pool
 from rrcli.serve.metrics import Metrics
-from rrcli.serve.sessions import Idle
+from rrcli.serve.sessions import HEADERS, Idle
 
-__all__ = ["Gateway", "Settings", "pool_name"]
+__all__ = ["Gateway", "Settings", "pool_name", "read_headers"]
+
+#: the headers a request is read for: its size, its client key, its session
+_READ = frozenset(n.encode() for n in ("content-length", "authorization", "x-api-key", *HEADERS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,24 +59,31 @@ class Gateway:
         """Seconds until the first of the request's backends stops cooling, when every one
         of them is cooling (the request is answered 429 at once rather than held); None when
         one may take it."""
-        states = [
-            s for s in pool.engine.router.states if s.backend.id not in exclude and not s.down
-        ]
-        if not states or not all(s.cooling for s in states):
+        states = pool.engine.router.states
+        if not states:
             return None
-        return min(s.cooldown_until for s in states) - states[0].clock()
+        now = states[0].clock()
+        until = None
+        for state in states:
+            if state.down or state.backend.id in exclude:
+                continue
+            if state.cooldown_until <= now:  # one not cooling: no need to look further
+                return None
+            until = state.cooldown_until if until is None else min(until, state.cooldown_until)
+        return None if until is None else until - now
 
     def forget_idle(self) -> None:
         for session in self.sessions.expired():
             for pool in self.pools:
                 pool.engine.router.forget(session)
 
-    def authorized(self, request: Request) -> bool:
+    def authorized(self, headers: Mapping[str, str]) -> bool:
+        """Whether the request's ``headers`` (lowercase names) carry a client key."""
         keys = self.settings.keys
         if not keys:
             return True
-        given = request.headers.get("x-api-key") or ""
-        bearer = request.headers.get("authorization", "")
+        given = headers.get("x-api-key") or ""
+        bearer = headers.get("authorization", "")
         if bearer[:7].lower() == "bearer ":
             given = bearer[7:].strip()
         return any(hmac.compare_digest(given.encode(), key.encode()) for key in keys)
@@ -83,3 +92,13 @@ class Gateway:
 def pool_name(pool: Pool) -> str:
     profile = pool.profile
     return profile.name or profile.label.rsplit(".", 1)[0]
+
+
+def read_headers(scope: Any) -> dict[str, str]:
+    """The headers of a request's ASGI ``scope`` that the gateway reads (its size, its client
+    key, its session: the first of each), in one pass over them."""
+    heads: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        if name in _READ:
+            heads.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+    return heads
