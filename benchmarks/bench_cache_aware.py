@@ -1,6 +1,7 @@
 """Cache-aware scheduling against least_loaded and an oracle, on replicas with a prefix cache.
 
     python benchmarks/bench_cache_aware.py [--scale F] [--only a,b,c,t] [--inproc] [--engine N,N]
+        [--engine-ab N,R]
 
 Four `rrcli sim` servers in their own processes stand for four vLLM replicas: each keeps a
 prefix cache of PREFIX_TOKENS tokens (16-token blocks, LRU), answers after LATENCY_MS ± JITTER_MS
@@ -38,6 +39,10 @@ of (c) shape with cache_aware (its lookahead on) and least_loaded, each N in a f
 jobs/s and jobs a CPU second of the run (goal: cache_aware ≥ 0.9 × least_loaded; on a
 shared machine the CPU-second figure is the fairer, a process's share of the cores varying) and
 peak RSS (goal: flat in N).
+
+``--engine-ab N,R``: the same engine runs in one process, R rounds of N jobs, each round
+least_loaded, cache_aware and cache_aware with no window in alternating order; prints the median
+of the rounds' CPU-second ratios (on a loaded machine, steadier than separate processes).
 """
 
 from __future__ import annotations
@@ -227,29 +232,62 @@ def scenarios(names: str, scale: float, inproc: bool = False) -> None:
             )
 
 
-def engine_one(n: int, strategy: str) -> None:
+def _engine_run(tmp: Path, n: int, strategy: str, lookahead: int = 1000) -> tuple[float, float]:
+    """One run of the ``n`` jobs in ``tmp`` on the zero-latency sim: (jobs/s, jobs a CPU s)."""
     import asyncio
 
     from rrcli.config.profile import Backend, Profile, SimSettings
     from rrcli.running.runner import RunOptions, run
 
+    profile = Profile(
+        name="engine",
+        strategy=strategy,
+        lookahead=lookahead,
+        backends=tuple(
+            Backend(id=f"sim-{i}", provider="sim", base_url="sim://local", sim=SimSettings())
+            for i in range(REPLICAS)
+        ),
+    )
+    for name in ("r.jsonl", "t.jsonl"):
+        (tmp / name).unlink(missing_ok=True)
+    options = RunOptions(jobs=tmp / "jobs.jsonl", out=tmp / "r.jsonl", traces=tmp / "t.jsonl")
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    summary = asyncio.run(run(profile, options, environ={}))
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    assert summary.ok == n, summary.jobs
+    return n / elapsed, n / cpu
+
+
+def engine_one(n: int, strategy: str) -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         write_jobs(tmp / "jobs.jsonl", jobs_c(n / 3200), "least_loaded")
-        profile = Profile(
-            name="engine",
-            strategy=strategy,
-            backends=tuple(
-                Backend(id=f"sim-{i}", provider="sim", base_url="sim://local", sim=SimSettings())
-                for i in range(REPLICAS)
-            ),
+        rate, cpu_rate = _engine_run(tmp, n, strategy)
+        print(f"{rate:.1f} {cpu_rate:.1f} {peak_rss_mb():.1f}")
+
+
+def engine_ab(spec: str) -> None:
+    """``N,R``: R rounds in one process, each running N jobs least_loaded, cache_aware and
+    cache_aware without its window, in alternating order; the median of each round's ratio of
+    jobs a CPU second (one process: the machine's swings hit both arms of a round alike)."""
+    n, rounds = map(int, spec.split(","))
+    arms = [("least_loaded", 1000), ("cache_aware", 1000), ("cache_aware", 0)]
+    rates: dict[tuple[str, int], list[float]] = {arm: [] for arm in arms}
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        write_jobs(tmp / "jobs.jsonl", jobs_c(n / 3200), "least_loaded")
+        for r in range(rounds):
+            for arm in arms if r % 2 == 0 else arms[::-1]:
+                rates[arm].append(_engine_run(tmp, n, *arm)[1])
+    base = rates[arms[0]]
+    for strategy, lookahead in arms[1:]:
+        ratios = sorted(x / y for x, y in zip(rates[(strategy, lookahead)], base, strict=True))
+        print(
+            f"  engine A/B {n:,} jobs × {rounds}: {strategy} (lookahead {lookahead}) "
+            f"{ratios[len(ratios) // 2]:.3f} × least_loaded's jobs a CPU second (median of "
+            f"the rounds; {ratios[0]:.3f}–{ratios[-1]:.3f})",
+            flush=True,
         )
-        options = RunOptions(jobs=tmp / "jobs.jsonl", out=tmp / "r.jsonl", traces=tmp / "t.jsonl")
-        t0, cpu0 = time.perf_counter(), time.process_time()
-        summary = asyncio.run(run(profile, options, environ={}))
-        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-        assert summary.ok == n, summary.jobs
-        print(f"{n / elapsed:.1f} {n / cpu:.1f} {peak_rss_mb():.1f}")
 
 
 def engine(sizes: str) -> None:
@@ -287,11 +325,14 @@ def main() -> None:
     parser.add_argument("--only", default="a,b,c")
     parser.add_argument("--engine", default="", help="sizes for the engine part, e.g. 20000,100000")
     parser.add_argument("--inproc", action="store_true", help="in-process sim replicas, no HTTP")
+    parser.add_argument("--engine-ab", default="", help="N,R: the engine's A/B in one process")
     args = parser.parse_args()
     if args.only:
         scenarios(args.only, args.scale, args.inproc)
     if args.engine:
         engine(args.engine)
+    if args.engine_ab:
+        engine_ab(args.engine_ab)
 
 
 if __name__ == "__main__":
