@@ -27,7 +27,7 @@ from rrcli.records.attempt import CallOutcome
 from rrcli.running.pool import CLIENT_LEFT, Pool, answer
 from rrcli.serve.counting import count_tokens
 from rrcli.serve.dispatch import ON_GONE, Routes
-from rrcli.serve.gateway import Gateway
+from rrcli.serve.gateway import Gateway, read_headers
 from rrcli.serve.metrics import CONTENT_TYPE
 from rrcli.serve.sessions import session_of
 from rrcli.serve.wires import ANTHROPIC, OPENAI, Wire
@@ -123,9 +123,10 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
     """One API request: refused (draining, key, size, JSON, model), else a job for its pool."""
     if gateway.draining:
         return _error(wire, 503, "the server is shutting down — send the request to another")
-    if not gateway.authorized(request):
+    heads = read_headers(request.scope)
+    if not gateway.authorized(heads):
         return _error(wire, 401, "invalid or missing API key (Authorization: Bearer, x-api-key)")
-    body = await _body(request, gateway.settings.max_body_bytes)
+    body = await _body(request, heads, gateway.settings.max_body_bytes)
     if isinstance(body, Response):
         return body if body.status_code != 400 else _error(wire, 400, _NOT_JSON)
     if body is None:
@@ -149,7 +150,7 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
             f"every backend is cooling down — retry in {after} s",
             **{"retry-after": after},
         )
-    session = session_of(request.path_params.get("session"), request.headers, body)
+    session = session_of(request.path_params.get("session"), heads, body)
     streamed = body.get("stream") is True
     line = wire.line(endpoint, body)
     ended = None
@@ -175,10 +176,12 @@ async def _counted(pool: Pool, exclude: frozenset[str], body: dict[str, Any]) ->
     return Response(orjson.dumps({"input_tokens": tokens}), media_type=_JSON, headers=headers)
 
 
-async def _body(request: Request, limit: int) -> dict[str, Any] | Response | None:
+async def _body(
+    request: Request, heads: dict[str, str], limit: int
+) -> dict[str, Any] | Response | None:
     """The JSON object of the body; None when it is over ``limit`` bytes, a 400 when it is not
     a JSON object."""
-    length = request.headers.get("content-length")
+    length = heads.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         return None
     chunks, size = [], 0
