@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from runkit import read_jsonl, rrcli, run_on_replicas, write_profile
 
-from rrcli.routing.picture import Picture
+from rrcli.routing.picture import Picture, whole
 from rrcli.routing.prompts import Prompt
 from rrcli.routing.strategies import CacheAware, Candidate
 from rrcli.tokens import PrefixBlocks
@@ -136,7 +136,7 @@ def test_the_picture_matches_as_a_cache_of_every_block_would(sent, probe, capaci
     for shape in sent:
         picture.add(prompt(*shape))
         every.add(prompt(*shape).chain)
-        held = sum(1 if lone is None else lone.whole for lone in picture.blocks.values())
+        held = sum(1 if lone is None else whole(lone) for lone in picture.blocks.values())
         assert held == len(picture) <= capacity
     if sum(depth + 1 for _, depth, _ in sent) <= capacity:
         assert every.match(prompt(*probe).chain) == picture.match(prompt(*probe))

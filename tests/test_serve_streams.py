@@ -7,6 +7,7 @@ import contextlib
 import time
 
 import httpx2
+import pytest
 from runkit import calls, write_profile
 from servekit import Served, openai_backends
 
@@ -96,16 +97,18 @@ def test_a_client_that_leaves_mid_stream_cancels_the_call(tmp_path, sim_server):
     assert expected == seen
 
 
-def test_a_client_that_leaves_a_plain_call_cancels_it(tmp_path, sim_server):
-    """A client that gives up on a plain call before the answer: the backend's call is
-    dropped, its slot freed, and the trace holds it as ``cancelled`` by the client."""
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_leaves_before_the_answer_cancels_the_call(tmp_path, sim_server, stream):
+    """A client that gives up on a call before its answer starts (a plain call, or a stream
+    before its first text): the backend's call is dropped, its slot freed, and the trace
+    holds it as ``cancelled`` by the client."""
     sim = sim_server(ttft_ms=3000)
     traces = tmp_path / "serve.traces.jsonl"
     served = _served(tmp_path, sim, "--traces", str(traces))
     try:
         url = served.url + "/v1/chat/completions"
         with httpx2.Client(timeout=0.5) as client, contextlib.suppress(httpx2.ReadTimeout):
-            client.post(url, json={**CHAT, "stream": False})
+            client.post(url, json={**CHAT, "stream": stream})
         deadline = time.monotonic() + 5
         while (sim.stats()["concurrency"] or not calls(traces)) and time.monotonic() < deadline:
             time.sleep(0.05)

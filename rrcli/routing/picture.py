@@ -4,9 +4,11 @@ An LRU of block hashes bounded by the backend's ``prefix_cache_tokens``, as ``to
 is for the simulated server's own cache, with one difference that makes a prompt sharing nothing
 cheap: a prompt whose first block the picture does not hold is held by that block alone, the
 entry standing for all its blocks (counted as them against the bound, evicted with them) and
-keeping the prompt. Its blocks are cut and held one by one only once another prompt sent here
-starts with the same block; until then a match against it compares the two prompts' chains. So a
-batch of prompts sharing nothing costs one entry a prompt and no hashing past the first block.
+keeping the prompt's text (a str, which the garbage collector never walks; a prompt known by its
+blocks alone keeps them as a tuple). Its blocks are cut and held one by one only once another
+prompt sent here starts with the same block; until then a match against it compares the two
+prompts' chains. So a batch of prompts sharing nothing costs one entry a prompt and no hashing
+past the first block.
 
 A prompt's blocks are touched deepest first, so the blocks nearer the root are the more recent
 and a prompt loses its tail before its head (as vLLM frees a request's blocks).
@@ -18,9 +20,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from rrcli.routing.prompts import Prompt, shared_blocks
-from rrcli.tokens import BLOCK_TOKENS
+from rrcli.tokens import BLOCK_TOKENS, CHARS_PER_TOKEN, prefix_blocks
 
-__all__ = ["Picture"]
+__all__ = ["Lone", "Picture", "whole"]
+
+Lone = str | tuple[int, ...]  # what an entry standing for a whole prompt keeps of it
+_BLOCK_CHARS = BLOCK_TOKENS * CHARS_PER_TOKEN
 
 
 class Picture:
@@ -29,8 +34,9 @@ class Picture:
     __slots__ = ("_most", "blocks", "size")
 
     def __init__(self, capacity_tokens: int) -> None:
-        #: block hash -> None (held alone) or the prompt a first block stands for, oldest first
-        self.blocks: OrderedDict[int, Prompt | None] = OrderedDict()
+        #: block hash -> None (held alone) or what a first block standing for its prompt keeps
+        #: of it (``Lone``), oldest first
+        self.blocks: OrderedDict[int, Lone | None] = OrderedDict()
         self.size = 0  # blocks held, a prompt held by its first block counting all of its own
         self._most = max(0, capacity_tokens // BLOCK_TOKENS)
 
@@ -50,7 +56,7 @@ class Picture:
             return 0
         lone = blocks[prompt.head]
         if lone is not None:
-            return shared_blocks(prompt.chain, lone.chain)
+            return shared_blocks(prompt.chain, _chain(lone))
         n = 0
         for h in prompt.chain:
             if h not in blocks:
@@ -64,18 +70,18 @@ class Picture:
         if head is None or not most:
             return
         if head not in blocks and prompt.whole <= most:
-            blocks[head] = prompt
+            blocks[head] = prompt.text or tuple(prompt.chain)
             self.size += prompt.whole
         else:
             lone = blocks.get(head)
             if lone is not None:  # another prompt starts alike: both held block by block
                 del blocks[head]
-                self.size -= lone.whole
-                self._enter(lone.chain)
+                self.size -= whole(lone)
+                self._enter(_chain(lone))
             self._enter(prompt.chain)
         while self.size > most:
             _, gone = blocks.popitem(last=False)
-            self.size -= 1 if gone is None else gone.whole
+            self.size -= 1 if gone is None else whole(gone)
 
     def _enter(self, chain: Sequence[int]) -> None:
         blocks = self.blocks
@@ -87,3 +93,12 @@ class Picture:
                 blocks[h] = None
                 added += 1
         self.size += added
+
+
+def whole(lone: Lone) -> int:
+    """The whole blocks of the prompt ``lone`` stands for."""
+    return len(lone) // _BLOCK_CHARS if type(lone) is str else len(lone)
+
+
+def _chain(lone: Lone) -> Sequence[int]:
+    return prefix_blocks(lone) if type(lone) is str else lone

@@ -74,6 +74,7 @@ class Router:
         self._prefixes = self._strategy if isinstance(self._strategy, CacheAware) else None
         self.threshold = profile.cache_threshold  # what a lookahead's match must cover
         self.prompts = Prepared()  # the prompts a lookahead rendered, for the call's decision
+        self._keyed = tuple(b.sets_cache_key for b in profile.backends)  # by position
         self._rng = rng
         self._clock = clock
         self._sleep = sleep
@@ -125,7 +126,7 @@ class Router:
         prompt = self.prompts.of(messages, params)
         lease = await self._acquire(session, exclude, prompt)
         prefixes.sent(position := lease.state.position, prompt)
-        keyed = lease.state.backend.sets_cache_key and "prompt_cache_key" not in (params or ())
+        keyed = self._keyed[position] and "prompt_cache_key" not in (params or ())
         if keyed and prompt.head is not None:
             head = cache_key_head(prompt.text)
             lease.cache_key = prefixes.cache_key(position, head, self._clock())

@@ -15,11 +15,11 @@ invalid lines); no job waits more than ``size`` hand-outs past its turn. Memory 
 window leaves it for the router's decision (``Prepared``), and cuts its blocks past the first
 only when another job or a recent prompt starts with the same block.
 
-When there is nothing to gain the window stands aside: once COLD decisions in a row (or the
-window's size, if larger) found their prompt's first block on no backend, it hands the jobs it
-holds out in order and then passes the file's jobs through as they come, rendering nothing. The
-router still pictures every prompt it routes, so the first that finds its first block warm again
-ends the streak and the window fills again.
+When there is nothing to gain the window stands aside: once COLD decisions in a row found their
+prompt's first block on no backend, it hands the jobs it holds out in order and then passes the
+file's jobs through as they come, rendering nothing. The router still pictures every prompt it
+routes, so the first that finds its first block warm again ends the streak and the window fills
+again.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from rrcli.tokens import BLOCK_TOKENS
 __all__ = ["Lookahead", "Warmth"]
 
 _DEPTH = 512  # blocks of a prompt the window indexes at most (8,192 tokens)
-COLD = 1000  # decisions in a row finding nothing warm after which the window stands aside
+COLD = 256  # decisions in a row finding nothing warm after which the window stands aside
 
 # what the window holds of a job: the job, its first prompt (None: not indexed), its messages
 _Entry = tuple[Job | InvalidJob, Prompt | None, list[Mapping[str, Any]]]
@@ -78,7 +78,6 @@ class Lookahead:
         self._warmth = warmth
         self._pictured = pictured
         self._size = max(1, size)
-        self._cold = max(self._size, COLD)
         self._sessions = session_binding
         self._window: OrderedDict[int, _Entry] = OrderedDict()  # slot -> entry, the file's order
         self._index = _Index()
@@ -91,7 +90,7 @@ class Lookahead:
 
     def __next__(self) -> Job | InvalidJob:
         window = self._window
-        if self._pictured.cold >= self._cold:  # nothing to gain lately: the file's order
+        if self._pictured.cold >= COLD:  # nothing to gain lately: the file's order
             if not window:
                 job = next(self._jobs, None)
                 if job is None:

@@ -26,8 +26,8 @@ from rrcli.errors import CallError
 from rrcli.records.attempt import CallOutcome
 from rrcli.running.pool import CLIENT_LEFT, Pool, answer
 from rrcli.serve.counting import count_tokens
-from rrcli.serve.dispatch import ON_GONE, Routes
-from rrcli.serve.gateway import Gateway
+from rrcli.serve.dispatch import ON_GONE, Json, Routes, header_of
+from rrcli.serve.gateway import Gateway, read_headers
 from rrcli.serve.metrics import CONTENT_TYPE
 from rrcli.serve.sessions import session_of
 from rrcli.serve.wires import ANTHROPIC, OPENAI, Wire
@@ -104,7 +104,8 @@ def _api(gateway: Gateway, wire: Wire, endpoint: str) -> Any:
         status, streamed, deployment = 500, False, None
         try:
             response = await _handle(gateway, wire, endpoint, request)
-            status, deployment = response.status_code, response.headers.get("x-rrcli-deployment")
+            status = response.status_code
+            deployment = header_of(response, b"x-rrcli-deployment")
             streamed = isinstance(response, StreamingResponse)
             return response
         finally:
@@ -116,16 +117,17 @@ def _api(gateway: Gateway, wire: Wire, endpoint: str) -> Any:
 
 
 def _error(wire: Wire, status: int, message: str, **headers: str) -> Response:
-    return Response(wire.error(status, message), status, headers=headers, media_type=_JSON)
+    return Json(wire.error(status, message), status, headers)
 
 
 async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request) -> Response:
     """One API request: refused (draining, key, size, JSON, model), else a job for its pool."""
     if gateway.draining:
         return _error(wire, 503, "the server is shutting down — send the request to another")
-    if not gateway.authorized(request):
+    heads = read_headers(request.scope)
+    if not gateway.authorized(heads):
         return _error(wire, 401, "invalid or missing API key (Authorization: Bearer, x-api-key)")
-    body = await _body(request, gateway.settings.max_body_bytes)
+    body = await _body(request, heads, gateway.settings.max_body_bytes)
     if isinstance(body, Response):
         return body if body.status_code != 400 else _error(wire, 400, _NOT_JSON)
     if body is None:
@@ -149,7 +151,7 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
             f"every backend is cooling down — retry in {after} s",
             **{"retry-after": after},
         )
-    session = session_of(request.path_params.get("session"), request.headers, body)
+    session = session_of(request.path_params.get("session"), heads, body)
     streamed = body.get("stream") is True
     line = wire.line(endpoint, body)
     ended = None
@@ -175,10 +177,12 @@ async def _counted(pool: Pool, exclude: frozenset[str], body: dict[str, Any]) ->
     return Response(orjson.dumps({"input_tokens": tokens}), media_type=_JSON, headers=headers)
 
 
-async def _body(request: Request, limit: int) -> dict[str, Any] | Response | None:
+async def _body(
+    request: Request, heads: dict[str, str], limit: int
+) -> dict[str, Any] | Response | None:
     """The JSON object of the body; None when it is over ``limit`` bytes, a 400 when it is not
     a JSON object."""
-    length = request.headers.get("content-length")
+    length = heads.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         return None
     chunks, size = [], 0
@@ -212,7 +216,7 @@ async def _plain(
         return _failed(wire, error)
     headers = _headers(outcome)
     body = orjson.dumps(wire.answer(record, outcome.body))
-    return Response(body, headers=headers, media_type=_JSON)
+    return Json(body, headers=headers)
 
 
 async def _called(
@@ -384,4 +388,4 @@ def _failed(wire: Wire, error: CallError) -> Response:
     elif status in (429, 503):
         headers["retry-after"] = "1"
     body = wire.error(status, error.message, error.type)
-    return Response(body, status, headers=headers, media_type=_JSON)
+    return Json(body, status, headers)

@@ -4,16 +4,18 @@ client keys, the sessions seen and whether it is draining (``[serve]``'s setting
 from __future__ import annotations
 
 import hmac
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-from starlette.requests import Request
+from typing import Any
 
 from rrcli.running.pool import Pool
 from rrcli.serve.metrics import Metrics
-from rrcli.serve.sessions import Idle
+from rrcli.serve.sessions import HEADERS, Idle
 
-__all__ = ["Gateway", "Settings", "pool_name"]
+__all__ = ["Gateway", "Settings", "pool_name", "read_headers"]
+
+#: the headers a request is read for: its size, its client key, its session
+_READ = frozenset(n.encode() for n in ("content-length", "authorization", "x-api-key", *HEADERS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +77,13 @@ class Gateway:
             for pool in self.pools:
                 pool.engine.router.forget(session)
 
-    def authorized(self, request: Request) -> bool:
+    def authorized(self, headers: Mapping[str, str]) -> bool:
+        """Whether the request's ``headers`` (lowercase names) carry a client key."""
         keys = self.settings.keys
         if not keys:
             return True
-        given = request.headers.get("x-api-key") or ""
-        bearer = request.headers.get("authorization", "")
+        given = headers.get("x-api-key") or ""
+        bearer = headers.get("authorization", "")
         if bearer[:7].lower() == "bearer ":
             given = bearer[7:].strip()
         return any(hmac.compare_digest(given.encode(), key.encode()) for key in keys)
@@ -89,3 +92,13 @@ class Gateway:
 def pool_name(pool: Pool) -> str:
     profile = pool.profile
     return profile.name or profile.label.rsplit(".", 1)[0]
+
+
+def read_headers(scope: Any) -> dict[str, str]:
+    """The headers of a request's ASGI ``scope`` that the gateway reads (its size, its client
+    key, its session: the first of each), in one pass over them."""
+    heads: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        if name in _READ:
+            heads.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+    return heads
