@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import ssl
 from typing import Any
 
@@ -115,7 +116,7 @@ class LeanTransport(httpx2.AsyncBaseTransport):
             raise httpx2.ConnectTimeout("the connection was not made in time") from None
         except OSError as exc:
             self._gone()
-            raise httpx2.ConnectError(str(exc) or type(exc).__name__) from exc
+            raise httpx2.ConnectError(_refusal(exc, host, key[2])) from exc
         except BaseException:
             self._gone()
             raise
@@ -223,3 +224,12 @@ def _check_name(name: bytes) -> None:
         raise httpx2.LocalProtocolError(f"Illegal header name {name!r}")
     if len(_TOKENS) < 1024:
         _TOKENS.add(name)
+
+
+def _refusal(exc: OSError, host: str, port: int) -> str:
+    """Why a connection was not made, in the system's words, with the address tried."""
+    if isinstance(exc.errno, int) and exc.errno > 0:
+        reason = os.strerror(exc.errno)
+    else:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"{reason} ({host}:{port})"

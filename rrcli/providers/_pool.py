@@ -9,7 +9,9 @@ the one released last is taken first, so the connections a steady load needs sta
 each release looks at the oldest idle one, closed once past its keep-alive. When every
 connection is busy a request waits its turn (``pool`` timeout), as in httpcore2. Connections
 are httpcore2's own (HTTP/1.1, TLS, the address check of ``peer.py``): only the choice of one
-changes.
+changes. Backends send on the lean transport (``_lean.py``); this pool carries what it hands
+on (a streamed request body, a HEAD request), and ``Turns`` is the queue of waiting requests
+both pools share.
 """
 
 from __future__ import annotations

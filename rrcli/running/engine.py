@@ -271,10 +271,10 @@ class Engine:
         failover: bool,
     ) -> CallOutcome:
         """The attempts of one call on the leased backend, numbered on from ``before`` (retries,
-        a pause_turn continued on the slot; ``failover``: it may move on); ends the slot freed."""
+        a pause_turn continued on its slot; ``failover``: it may move on), its slot then freed."""
         provider = self.providers[(backend := lease.state.backend).id]
         call = self._request(job, messages, backend, lease.cache_key)
-        estimate = (call.input_tokens or 0) + (output_cap(call.params) or 0)  # as estimated
+        estimate = (call.input_tokens or 0) + (output_cap(call.params) or 0)  # estimate_call_tokens
         echo = echo_for(True, self.on_text, backend.id) if call.stream else None
         number, first_try, paused, continued = before, time.monotonic(), None, 0
         attempt: Attempt | None = None

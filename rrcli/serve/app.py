@@ -26,7 +26,7 @@ from rrcli.errors import CallError
 from rrcli.records.attempt import CallOutcome
 from rrcli.running.pool import CLIENT_LEFT, Pool, answer
 from rrcli.serve.counting import count_tokens
-from rrcli.serve.dispatch import ON_GONE, Routes
+from rrcli.serve.dispatch import ON_GONE, Json, Routes, header_of
 from rrcli.serve.gateway import Gateway, read_headers
 from rrcli.serve.metrics import CONTENT_TYPE
 from rrcli.serve.sessions import session_of
@@ -104,7 +104,8 @@ def _api(gateway: Gateway, wire: Wire, endpoint: str) -> Any:
         status, streamed, deployment = 500, False, None
         try:
             response = await _handle(gateway, wire, endpoint, request)
-            status, deployment = response.status_code, response.headers.get("x-rrcli-deployment")
+            status = response.status_code
+            deployment = header_of(response, b"x-rrcli-deployment")
             streamed = isinstance(response, StreamingResponse)
             return response
         finally:
@@ -116,7 +117,7 @@ def _api(gateway: Gateway, wire: Wire, endpoint: str) -> Any:
 
 
 def _error(wire: Wire, status: int, message: str, **headers: str) -> Response:
-    return Response(wire.error(status, message), status, headers=headers, media_type=_JSON)
+    return Json(wire.error(status, message), status, headers)
 
 
 async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request) -> Response:
@@ -215,7 +216,7 @@ async def _plain(
         return _failed(wire, error)
     headers = _headers(outcome)
     body = orjson.dumps(wire.answer(record, outcome.body))
-    return Response(body, headers=headers, media_type=_JSON)
+    return Json(body, headers=headers)
 
 
 async def _called(
@@ -387,4 +388,4 @@ def _failed(wire: Wire, error: CallError) -> Response:
     elif status in (429, 503):
         headers["retry-after"] = "1"
     body = wire.error(status, error.message, error.type)
-    return Response(body, status, headers=headers, media_type=_JSON)
+    return Json(body, status, headers)

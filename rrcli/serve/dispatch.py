@@ -11,7 +11,7 @@ goes on to the server, which logs it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 from starlette.requests import Request
@@ -19,7 +19,7 @@ from starlette.responses import Response
 
 from rrcli.serve.wires import ANTHROPIC, OPENAI, Wire
 
-__all__ = ["ON_GONE", "Endpoint", "Routes"]
+__all__ = ["ON_GONE", "Endpoint", "Json", "Routes", "header_of"]
 
 #: the scope's key of a list of callables its server calls when the client leaves before the
 #: answer is complete (``serve.protocol``); a scope without it (in-process) has none
@@ -77,4 +77,28 @@ def _split(path: str) -> tuple[str, str | None]:
 
 
 def _error(wire: Wire, status: int, message: str) -> Response:
-    return Response(wire.error(status, message), status, media_type="application/json")
+    return Json(wire.error(status, message), status)
+
+
+class Json(Response):
+    """A JSON answer (``body`` already encoded), its head made at once: starlette's Response
+    looks at and encodes each header on its own."""
+
+    def __init__(
+        self, body: bytes, status: int = 200, headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.status_code = status
+        self.body = body
+        self.background = None
+        raw = [(b"content-length", b"%d" % len(body)), (b"content-type", b"application/json")]
+        if headers:
+            raw += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        self.raw_headers = raw
+
+
+def header_of(response: Response, name: bytes) -> str | None:
+    """The value of the header ``name`` (lowercase) of ``response``, or None."""
+    for key, value in response.raw_headers:
+        if key == name:
+            return value.decode("latin-1")
+    return None
