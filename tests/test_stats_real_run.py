@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from runkit import calls, rrcli, write_jobs, write_profile
+from runkit import calls, read_jsonl, rrcli, write_jobs, write_profile
 
 
 def test_stats_of_a_real_run_match_an_independent_computation(tmp_path, sim_server):
@@ -27,7 +27,10 @@ def test_stats_of_a_real_run_match_an_independent_computation(tmp_path, sim_serv
     )
     jobs = write_jobs(tmp_path / "jobs.jsonl", 60)
     run = rrcli("run", jobs, "-p", profile, cwd=tmp_path)
-    assert 0 == run.returncode, run.stderr
+    # a job may use up its retries on the flaky server (exit 1): its failed calls are counted too
+    assert run.returncode in (0, 1), run.stderr
+    statuses = [r["status"] for r in read_jsonl(tmp_path / "jobs.results.jsonl")]
+    assert 60 == len(statuses)
     traces = tmp_path / "jobs.traces.jsonl"
     result = rrcli("stats", traces, "--json", cwd=tmp_path)
     assert 0 == result.returncode, result.stderr
@@ -53,5 +56,6 @@ def test_stats_of_a_real_run_match_an_independent_computation(tmp_path, sim_serv
                 theirs["latency_ms"][f"p{q}"], abs=1e-6
             )
         assert round(len(mine) / len(records), 4) == pytest.approx(theirs["share"])
-    assert {"ok": 60, "error": 0} == {k: summary["jobs"][k] for k in ("ok", "error")}
+    expected = {"ok": statuses.count("ok"), "error": statuses.count("error")}
+    assert expected == {k: summary["jobs"][k] for k in ("ok", "error")}
     assert 0 == summary["malformed_lines"]
