@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import time
@@ -93,3 +94,28 @@ def test_limit_counts_the_jobs_resume_skips(tmp_path, sim_server):
     assert 0 == more.returncode, more.stderr
     assert 2 == server.stats()["requests"]
     assert {f"j{i}": 1 for i in range(6)} == dict(ok_counts(tmp_path / "jobs.results.jsonl"))
+
+
+def _whole_lines(path):
+    """The complete lines of a file another process is writing, decoded."""
+    data = path.read_bytes() if path.exists() else b""
+    return [json.loads(line) for line in data[: data.rfind(b"\n") + 1].splitlines()]
+
+
+def test_a_result_on_disk_always_has_its_calls_in_the_traces(tmp_path, sim_server):
+    """Long answers fill the results' buffer long before the traces' (a result line of about
+    12 KB, a call record under 1 KB): whenever the results file names a finished job, the traces
+    file already holds its calls, so a kill at any moment keeps the record of every call whose
+    result was kept."""
+    server = sim_server(output_tokens=2000)
+    profile = write_profile(tmp_path / "p.toml", [{"id": "a", "base_url": server.openai_url}])
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 400)
+    proc = popen("run", jobs, "-p", profile, "-q", cwd=tmp_path)
+    looks, finished = 0, set()
+    while proc.poll() is None or looks == 0:
+        finished = {r["id"] for r in _whole_lines(tmp_path / "jobs.results.jsonl")}
+        traced = {r.get("job_id") for r in _whole_lines(tmp_path / "jobs.traces.jsonl")}
+        assert finished <= traced, sorted(finished - traced)[:5]
+        looks += 1
+    assert 0 == proc.wait(), proc.stderr.read()
+    assert 400 == len({r["id"] for r in _whole_lines(tmp_path / "jobs.results.jsonl")})

@@ -52,10 +52,12 @@ class LineFile:
     ``path`` None writes to standard output. The file is always opened in append mode, so lines
     never land over another writer's; ``append`` False truncates it first. When the reader of a
     pipe goes away (``rrcli run --out - | head``), the lines are dropped from then on and
-    ``on_closed`` is called once: the run decides what that means.
+    ``on_closed`` is called once: the run decides what that means. ``first`` runs before each
+    write of queued lines: the results' file flushes the traces' first, so a result on disk has
+    its calls' records on disk however the process ends.
     """
 
-    __slots__ = ("_buf", "_closed", "_fd", "_on_closed", "_path", "_stdout")
+    __slots__ = ("_buf", "_closed", "_fd", "_first", "_on_closed", "_path", "_stdout")
 
     def __init__(
         self,
@@ -64,8 +66,10 @@ class LineFile:
         append: bool,
         what: str,
         on_closed: Callable[[], None] | None = None,
+        first: Callable[[], None] | None = None,
     ) -> None:
         self._buf = bytearray()
+        self._first = first
         self._path = path
         self._stdout = path is None
         self._fd = -1
@@ -92,6 +96,8 @@ class LineFile:
         buf = self._buf
         if not buf:
             return
+        if self._first is not None:
+            self._first()
         try:
             if self._closed:
                 pass

@@ -204,7 +204,8 @@ class ResultWriter:
     ``write`` queues the line; ``flush`` hands queued lines to the OS in one write (the runner
     calls it periodically and at the end); ``close`` flushes and closes. ``append`` False
     truncates an existing file. ``clock`` (epoch seconds) dates the bodies built for batch
-    formats. ``on_closed`` is called once if the reader of the output (a pipe) goes away.
+    formats. ``on_closed`` is called once if the reader of the output (a pipe) goes away;
+    ``first`` runs before each write of queued lines (the traces' flush).
     """
 
     __slots__ = ("_clock", "_encode", "_out")
@@ -217,6 +218,7 @@ class ResultWriter:
         append: bool,
         clock: Callable[[], float] = time.time,
         on_closed: Callable[[], None] | None = None,
+        first: Callable[[], None] | None = None,
     ) -> None:
         encoders = {
             "rrcli": self._rrcli,
@@ -227,7 +229,7 @@ class ResultWriter:
             raise UsageError(f"unknown results format {fmt!r} — use one of {', '.join(FORMATS)}")
         self._encode = encoders[fmt]
         self._clock = clock
-        self._out = LineFile(path, append=append, what="results", on_closed=on_closed)
+        self._out = LineFile(path, append=append, what="results", on_closed=on_closed, first=first)
 
     def write(
         self,

@@ -79,18 +79,20 @@ def open_outputs(
     by ``stack``; with a span ``sender`` (--otlp) both feed it too; with a
     shared ``queue`` each result line goes to it as well. ``on_closed``: called once if the
     results' reader (a pipe) goes away."""
+    tap = None if sender is None else sender.put
+    traces = TraceWriter(options.traces, run_id, tap=tap, append=not options.overwrite)
+    stack.callback(traces.close)  # after the results', whose flush flushes the traces first
     results: ResultSink
     if options.on_result is not None:
         results = CallbackWriter(options.on_result)
     else:
         out = options.out_file
         append = options.resume and out is not None and out.exists()
-        writer = ResultWriter(out, fmt=options.fmt, append=append, on_closed=on_closed)
+        writer = ResultWriter(
+            out, fmt=options.fmt, append=append, on_closed=on_closed, first=traces.flush
+        )
         stack.callback(writer.close)
         results = writer if queue is None else queue.sink(writer)
-    tap = None if sender is None else sender.put
-    traces = TraceWriter(options.traces, run_id, tap=tap, append=not options.overwrite)
-    stack.callback(traces.close)
     if sender is not None:
         results = JobEnds(results, sender)
     return results, traces

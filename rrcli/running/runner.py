@@ -285,9 +285,9 @@ async def _close(engine: Engine, gates: Mapping[str, Any]) -> None:
     engine.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record(), halted)
     if budget is not None:
         await budget.ledger.close()
+    engine.traces.flush()  # first: a result on disk has its calls' records on disk
     if engine.results is not None:
         engine.results.flush()
-    engine.traces.flush()
     for provider in engine.providers.values():
         await provider.aclose()
     await _close_gates(gates)
@@ -370,9 +370,9 @@ async def _until_done(everything: asyncio.Future[Any], control: RunControl, rout
 async def _flush_periodically(engine: Engine) -> None:
     while True:
         await asyncio.sleep(FLUSH_INTERVAL)
+        engine.traces.flush()  # first: a result on disk has its calls' records on disk
         if engine.results is not None:
             engine.results.flush()
-        engine.traces.flush()
 
 
 def run_sync(
