@@ -12,12 +12,14 @@ throughput, median and p99, the ratios to direct, the CPU seconds the forwarder'
 processes spent a request (all of it beyond the upstream call) and the generator's own: the 2
 cores are shared by the generator, the backends and the process measured, so each CPU
 microsecond of any of them is throughput. ``--baseline`` adds `rrcli serve` of another
-checkout to the same run (before and after a change). Then a slow streaming backend: the time
-to the first text straight, through the forwarder and through serve, sequential requests,
-medians compared.
+checkout to the same run (before and after a change); ``--litellm PYTHON`` (or
+``RRCLI_LITELLM_PYTHON``) adds LiteLLM's proxy run by that Python (one with ``litellm[proxy]``
+installed, e.g. a venv's), its router in front of the same two backends. Then a slow
+streaming backend: the time to the first text straight, through the forwarder and through
+serve, sequential requests, medians compared.
 
     python benchmarks/bench_serve.py [--requests 3000] [--in-flight 64] [--latencies 50,0]
-        [--client raw|httpx2] [--baseline CHECKOUT]
+        [--client raw|httpx2] [--baseline CHECKOUT] [--litellm PYTHON]
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ import asyncio
 import contextlib
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,6 +75,50 @@ def forwarded(urls: list[str]) -> Iterator[tuple[str, int]]:
     script = str(Path(__file__).with_name("_forwarder.py"))
     with server_process([sys.executable, script, str(port), *urls], port) as running:
         yield running
+
+
+#: LiteLLM's proxy kept off the network (its price map from the package, no telemetry) and,
+#: as serve runs here with --no-auth, without a key
+LITELLM_OFFLINE = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False", "NO_PROXY": "*",
+    "no_proxy": "*", "LITELLM_LOG": "ERROR",
+    "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",  # as serve runs --no-auth
+}  # fmt: skip
+
+
+@contextlib.contextmanager
+def litellm_proxy(python: str, urls: list[str], folder: Path) -> Iterator[tuple[str, int]]:
+    """LiteLLM's proxy (run by ``python``) routing model "pool" over ``urls``, one deployment
+    each, as its docs set up a load-balanced model: (its base URL, its pid)."""
+    deployments = "".join(
+        f"  - model_name: pool\n    litellm_params:\n      model: openai/sim\n"
+        f"      api_base: {url}\n      api_key: unused\n"
+        for url in urls
+    )
+    config = folder / "litellm.yaml"
+    config.write_text(f"model_list:\n{deployments}")
+    port = free_port()
+    argv = [python, "-m", "litellm.proxy.proxy_cli", "--config", str(config), "--host",
+            "127.0.0.1", "--port", str(port)]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, env={**os.environ, **LITELLM_OFFLINE}, cwd=folder,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while proc.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                health = f"http://127.0.0.1:{port}/health/liveliness"
+                with urllib.request.urlopen(health, timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            time.sleep(0.25)
+        else:
+            raise RuntimeError("LiteLLM's proxy did not start")
+        yield f"http://127.0.0.1:{port}/v1", proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(15)
 
 
 async def httpx2_load(urls: list[str], requests: int, in_flight: int) -> tuple[float, list[float]]:
@@ -142,6 +190,11 @@ def main() -> None:
     parser.add_argument(
         "--client", choices=("raw", "httpx2"), default="raw", help="the load generator"
     )
+    parser.add_argument(
+        "--litellm",
+        default=os.environ.get("RRCLI_LITELLM_PYTHON"),
+        help="also LiteLLM's proxy, run by this Python (one with litellm[proxy] installed)",
+    )
     args = parser.parse_args()
     os.environ["PYTHONPATH"] = str(ROOT)
     print(f"load average: {os.getloadavg()[0]:.2f} (1 min)", flush=True)
@@ -158,6 +211,9 @@ def main() -> None:
                     }
                     if args.baseline is not None:
                         targets["baseline"] = stack.enter_context(served(path, args.baseline))
+                    if args.litellm:
+                        proxy = litellm_proxy(args.litellm, [a, b], Path(tmp))
+                        targets["litellm"] = stack.enter_context(proxy)
                     compare(latency, targets, args)
         with sim_server(
             "--ttft-ms", "200", "--tokens-per-s", "16", "--output-tokens", "32"
@@ -213,6 +269,8 @@ def compare(latency: float, targets: dict[str, Target], args: argparse.Namespace
                 f"p99 {p99 - d[2]:+.1f} ms  CPU {cpu * 1e6:,.0f} µs a request"
             )
         print(line + f"  (generator {own * 1e6:,.0f} µs a request)", flush=True)
+    if "litellm" in best:
+        print(f"  serve / LiteLLM's proxy: {best['serve'][0] / best['litellm'][0]:.2f} x")
 
 
 if __name__ == "__main__":
