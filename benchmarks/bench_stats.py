@@ -1,13 +1,15 @@
 """Benchmark `rrcli stats` against DuckDB's read_json on the same trace file (run on demand).
 
-    python benchmarks/bench_stats.py [--lines 1000000] [--workers N]
+    python benchmarks/bench_stats.py [--lines 1000000] [--workers N] [--rounds 5]
 
 Writes a SPEC §5 trace of LINES lines once (cached in the temp folder; several runs, retries,
-errors, streamed calls), then summarises it in a fresh process per engine and prints the wall
-time and peak RSS of each, and the ratio. DuckDB computes the same per-deployment call counts
-and latency p50/p95 (quantile_cont is the same linear method); it is skipped with a message when
-it is not installed (`pip install duckdb`). Both use every CPU by default (DuckDB's threads,
-rrcli's reader processes); ``--workers N`` gives each N. Targets: at most 2 x DuckDB's time and
+errors, streamed calls), then summarises it in a fresh process per engine, the two interleaved
+for ``--rounds`` rounds, and prints the wall time and peak RSS of each and the median ratio
+(one round's ratio moves by a third with the machine's load). DuckDB computes the same
+per-deployment call counts and latency p50/p95 (quantile_cont is the same linear method); it is
+skipped with a message when it is not installed (`pip install duckdb`). Both use every CPU by
+default (DuckDB's threads, rrcli's reader processes); ``--workers N`` gives each N. Targets: at
+most 2 x DuckDB's time and
 under 300 MB for 1,000,000 lines.
 """
 
@@ -17,6 +19,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -113,30 +116,31 @@ def main() -> None:
         default=0,
         help="rrcli's reader processes and DuckDB's threads (0: each its default, the CPUs)",
     )
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="rounds of the two, interleaved (median ratio)"
+    )
     args = parser.parse_args()
     path = trace_file(args.lines)
     size = path.stat().st_size / 2**20
     print(f"{args.lines:,} lines, {size:.0f} MiB, {os.cpu_count()} CPUs")
-    ours = measure(RRCLI, path, args.workers)
-    print(
-        f"rrcli stats : {ours['wall']:.2f} s ({ours['cpu']:.2f} s CPU), "
-        f"{ours['workers']} reading process(es), peak RSS {ours['rss']:.0f} MB "
-        f"(each reader process {ours['child_rss']:.0f} MB), "
-        f"{args.lines / ours['wall']:,.0f} lines/s"
-    )
     try:
         import duckdb  # noqa: F401
     except ImportError:
+        ours = measure(RRCLI, path, args.workers)
+        show("rrcli stats", ours, args.lines)
         print("duckdb     : skipped (not installed: pip install duckdb)")
         return
-    theirs = measure(DUCKDB, path, args.workers)
+    walls, cpus = [], []
+    for _ in range(args.rounds):
+        ours, theirs = measure(RRCLI, path, args.workers), measure(DUCKDB, path, args.workers)
+        show("rrcli stats", ours, args.lines)
+        show("duckdb     ", theirs, args.lines)
+        walls.append(ours["wall"] / theirs["wall"])
+        cpus.append(ours["cpu"] / theirs["cpu"])
     print(
-        f"duckdb      : {theirs['wall']:.2f} s ({theirs['cpu']:.2f} s CPU), "
-        f"peak RSS {theirs['rss']:.0f} MB, {theirs['threads']} threads"
-    )
-    print(
-        f"ratio       : rrcli/duckdb time {ours['wall'] / theirs['wall']:.2f}x, "
-        f"CPU {ours['cpu'] / theirs['cpu']:.2f}x (CPU time varies less with the machine's load)"
+        f"ratio       : rrcli/duckdb time, median of {args.rounds} interleaved rounds "
+        f"{statistics.median(walls):.2f}x (rounds {min(walls):.2f}-{max(walls):.2f}), "
+        f"CPU {statistics.median(cpus):.2f}x (CPU time varies less with the machine's load)"
     )
     # rrcli prints milliseconds rounded to 3 decimals: DuckDB's unrounded p50 is the same when
     # it is within half of the last printed decimal
@@ -145,6 +149,20 @@ def main() -> None:
         for k, v in theirs["groups"].items()
     )
     print(f"same counts and p50 as duckdb: {same}")
+
+
+def show(name: str, figures: dict, lines: int) -> None:
+    """One engine's round: wall and CPU time, memory, processes or threads."""
+    line = f"{name}: {figures['wall']:.2f} s ({figures['cpu']:.2f} s CPU), "
+    if "workers" in figures:
+        line += (
+            f"{figures['workers']} reading process(es), peak RSS {figures['rss']:.0f} MB "
+            f"(each reader process {figures['child_rss']:.0f} MB), "
+            f"{lines / figures['wall']:,.0f} lines/s"
+        )
+    else:
+        line += f"peak RSS {figures['rss']:.0f} MB, {figures['threads']} threads"
+    print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -82,8 +82,8 @@ def group_sweep(
     times, ranks = np.unique(np.concatenate((t0, t1)), return_inverse=True)
     width = len(times) + 1
     group = codes.astype(np.int64) * width
-    starts = np.sort(group + ranks[: len(t0)])
-    ends = np.sort(group + ranks[len(t0) :])
+    starts = np.sort(group + ranks[: len(t0)], kind="stable")  # nearly sorted: timsort's case
+    ends = np.sort(group + ranks[len(t0) :], kind="stable")
     first = (np.cumsum(counts) - counts)[counts > 0]
     # ends of earlier groups sort before every start of this one and offset both counts alike
     in_flight = np.arange(1, len(starts) + 1) - np.searchsorted(ends, starts, "right")
@@ -143,8 +143,8 @@ def _sweep_each(
     starts, ends = t0[order], t1[order]
     for g, a, b in _slices(counts, np.cumsum(counts) - counts):
         s, e = starts[a:b], ends[a:b]
-        s.sort()
-        e.sort()
+        s.sort(kind="stable")  # timsort: a trace is written about in time order, a few runs
+        e.sort(kind="stable")
         calls = np.arange(1, b - a + 1)
         peak[g] = (calls - np.searchsorted(e, s, "right")).max()
         idle = np.searchsorted(s, e, "right") == calls
