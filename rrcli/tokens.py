@@ -219,6 +219,11 @@ def rendered_prompt(
     """The whole prompt as a server renders it, in order: the system text (an Anthropic
     ``system``, else the leading system messages), the tools, then every other message, each
     with its role. Two prompts share a prefix here exactly where a server's would."""
+    if len(messages) == 1 and not (tools or system):  # one user text: the common job, no loop
+        message = messages[0]
+        content = message.get("content")
+        if type(content) is str and message.get("role") == "user" and "tool_calls" not in message:
+            return "user\x1f" + content
     parts: list[str] = []
     if system:
         parts.append("system\x1f" + _text(system))

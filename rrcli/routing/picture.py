@@ -79,9 +79,14 @@ class Picture:
                 self.size -= whole(lone)
                 self._enter(_chain(lone))
             self._enter(prompt.chain)
-        while self.size > most:
+        size = self.size
+        while size > most:  # whole() inline: an eviction a prompt, once the picture is full
             _, gone = blocks.popitem(last=False)
-            self.size -= 1 if gone is None else whole(gone)
+            if gone is None:
+                size -= 1
+            else:
+                size -= len(gone) // _BLOCK_CHARS if type(gone) is str else len(gone)
+        self.size = size
 
     def _enter(self, chain: Sequence[int]) -> None:
         blocks = self.blocks

@@ -120,4 +120,4 @@ class Prepared:
         found = self._ready.pop(id(params), None) if self._ready else None
         if found is not None and found[0] is params and found[1] == messages:
             return found[2]
-        return prompt_of(messages, params)
+        return Prompt(rendered_prompt(messages, params.get("tools"), params.get("system")))

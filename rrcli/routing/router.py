@@ -124,7 +124,10 @@ class Router:
         prefixes = self._prefixes
         assert prefixes is not None
         prompt = self.prompts.of(messages, params)
-        lease = await self._acquire(session, exclude, prompt)
+        if self._sessions and session is not None:
+            lease = await self._acquire(session, exclude, prompt)
+        else:  # _acquire's first branch inline: one coroutine fewer a call
+            lease = self._grant(await self._route(exclude, prompt), None)
         prefixes.sent(position := lease.state.position, prompt)
         keyed = self._keyed[position] and "prompt_cache_key" not in (params or ())
         if keyed and prompt.head is not None:

@@ -243,9 +243,19 @@ class CacheAware(_Rotating):
         if head is not None:
             held = self._held
             # the cheap test first: a backend not holding the first block matches nothing
+            for c in candidates:  # a loop, not a list: most prompts find no backend
+                if head in held[c.position]:
+                    break
+            else:
+                self.cold += 1
+                trees = self.trees  # _least inline
+                keys = [
+                    ((c.in_flight + c.waiting) / c.cap, trees[c.position].size) for c in candidates
+                ]
+                return self._lowest(candidates, keys)
+            self.cold = 0
             warm = [c for c in candidates if head in held[c.position]]
-            self.cold = 0 if warm else self.cold + 1
-            if warm and not self._unbalanced(candidates):
+            if not self._unbalanced(candidates):
                 room = [c for c in warm if c.in_flight + c.waiting < c.cap]
                 if room or all(c.in_flight + c.waiting >= c.cap for c in candidates):
                     warm = room or warm
@@ -260,8 +270,9 @@ class CacheAware(_Rotating):
         return self._least(candidates)
 
     def _least(self, pool: Sequence[Candidate]) -> int:
-        trees = self.trees  # _key's, without a call a candidate
-        return self._lowest(pool, [(c.load, trees[c.position].size) for c in pool])
+        trees = self.trees  # _key's, without a call a candidate (c.load inline)
+        keys = [((c.in_flight + c.waiting) / c.cap, trees[c.position].size) for c in pool]
+        return self._lowest(pool, keys)
 
     def _unbalanced(self, candidates: Sequence[Candidate]) -> bool:
         counts = [c.in_flight + c.waiting for c in candidates]
@@ -295,10 +306,9 @@ class CacheAware(_Rotating):
             recent, heads = self.recents[position], self.recent_heads
             if len(recent) == self.RECENT:  # the oldest goes
                 gone = recent[0].head
-                if heads[gone] == 1:  # type: ignore[index]
-                    del heads[gone]  # type: ignore[arg-type]
-                else:
-                    heads[gone] -= 1  # type: ignore[index]
+                count = heads.pop(gone)  # type: ignore[arg-type]
+                if count > 1:
+                    heads[gone] = count - 1  # type: ignore[index]
             recent.append(prompt)
             heads[head] = heads.get(head, 0) + 1
 
