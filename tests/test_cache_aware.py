@@ -119,6 +119,19 @@ def test_the_cold_streak_counts_decisions_that_found_nothing_warm():
     assert [3, 0] == [cold, strategy.cold]
 
 
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 5)), max_size=40), st.integers(0, 2))
+def test_the_recent_heads_count_the_recent_prompts_through_a_cold_streak(sent, cold_every):
+    """However long the cold streaks between reads, ``recent_heads`` counts the first blocks of
+    the prompts in ``recents``."""
+    strategy = CacheAware([1000] * 2)
+    for k, (position, head) in enumerate(sent):
+        strategy.cold = CacheAware.COLD if cold_every and k % (cold_every + 1) else 0
+        strategy.sent(position, _prompt([head, 100 + k]))
+        if k % 3 == 0:
+            expected = collections.Counter(p.head for r in strategy.recents for p in r)
+            assert dict(expected) == strategy.recent_heads
+
+
 @given(
     st.lists(st.tuples(st.integers(0, 3), st.integers(1, 8), st.integers(0, 3)), max_size=40),
     st.tuples(st.integers(0, 3), st.integers(1, 8), st.integers(0, 3)),

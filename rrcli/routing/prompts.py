@@ -23,7 +23,6 @@ __all__ = ["Prepared", "Prompt", "cache_key_head", "prompt_of", "shared_blocks"]
 
 _KEY_CHARS = 256 * CHARS_PER_TOKEN  # a hosted API routes a prompt by its first 256 tokens
 _BLOCK_CHARS = BLOCK_TOKENS * CHARS_PER_TOKEN
-_NO_PARAMS: Mapping[str, Any] = {}
 
 
 class Prompt:
@@ -115,9 +114,10 @@ class Prepared:
     def of(self, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None) -> Prompt:
         """The prompt of a call of ``messages`` with ``params``: the prepared one (then
         forgotten: a job's first call routes once), else rendered now."""
-        if params is None:
-            params = _NO_PARAMS
-        found = self._ready.pop(id(params), None) if self._ready else None
-        if found is not None and found[0] is params and found[1] == messages:
-            return found[2]
+        if self._ready:
+            found = self._ready.pop(id(params), None)
+            if found is not None and found[0] is params and found[1] == messages:
+                return found[2]
+        if not params:  # most calls set none
+            return Prompt(rendered_prompt(messages))
         return Prompt(rendered_prompt(messages, params.get("tools"), params.get("system")))

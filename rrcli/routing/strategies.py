@@ -208,6 +208,7 @@ class CacheAware(_Rotating):
 
     name = "cache_aware"
     RECENT = 4  # prompts remembered per backend for the lookahead (recents)
+    COLD = 256  # decisions in a row finding nothing warm after which the lookahead stands aside
     KEY_RATE = 15  # calls a minute one prompt_cache_key takes before the next key is used
     KEYS = 4096  # prefixes whose calls of the last minute are remembered (cache_key)
 
@@ -223,8 +224,11 @@ class CacheAware(_Rotating):
         self._held = [tree.blocks for tree in self.trees]
         #: per backend, the last prompts sent to it (newest last)
         self.recents = [deque[Prompt](maxlen=self.RECENT) for _ in capacities]
-        #: the first blocks of all those prompts, each with how many of them start with it
-        self.recent_heads: dict[int, int] = {}
+        #: the first blocks of all those prompts, each with how many of them start with it,
+        #: kept up to date by ``sent`` until COLD decisions in a row find nothing warm (the
+        #: window stands aside then, reading none), counted again from ``recents`` when read
+        self._heads: dict[int, int] = {}
+        self._counted = True
         #: decisions in a row whose prompt's first block no backend held
         self.cold = 0
         self._keys: dict[tuple[int, str], deque[float]] = {}
@@ -234,6 +238,17 @@ class CacheAware(_Rotating):
 
     def _key(self, c: Candidate) -> tuple[float, ...]:
         return (c.load, self.trees[c.position].size)
+
+    @property
+    def recent_heads(self) -> dict[int, int]:
+        """The first blocks of the prompts in ``recents``, each with how many start with it."""
+        if not self._counted:
+            heads: dict[int, int] = {}
+            for recent in self.recents:
+                for prompt in recent:
+                    heads[prompt.head] = heads.get(prompt.head, 0) + 1  # type: ignore[index]
+            self._heads, self._counted = heads, True
+        return self._heads
 
     def choose_for(self, candidates: Sequence[Candidate], prompt: Prompt) -> int:
         """The index in ``candidates`` for ``prompt``. The least loaded is always one with a
@@ -301,16 +316,21 @@ class CacheAware(_Rotating):
     def sent(self, position: int, prompt: Prompt) -> None:
         """``prompt`` went to the backend at ``position``."""
         head = prompt.head
-        if head is not None:
-            self.trees[position].add(prompt)
-            recent, heads = self.recents[position], self.recent_heads
+        if head is None:
+            return
+        self.trees[position].add(prompt)
+        recent = self.recents[position]
+        if self._counted and self.cold >= self.COLD:
+            self._counted = False  # the window reads none now: counted again when read
+        if self._counted:
+            heads = self._heads
             if len(recent) == self.RECENT:  # the oldest goes
                 gone = recent[0].head
                 count = heads.pop(gone)  # type: ignore[arg-type]
                 if count > 1:
                     heads[gone] = count - 1  # type: ignore[index]
-            recent.append(prompt)
             heads[head] = heads.get(head, 0) + 1
+        recent.append(prompt)
 
 
 class FirstAvailable(_Base):

@@ -30,12 +30,13 @@ from typing import Any, Protocol
 
 from rrcli.records.jobs import InvalidJob, Job
 from rrcli.routing.prompts import Prepared, Prompt, prompt_of, shared_blocks
+from rrcli.routing.strategies import CacheAware
 from rrcli.tokens import BLOCK_TOKENS
 
 __all__ = ["Lookahead", "Warmth"]
 
 _DEPTH = 512  # blocks of a prompt the window indexes at most (8,192 tokens)
-COLD = 256  # decisions in a row finding nothing warm after which the window stands aside
+COLD = CacheAware.COLD  # decisions in a row finding nothing warm after which it stands aside
 
 # what the window holds of a job: the job, its first prompt (None: not indexed), its messages
 _Entry = tuple[Job | InvalidJob, Prompt | None, list[Mapping[str, Any]]]
