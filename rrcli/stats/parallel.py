@@ -27,7 +27,9 @@ __all__ = ["Source", "both", "cpus", "read_all"]
 
 Source = str | os.PathLike[str] | IO[bytes]
 _PARALLEL_BYTES = 64 << 20  # files this large are read in parts by several processes
-_PARTS_PER_WORKER = 4  # small enough parts that the processes end about together
+#: each process's parts, as shares of the file: large ones first, then smaller, so that the
+#: processes end about together (the last part taken is a small one) at few parts in all
+_PART_WEIGHTS = (4, 4, 2, 2, 1, 1)
 #: where a forked reader leaves what it read: memory (tmpfs) where there is one
 _HANDOVER_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 _child: Callable[[], Any] | None = None  # what the forked child of ``both`` runs
@@ -36,16 +38,17 @@ _claims: Any = None  # the next part to read, shared by the processes of ``_read
 
 def read_all(sources: list[Source], by: str, workers: int) -> TraceReader:
     """Read every source; files of _PARALLEL_BYTES or more are cut at line boundaries into
-    _PARTS_PER_WORKER × ``workers`` parts, read by this process and ``workers`` − 1 forked
-    ones, whose readers are merged in the parts' order."""
+    parts (each weight of _PART_WEIGHTS ``workers`` times, in turn), read by this process and
+    ``workers`` − 1 forked ones, whose readers are merged in the parts' order."""
     reader, parts = TraceReader(by), []
     for source in sources:
         if not isinstance(source, str | os.PathLike):
             reader.read(getattr(source, "buffer", source))
             continue
         size = os.path.getsize(source)
-        count = workers * _PARTS_PER_WORKER if size >= _PARALLEL_BYTES and workers > 1 else 1
-        cuts = _cuts(source, size, count)
+        parallel = size >= _PARALLEL_BYTES and workers > 1
+        weights = [w for w in _PART_WEIGHTS for _ in range(workers)] if parallel else [1]
+        cuts = _cuts(source, size, weights)
         if len(cuts) > 2:
             parts += [(source, a, b, by) for a, b in itertools.pairwise(cuts)]
         else:
@@ -113,12 +116,13 @@ def _run_child() -> Any:
     return _child()
 
 
-def _cuts(path: Source, size: int, parts: int) -> list[int]:
-    """Byte offsets that cut a file into about ``parts`` pieces of whole lines."""
-    cuts = [0]
+def _cuts(path: Source, size: int, weights: list[int]) -> list[int]:
+    """Byte offsets that cut a file into pieces of whole lines, about in the proportions of
+    ``weights``."""
+    cuts, total = [0], sum(weights)
     with open(path, "rb") as stream:
-        for i in range(1, parts):
-            stream.seek(size * i // parts)
+        for upto in itertools.accumulate(weights[:-1]):
+            stream.seek(size * upto // total)
             stream.readline()
             if cuts[-1] < stream.tell() < size:
                 cuts.append(stream.tell())
