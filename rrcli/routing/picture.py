@@ -79,14 +79,9 @@ class Picture:
                 self.size -= whole(lone)
                 self._enter(_chain(lone))
             self._enter(prompt.chain)
-        size = self.size
-        while size > most:  # whole() inline: an eviction a prompt, once the picture is full
+        while self.size > most:
             _, gone = blocks.popitem(last=False)
-            if gone is None:
-                size -= 1
-            else:
-                size -= len(gone) // _BLOCK_CHARS if type(gone) is str else len(gone)
-        self.size = size
+            self.size -= 1 if gone is None else whole(gone)
 
     def _enter(self, chain: Sequence[int]) -> None:
         blocks = self.blocks

@@ -120,4 +120,4 @@ class Prepared:
                 return found[2]
         if not params:  # most calls set none
             return Prompt(rendered_prompt(messages))
-        return Prompt(rendered_prompt(messages, params.get("tools"), params.get("system")))
+        return prompt_of(messages, params)

@@ -120,14 +120,11 @@ class Router:
         params: Mapping[str, Any] | None,
     ) -> Lease:
         """cache_aware's decision (a coroutine of its own: a strategy blind to prompts awaits
-        ``_acquire`` with none between; without a session, _acquire's first branch inline)."""
+        ``_acquire`` with none between)."""
         prefixes = self._prefixes
         assert prefixes is not None
         prompt = self.prompts.of(messages, params)
-        if self._sessions and session is not None:
-            lease = await self._acquire(session, exclude, prompt)
-        else:
-            lease = self._grant(await self._route(exclude, prompt), None)
+        lease = await self._acquire(session, exclude, prompt)
         prefixes.sent(position := lease.state.position, prompt)
         keyed = self._keyed[position] and "prompt_cache_key" not in (params or ())
         if keyed and prompt.head is not None:

@@ -263,11 +263,7 @@ class CacheAware(_Rotating):
                     break
             else:
                 self.cold += 1
-                trees = self.trees  # _least inline
-                keys = [
-                    ((c.in_flight + c.waiting) / c.cap, trees[c.position].size) for c in candidates
-                ]
-                return self._lowest(candidates, keys)
+                return self._least(candidates)
             self.cold = 0
             warm = [c for c in candidates if head in held[c.position]]
             if not self._unbalanced(candidates):
