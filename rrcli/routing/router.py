@@ -74,7 +74,6 @@ class Router:
         self._prefixes = self._strategy if isinstance(self._strategy, CacheAware) else None
         self.threshold = profile.cache_threshold  # what a lookahead's match must cover
         self.prompts = Prepared()  # the prompts a lookahead rendered, for the call's decision
-        self._keyed = tuple(b.sets_cache_key for b in profile.backends)  # by position
         self._rng = rng
         self._clock = clock
         self._sleep = sleep
@@ -110,48 +109,44 @@ class Router:
         NoBackendError."""
         if self._prefixes is None or messages is None:
             return self._acquire(session, exclude, None)
-        return self._warm(session, exclude, messages, params)
+        return self._acquire(session, exclude, self.prompts.of(messages, params), params)
 
-    async def _warm(
+    async def _acquire(
         self,
         session: str | None,
         exclude: frozenset[str],
-        messages: Sequence[Mapping[str, Any]],
-        params: Mapping[str, Any] | None,
-    ) -> Lease:
-        """cache_aware's decision (a coroutine of its own: a strategy blind to prompts awaits
-        ``_acquire`` with none between)."""
-        prefixes = self._prefixes
-        assert prefixes is not None
-        prompt = self.prompts.of(messages, params)
-        lease = await self._acquire(session, exclude, prompt)
-        prefixes.sent(position := lease.state.position, prompt)
-        keyed = self._keyed[position] and "prompt_cache_key" not in (params or ())
-        if keyed and prompt.head is not None:
-            head = cache_key_head(prompt.text)
-            lease.cache_key = prefixes.cache_key(position, head, self._clock())
-        return lease
-
-    async def _acquire(
-        self, session: str | None, exclude: frozenset[str], prompt: Prompt | None
+        prompt: Prompt | None,
+        params: Mapping[str, Any] | None = None,
     ) -> Lease:
         if not (self._sessions and session is not None):
-            return self._grant(await self._route(exclude, prompt), None)
+            lease = self._grant(await self._route(exclude, prompt), None)
+        else:
+            state, tag = self._bound(session)
+            if state is None or state.backend.id in exclude or not await self._slot(state):
+                tag = tag if state is None else "rebound"  # failover, or its backend went down
+                state = await self._route(exclude, prompt)
+                self._bindings[session] = (state, tag)
+            lease = self._grant(state, tag)
+        if prompt is not None:  # cache_aware: the prompt is recorded where it went, keyed there
+            prefixes, position = self._prefixes, lease.state.position
+            assert prefixes is not None
+            if prefixes.sent(position, prompt) and "prompt_cache_key" not in (params or ()):
+                head = cache_key_head(prompt.text)
+                lease.cache_key = prefixes.cache_key(position, head, self._clock())
+        return lease
+
+    def _bound(self, session: str) -> tuple[BackendState | None, str]:
+        """The backend ``session`` is bound to (a binding saved by an earlier run taken up now)
+        and the binding's tag; None and the tag of a binding to make when it has none."""
         bound = self._bindings.get(session)
-        tag = "new"
-        if bound is None and session in self._saved:
-            if (saved := self._by_id.get(self._saved.pop(session))) is not None:
-                bound = self._bindings[session] = (saved, "kept")
-            else:
-                tag = "rebound"
         if bound is not None:
-            state, tag = bound
-            if state.backend.id not in exclude and await self._slot(state):
-                return self._grant(state, tag)
-            tag = "rebound"  # failover, or its backend went down: the session moves
-        state = await self._route(exclude, prompt)
-        self._bindings[session] = (state, tag)
-        return self._grant(state, tag)
+            return bound
+        if session not in self._saved:
+            return None, "new"
+        if (saved := self._by_id.get(self._saved.pop(session))) is None:
+            return None, "rebound"
+        bound = self._bindings[session] = (saved, "kept")
+        return bound
 
     async def reacquire(self, lease: Lease) -> None:
         """A retry takes a slot again on the SAME backend (FIFO at its gate); raises

@@ -17,6 +17,8 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Sequence
+from itertools import repeat
+from operator import contains
 from typing import ClassVar, Protocol
 
 import msgspec
@@ -218,8 +220,11 @@ class CacheAware(_Rotating):
         threshold: float = 0.3,
         balance_abs: int | None = None,
         balance_rel: float = 1.5,
+        keyed: Sequence[bool] = (),
     ) -> None:
         super().__init__()
+        #: by position, whether a backend is sent a prompt_cache_key (none unless given)
+        self._keyed = tuple(keyed) or (False,) * len(capacities)
         self.trees = [Picture(c) for c in capacities]
         self._held = [tree.blocks for tree in self.trees]
         #: per backend, the last prompts sent to it (newest last)
@@ -255,29 +260,25 @@ class CacheAware(_Rotating):
         free slot when any has one (its load is under 1), so only a match needs the slots
         counted."""
         head = prompt.head
-        if head is not None:
+        # the cheap test first, over every backend in one step: one not holding the first
+        # block matches nothing (most prompts find none)
+        if head is not None and any(map(contains, self._held, repeat(head))):
             held = self._held
-            # the cheap test first: a backend not holding the first block matches nothing
-            for c in candidates:  # a loop, not a list: most prompts find no backend
-                if head in held[c.position]:
-                    break
-            else:
-                self.cold += 1
-                return self._least(candidates)
-            self.cold = 0
             warm = [c for c in candidates if head in held[c.position]]
-            if not self._unbalanced(candidates):
-                room = [c for c in warm if c.in_flight + c.waiting < c.cap]
-                if room or all(c.in_flight + c.waiting >= c.cap for c in candidates):
-                    warm = room or warm
-                    trees = self.trees
-                    matches = [trees[c.position].match(prompt) for c in warm]
-                    best = max(matches)
-                    if best * BLOCK_TOKENS >= self._threshold * prompt.tokens:
-                        warm = [c for c, m in zip(warm, matches, strict=True) if m == best]
-                        return candidates.index(warm[self._least(warm)])
-        else:
-            self.cold += 1
+            if warm:
+                self.cold = 0
+                if not self._unbalanced(candidates):
+                    room = [c for c in warm if c.in_flight + c.waiting < c.cap]
+                    if room or all(c.in_flight + c.waiting >= c.cap for c in candidates):
+                        warm = room or warm
+                        trees = self.trees
+                        matches = [trees[c.position].match(prompt) for c in warm]
+                        best = max(matches)
+                        if best * BLOCK_TOKENS >= self._threshold * prompt.tokens:
+                            warm = [c for c, m in zip(warm, matches, strict=True) if m == best]
+                            return candidates.index(warm[self._least(warm)])
+                return self._least(candidates)
+        self.cold += 1
         return self._least(candidates)
 
     def _least(self, pool: Sequence[Candidate]) -> int:
@@ -309,24 +310,28 @@ class CacheAware(_Rotating):
             del keys[next(iter(keys))]
         return f"rrcli-{head}" if not spread else f"rrcli-{head}-{spread}"
 
-    def sent(self, position: int, prompt: Prompt) -> None:
-        """``prompt`` went to the backend at ``position``."""
+    def sent(self, position: int, prompt: Prompt) -> bool:
+        """``prompt`` went to the backend at ``position``; whether that backend takes a
+        ``prompt_cache_key`` for it (``cache_key``): it has a whole block and the backend sets
+        keys."""
         head = prompt.head
         if head is None:
-            return
+            return False
         self.trees[position].add(prompt)
         recent = self.recents[position]
-        if self._counted and self.cold >= self.COLD:
-            self._counted = False  # the window reads none now: counted again when read
         if self._counted:
-            heads = self._heads
-            if len(recent) == self.RECENT:  # the oldest goes
-                gone = recent[0].head
-                count = heads.pop(gone)  # type: ignore[arg-type]
-                if count > 1:
-                    heads[gone] = count - 1  # type: ignore[index]
-            heads[head] = heads.get(head, 0) + 1
+            if self.cold >= self.COLD:
+                self._counted = False  # the window reads none now: counted again when read
+            else:
+                heads = self._heads
+                if len(recent) == self.RECENT:  # the oldest goes
+                    gone = recent[0].head
+                    count = heads.pop(gone)  # type: ignore[arg-type]
+                    if count > 1:
+                        heads[gone] = count - 1  # type: ignore[index]
+                heads[head] = heads.get(head, 0) + 1
         recent.append(prompt)
+        return self._keyed[position]
 
 
 class FirstAvailable(_Base):
@@ -369,6 +374,7 @@ def make_strategy(profile: Profile, rng: random.Random) -> Strategy:
             profile.cache_threshold,
             profile.balance_abs,
             profile.balance_rel,
+            [b.sets_cache_key for b in profile.backends],
         )
     raise ValueError(f"unknown strategy {name!r}")
 
