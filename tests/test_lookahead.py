@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from runkit import read_jsonl, rrcli, write_profile
 
 from rrcli.records.jobs import job_from_dict
-from rrcli.routing.prompts import Prepared, Prompt
+from rrcli.routing.prompts import Prepared, Prompt, rendered
 from rrcli.running.lookahead import COLD, Lookahead, _Index
 from rrcli.tokens import prefix_blocks, rendered_prompt
 
@@ -44,7 +44,7 @@ class Warm:
     def recents(self) -> list[list[Prompt]]:
         if self.held is None:
             return [[]]
-        return [[Prompt(rendered_prompt([{"role": "system", "content": SYSTEMS[self.held]}]))]]
+        return [[rendered(rendered_prompt([{"role": "system", "content": SYSTEMS[self.held]}]))]]
 
     @property
     def recent_heads(self) -> set[int | None]:

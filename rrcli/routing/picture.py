@@ -66,12 +66,12 @@ class Picture:
 
     def add(self, prompt: Prompt) -> None:
         """A prompt just sent: held now, the least recent evicted past capacity."""
-        head, most, blocks = prompt.head, self._most, self.blocks
-        if head is None or not most:
-            return
-        if head not in blocks and prompt.whole <= most:
+        blocks, head, most = self.blocks, prompt.head, self._most
+        if head not in blocks and 0 < prompt.whole <= most:  # most prompts: one entry
             blocks[head] = prompt.text or tuple(prompt.chain)
-            self.size += prompt.whole
+            size = self.size + prompt.whole
+        elif head is None or not most:
+            return
         else:
             lone = blocks.get(head)
             if lone is not None:  # another prompt starts alike: both held block by block
@@ -79,9 +79,11 @@ class Picture:
                 self.size -= whole(lone)
                 self._enter(_chain(lone))
             self._enter(prompt.chain)
-        while self.size > most:
-            _, gone = blocks.popitem(last=False)
-            self.size -= 1 if gone is None else whole(gone)
+            size = self.size
+        while size > most:
+            gone = blocks.popitem(False)[1]
+            size -= 1 if gone is None else whole(gone)
+        self.size = size
 
     def _enter(self, chain: Sequence[int]) -> None:
         blocks = self.blocks

@@ -17,36 +17,32 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from rrcli.tokens import BLOCK_TOKENS, CHARS_PER_TOKEN, prefix_blocks, rendered_prompt
 
-__all__ = ["Prepared", "Prompt", "cache_key_head", "prompt_of", "shared_blocks"]
+__all__ = ["Prepared", "Prompt", "cache_key_head", "prompt_of", "rendered", "shared_blocks"]
 
 _KEY_CHARS = 256 * CHARS_PER_TOKEN  # a hosted API routes a prompt by its first 256 tokens
 _BLOCK_CHARS = BLOCK_TOKENS * CHARS_PER_TOKEN
 
 
-class Prompt:
+class Prompt(msgspec.Struct, gc=False, eq=False):
     """A rendered prompt: ``text``, ``tokens``, ``whole`` (its whole blocks), ``head`` (its first
     block's hash; None when it has no whole block) and ``chain`` (every whole block's hash, block
-    k's naming the first k + 1 blocks), cut on first use."""
+    k's naming the first k + 1 blocks), cut on first use. Made by ``rendered`` (a Struct the
+    garbage collector never tracks: it holds no container but its chain of ints)."""
 
-    __slots__ = ("_chain", "head", "text", "tokens", "whole")
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.tokens = len(text) // CHARS_PER_TOKEN
-        self.whole = len(text) // _BLOCK_CHARS
-        # prefix_blocks' first hash, without cutting the rest
-        self.head = hash(text[:_BLOCK_CHARS]) if self.whole else None
-        self._chain: Sequence[int] | None = None
+    text: str
+    tokens: int
+    whole: int
+    head: int | None
+    _chain: Sequence[int] | None = None
 
     @classmethod
     def of_blocks(cls, chain: Sequence[int], tokens: int) -> Prompt:
         """A prompt known by its block hashes alone (no text)."""
-        prompt = cls("")
-        prompt._chain, prompt.tokens, prompt.whole = chain, tokens, len(chain)
-        prompt.head = chain[0] if chain else None
-        return prompt
+        return cls("", tokens, len(chain), chain[0] if chain else None, chain)
 
     @property
     def chain(self) -> Sequence[int]:
@@ -56,9 +52,17 @@ class Prompt:
         return chain
 
 
+def rendered(text: str) -> Prompt:
+    """The prompt of ``text``, a prompt as ``tokens.rendered_prompt`` renders it."""
+    n = len(text)
+    whole = n // _BLOCK_CHARS
+    # prefix_blocks' first hash, without cutting the rest
+    return Prompt(text, n // CHARS_PER_TOKEN, whole, hash(text[:_BLOCK_CHARS]) if whole else None)
+
+
 def prompt_of(messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> Prompt:
     """The prompt of a call of ``messages`` with ``params`` (its tools, an Anthropic system)."""
-    return Prompt(rendered_prompt(messages, params.get("tools"), params.get("system")))
+    return rendered(rendered_prompt(messages, params.get("tools"), params.get("system")))
 
 
 def shared_blocks(chain: Sequence[int], other: Sequence[int], most: int | None = None) -> int:
@@ -119,5 +123,5 @@ class Prepared:
             if found is not None and found[0] is params and found[1] == messages:
                 return found[2]
         if not params:  # most calls set none
-            return Prompt(rendered_prompt(messages))
+            return rendered(rendered_prompt(messages))
         return prompt_of(messages, params)
