@@ -119,6 +119,31 @@ def test_the_cold_streak_counts_decisions_that_found_nothing_warm():
     assert [3, 0] == [cold, strategy.cold]
 
 
+def test_after_a_long_cold_streak_one_prompt_in_sample_is_read_until_one_is_warm():
+    """Once IDLE decisions in a row found nothing warm, one call in SAMPLE has its prompt read
+    (the others are chosen as with no match); a prompt read that finds its first block warm
+    ends it, and every prompt is read again."""
+    candidates = _candidates([(0, 0, 8), (0, 0, 8)])
+    strategy = CacheAware([1_000_000] * 2)
+    for n in range(CacheAware.IDLE):
+        assert strategy.reads()
+        prompt = _prompt([n, -1 - n])
+        strategy.sent(strategy.choose_for(candidates, prompt), prompt)
+    idle = [strategy.reads() for _ in range(3 * CacheAware.SAMPLE)]
+    assert 3 == idle.count(True) == idle[CacheAware.SAMPLE - 1 :: CacheAware.SAMPLE].count(True)
+    warm = _prompt([7, 8])  # its first block was sent before
+    strategy.choose_for(candidates, warm)
+    assert all(strategy.reads() for _ in range(3 * CacheAware.SAMPLE))
+
+
+def test_a_pool_that_sets_prompt_cache_keys_reads_every_prompt():
+    """However long the cold streak, a pool with a backend that sets prompt_cache_key reads
+    every call's prompt (its key comes from the prompt)."""
+    strategy = CacheAware([1000] * 2, keyed=[False, True])
+    strategy.cold = 10 * CacheAware.IDLE
+    assert all(strategy.reads() for _ in range(3 * CacheAware.SAMPLE))
+
+
 @given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 5)), max_size=40), st.integers(0, 2))
 def test_the_recent_heads_count_the_recent_prompts_through_a_cold_streak(sent, cold_every):
     """However long the cold streaks between reads, ``recent_heads`` counts the first blocks of

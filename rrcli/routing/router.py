@@ -107,7 +107,7 @@ class Router:
         are the call's prompt, for a strategy that reads it (cache_aware: the call's prompt
         chosen by, and then recorded as sent to, the backend that takes it). Raises
         NoBackendError."""
-        if self._prefixes is None or messages is None:
+        if self._prefixes is None or messages is None or not self._prefixes.reads():
             return self._acquire(session, exclude, None)
         return self._acquire(session, exclude, self.prompts.of(messages, params), params)
 

@@ -206,11 +206,20 @@ class CacheAware(_Rotating):
     - else the least loaded, ties to the backend holding the fewest blocks: with no shared
       prefix it is least_loaded, its ties spreading the cache's use.
     ``balance_abs`` None is a quarter of the smallest cap (64 of a 256-slot replica).
+
+    When there is nothing to gain it reads few prompts: once IDLE decisions in a row found their
+    prompt's first block on no backend, only every SAMPLE-th call's prompt is read (``reads``),
+    the others chosen as with no match (``choose``) and not pictured, until a prompt read finds
+    its first block warm. A prefix shared by many jobs is read again within a few SAMPLEs of
+    calls; what is lost is a rare pair of prompts (one in 2,048 decisions or fewer finding
+    anything warm). A pool with a backend that sets prompt_cache_key reads every prompt.
     """
 
     name = "cache_aware"
     RECENT = 4  # prompts remembered per backend for the lookahead (recents)
     COLD = 256  # decisions in a row finding nothing warm after which the lookahead stands aside
+    IDLE = 2048  # ... after which only every SAMPLE-th call's prompt is read (reads)
+    SAMPLE = 8
     KEY_RATE = 15  # calls a minute one prompt_cache_key takes before the next key is used
     KEYS = 4096  # prefixes whose calls of the last minute are remembered (cache_key)
 
@@ -236,13 +245,12 @@ class CacheAware(_Rotating):
         self._counted = True
         #: decisions in a row whose prompt's first block no backend held
         self.cold = 0
+        self._idle = self.IDLE if not any(self._keyed) else float("inf")  # (reads)
+        self._unread = 0  # calls since the last whose prompt was read, while idle
         self._keys: dict[tuple[int, str], deque[float]] = {}
         self._threshold = threshold
         self._abs = balance_abs
         self._rel = balance_rel
-
-    def _key(self, c: Candidate) -> tuple[float, ...]:
-        return (c.load, self.trees[c.position].size)
 
     @property
     def recent_heads(self) -> dict[int, int]:
@@ -254,6 +262,20 @@ class CacheAware(_Rotating):
                     heads[prompt.head] = heads.get(prompt.head, 0) + 1  # type: ignore[index]
             self._heads, self._counted = heads, True
         return self._heads
+
+    def reads(self) -> bool:
+        """Whether the next call's prompt is read (``choose_for`` and ``sent``): always, but
+        only every SAMPLE-th once IDLE decisions in a row found nothing warm (then ``choose``,
+        the pictures unchanged)."""
+        if self.cold < self._idle:
+            return True
+        self._unread = unread = (self._unread + 1) % self.SAMPLE
+        return not unread
+
+    def choose(self, candidates: Sequence[Candidate]) -> int:
+        """The index in ``candidates`` for a call whose prompt is not read: the least loaded,
+        ties to the smallest picture, as with no match."""
+        return self._least(candidates)
 
     def choose_for(self, candidates: Sequence[Candidate], prompt: Prompt) -> int:
         """The index in ``candidates`` for ``prompt``. The least loaded is always one with a
@@ -282,7 +304,8 @@ class CacheAware(_Rotating):
         return self._least(candidates)
 
     def _least(self, pool: Sequence[Candidate]) -> int:
-        trees = self.trees  # _key's, without a call a candidate (c.load inline)
+        """The least loaded of ``pool``, ties to the smallest picture (c.load inline)."""
+        trees = self.trees
         keys = [((c.in_flight + c.waiting) / c.cap, trees[c.position].size) for c in pool]
         return self._lowest(pool, keys)
 

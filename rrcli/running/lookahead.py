@@ -17,9 +17,9 @@ only when another job or a recent prompt starts with the same block.
 
 When there is nothing to gain the window stands aside: once COLD decisions in a row found their
 prompt's first block on no backend, it hands the jobs it holds out in order and then passes the
-file's jobs through as they come, rendering nothing. The router still pictures every prompt it
-routes, so the first that finds its first block warm again ends the streak and the window fills
-again.
+file's jobs through as they come, rendering nothing. The router still pictures the prompts it
+reads (every one, and after a longer streak one in a few: ``CacheAware.reads``), so the first
+that finds its first block warm again ends the streak and the window fills again.
 """
 
 from __future__ import annotations
@@ -93,10 +93,7 @@ class Lookahead:
         window = self._window
         if self._pictured.cold >= COLD:  # nothing to gain lately: the file's order
             if not window:
-                job = next(self._jobs, None)
-                if job is None:
-                    raise StopIteration
-                return job
+                return next(self._jobs)  # its StopIteration ends this one
         else:
             self._fill()
             if not window:
