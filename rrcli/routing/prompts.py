@@ -8,12 +8,14 @@ batch's lookahead window, which renders every job's first prompt to index the jo
 ``Prompt`` in ``Prepared`` when it hands the job out, and the router's decision for that call
 takes it (``of``) instead of rendering the prompt again. Entries are bounded (a job the response
 cache answers never routes: its entry ages out), so memory does not grow with the number of jobs.
+The ``prompt_cache_key`` a hosted backend is sent is made from the prompt's first tokens here too
+(``CacheKeys``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,7 +23,15 @@ import msgspec
 
 from rrcli.tokens import BLOCK_TOKENS, CHARS_PER_TOKEN, prefix_blocks, rendered_prompt
 
-__all__ = ["Prepared", "Prompt", "cache_key_head", "prompt_of", "rendered", "shared_blocks"]
+__all__ = [
+    "CacheKeys",
+    "Prepared",
+    "Prompt",
+    "cache_key_head",
+    "prompt_of",
+    "rendered",
+    "shared_blocks",
+]
 
 _KEY_CHARS = 256 * CHARS_PER_TOKEN  # a hosted API routes a prompt by its first 256 tokens
 _BLOCK_CHARS = BLOCK_TOKENS * CHARS_PER_TOKEN
@@ -84,6 +94,33 @@ def cache_key_head(text: str) -> str:
     """Stable text naming the first tokens of the rendered prompt ``text``, that a hosted API
     routes it by (the same in every process, unlike the blocks' hashes)."""
     return hashlib.blake2b(text[:_KEY_CHARS].encode(), digest_size=8).hexdigest()
+
+
+class CacheKeys:
+    """The ``prompt_cache_key`` cache_aware gives a call to a backend that sets keys: one key a
+    prefix, a second one only past KEY_RATE calls a minute on the first, and so on (a hosted
+    API sends one key's overflow to other machines, which hold no cache)."""
+
+    KEY_RATE = 15  # calls a minute one prompt_cache_key takes before the next key is used
+    KEYS = 4096  # prefixes whose calls of the last minute are remembered
+
+    def __init__(self) -> None:
+        self._times: dict[tuple[int, str], deque[float]] = {}  # the least recent first
+
+    def key(self, position: int, text: str, now: float) -> str:
+        """The key of a call of the rendered prompt ``text`` to the backend at ``position``, at
+        ``now`` (seconds)."""
+        head = cache_key_head(text)
+        keys = self._times
+        times = keys.pop((position, head), None) or deque()
+        keys[(position, head)] = times
+        while times and times[0] <= now - 60.0:
+            times.popleft()
+        spread = len(times) // self.KEY_RATE
+        times.append(now)
+        while len(keys) > self.KEYS:
+            del keys[next(iter(keys))]
+        return f"rrcli-{head}" if not spread else f"rrcli-{head}-{spread}"
 
 
 # what Prepared holds of a call: its params, its messages, its prompt

@@ -28,7 +28,7 @@ from rrcli.routing.costs import UNPRICED, Charge, attempt_cost
 from rrcli.routing.down import BackendDown, no_backend
 from rrcli.routing.gate import Clock, Gate, Sleep, WaitEnded
 from rrcli.routing.lease import BackendState, Lease
-from rrcli.routing.prompts import Prepared, Prompt, cache_key_head
+from rrcli.routing.prompts import Prepared, Prompt
 from rrcli.routing.strategies import CacheAware, Candidate, FirstAvailable, make_strategy
 from rrcli.routing.waiting import Waiting
 from rrcli.tokens import plausible_call_tokens
@@ -131,8 +131,7 @@ class Router:
             prefixes, position = self._prefixes, lease.state.position
             assert prefixes is not None
             if prefixes.sent(position, prompt) and "prompt_cache_key" not in (params or ()):
-                head = cache_key_head(prompt.text)
-                lease.cache_key = prefixes.cache_key(position, head, self._clock())
+                lease.cache_key = prefixes.cache_keys.key(position, prompt.text, self._clock())
         return lease
 
     def _bound(self, session: str) -> tuple[BackendState | None, str]:

@@ -25,7 +25,7 @@ import msgspec
 
 from rrcli.config.profile import Backend, Profile
 from rrcli.routing.picture import Picture
-from rrcli.routing.prompts import Prompt
+from rrcli.routing.prompts import CacheKeys, Prompt
 from rrcli.tokens import BLOCK_TOKENS
 
 __all__ = [
@@ -220,8 +220,6 @@ class CacheAware(_Rotating):
     COLD = 256  # decisions in a row finding nothing warm after which the lookahead stands aside
     IDLE = 2048  # ... after which only every SAMPLE-th call's prompt is read (reads)
     SAMPLE = 8
-    KEY_RATE = 15  # calls a minute one prompt_cache_key takes before the next key is used
-    KEYS = 4096  # prefixes whose calls of the last minute are remembered (cache_key)
 
     def __init__(
         self,
@@ -247,7 +245,7 @@ class CacheAware(_Rotating):
         self.cold = 0
         self._idle = self.IDLE if not any(self._keyed) else float("inf")  # (reads)
         self._unread = 0  # calls since the last whose prompt was read, while idle
-        self._keys: dict[tuple[int, str], deque[float]] = {}
+        self.cache_keys = CacheKeys()  # the prompt_cache_keys of the backends that set them
         self._threshold = threshold
         self._abs = balance_abs
         self._rel = balance_rel
@@ -317,25 +315,9 @@ class CacheAware(_Rotating):
         margin = self._abs if self._abs is not None else max(1, min(c.cap for c in candidates) // 4)
         return high - low > margin and high > self._rel * low
 
-    def cache_key(self, position: int, head: str, now: float) -> str:
-        """The ``prompt_cache_key`` of a call to the backend at ``position`` whose prompt
-        starts with ``head`` (stable text naming its first tokens), at ``now`` (seconds): one
-        key a prefix, a second one only past KEY_RATE calls a minute on the first, and so on
-        (a hosted API sends one key's overflow to other machines, which hold no cache)."""
-        keys = self._keys
-        times = keys.pop((position, head), None) or deque()
-        keys[(position, head)] = times  # the most recent last; the least recent forgotten
-        while times and times[0] <= now - 60.0:
-            times.popleft()
-        spread = len(times) // self.KEY_RATE
-        times.append(now)
-        while len(keys) > self.KEYS:
-            del keys[next(iter(keys))]
-        return f"rrcli-{head}" if not spread else f"rrcli-{head}-{spread}"
-
     def sent(self, position: int, prompt: Prompt) -> bool:
         """``prompt`` went to the backend at ``position``; whether that backend takes a
-        ``prompt_cache_key`` for it (``cache_key``): it has a whole block and the backend sets
+        ``prompt_cache_key`` for it (``cache_keys``): it has a whole block and the backend sets
         keys."""
         head = prompt.head
         if head is None:
