@@ -3,9 +3,9 @@
 Why it exists apart from stats.py: reading is the hot path (1,000,000 lines in about a second)
 and has its own rules — what is malformed, how timestamps parse — while stats.py only does
 arithmetic on the columns. A block of lines is decoded in one ``msgspec`` call into small typed
-records holding only the fields stats needs (type checks included, other fields skipped in C);
-a block that does not decode whole is decoded again line by line, so one bad line costs only
-itself. Canonical ``2026-11-29T21:31:29.123Z`` timestamps parse vectorised; any other RFC 3339
+records holding only the fields stats needs (``decoding``: type checks included, other fields
+skipped in C); a block that does not decode whole is decoded again line by line, so one bad line
+costs only itself. Canonical ``2026-11-29T21:31:29.123Z`` timestamps parse vectorised; any other RFC 3339
 form goes through ``datetime.fromisoformat``. Times are float milliseconds since the epoch.
 
 Malformed (counted, skipped): not JSON, not an object, no ``event``, a run, call, backend or
@@ -22,12 +22,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import IO, Annotated, Any
+from typing import IO, Any
 
 import msgspec
 import numpy as np
 
-from rrcli.records.traceschema import CALL, EVENTS, MAX_CALL_COST_USD, OUTCOMES, parse_rfc3339
+from rrcli.records.traceschema import EVENTS, MAX_CALL_COST_USD, OUTCOMES, parse_rfc3339
+from rrcli.stats.decoding import FIELDS, KEY_FIELDS, META, BlockDecoder, Run, RunEnd, decode_line
 from rrcli.stats.values import codes, floats, timestamps
 from rrcli.tokens import MAX_USAGE_TOKENS
 
@@ -35,84 +36,6 @@ _BLOCK_BYTES = 1 << 20  # about 1,600 lines, whose Python objects more often sta
 _LATENCY_SLACK_MS = 1000.0  # a latency further than this from ts_end − ts_start is malformed
 _OUTCOMES = {name: code for code, name in enumerate(OUTCOMES)}  # ok 0, retry 1, error 2, cached 3
 CACHED = _OUTCOMES["cached"]  # the outcome of an answer from the response cache: no call made
-KEY_FIELDS = {
-    "deployment": "deployment",
-    "model": "model",
-    "status": "http_status",
-    "error_type": "error_type",
-    "run": "run_id",
-    "endpoint": "endpoint",
-}
-#: what a call record without the field meant: traces written before it was added are chat's
-_ABSENT = {"endpoint": "chat"}
-
-
-# The call fields stats reads, typed as the schema says; all but the first five may be absent
-# or null in a line (an older or a hand-written trace). Kept in the schema's order, which is the
-# writer's: msgspec matches each key fastest when it comes where the struct expects it.
-_REQUIRED = ("run_id", "deployment", "outcome", "ts_start", "ts_end")
-_READ = _REQUIRED + tuple(KEY_FIELDS.values()) + (
-    "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens",
-    "usage_estimated", "cost_usd", "cost_estimated", "stream",
-)  # fmt: skip
-#: a count no call reaches (MAX_USAGE_TOKENS or more, or negative) makes its record malformed:
-#: it would overflow every sum made with it
-_Count = Annotated[int, msgspec.Meta(ge=0, lt=MAX_USAGE_TOKENS)]
-_Call = msgspec.defstruct(
-    "_Call",
-    [
-        (name, kind) if name in _REQUIRED else (name, kind | None, _ABSENT.get(name))
-        for name, kind in CALL
-        if name in _READ
-    ],
-    tag="call",
-    tag_field="event",
-    kw_only=True,
-    gc=False,
-)
-
-
-class _Price(msgspec.Struct, gc=False):
-    input: float
-    output: float
-    cached_input: float | None = None
-
-
-class _Backend(msgspec.Struct, gc=False):
-    id: str
-    max_concurrency: _Count | None = None
-    price: _Price | None = None
-
-
-class _Profile(msgspec.Struct, gc=False):
-    name: str | None = None
-    strategy: str | None = None
-    backends: list[_Backend] = []
-
-
-class _Run(msgspec.Struct, tag="run", tag_field="event", gc=False):
-    run_id: str
-    ts: str
-    profile: _Profile
-
-
-class _RunEnd(msgspec.Struct, tag="run_end", tag_field="event", gc=False):
-    run_id: str
-    jobs: dict[str, _Count]
-    interrupted: bool | None = None
-
-
-class _BackendEvent(msgspec.Struct, tag="backend", tag_field="event", gc=False):
-    """A backend's change of state: known, read, and not used by the numbers."""
-
-    run_id: str
-    deployment: str
-    state: str
-
-
-_DECODER = msgspec.json.Decoder(_Call | _Run | _RunEnd | _BackendEvent)
-_FIELDS = {name: at for at, name in enumerate(_Call.__struct_fields__)}  # name → its place
-assert all(len(kind.__struct_fields__) < len(_FIELDS) for kind in (_Run, _RunEnd, _BackendEvent))
 _NUMBERS = ("latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens")
 
 
@@ -124,7 +47,7 @@ class RunInfo:
     start_ms: float | None = None
     profile: str | None = None
     strategy: str | None = None
-    backends: dict[str, _Backend] = field(default_factory=dict)
+    backends: dict[str, Any] = field(default_factory=dict)  # id → its profile entry
     jobs: dict[str, int] | None = None
     interrupted: bool | None = None
 
@@ -168,6 +91,7 @@ class TraceReader:
         self.keys: dict[Any, int] = shared.get(by, {})
         self.malformed = 0
         self._blocks: list[tuple[np.ndarray, ...]] = []
+        self._decoder = BlockDecoder()
 
     def read(self, stream: IO[bytes], size: int | None = None) -> None:
         """Read a binary stream of JSONL trace lines to its end, or ``size`` bytes of it (which
@@ -231,7 +155,7 @@ class TraceReader:
 
     def _feed(self, block: bytes | memoryview) -> None:
         try:
-            records = _DECODER.decode_lines(block)
+            records = self._decoder.decode_lines(block)
         except (msgspec.MsgspecError, RecursionError):  # a line nested past the decoder's depth
             records = self._decode_each(bytes(block).split(b"\n"))
         if records:
@@ -241,7 +165,7 @@ class TraceReader:
         records = []
         for line in lines:
             try:
-                records.append(_DECODER.decode(line))
+                records.append(decode_line(line))
             except (msgspec.MsgspecError, RecursionError):
                 self.malformed += bool(line.strip()) and not _unknown_event(line)
         return records
@@ -251,12 +175,12 @@ class TraceReader:
         come out in one C call (``astuple``), flattened into one list whose strided slices are
         the fields: a tenth of the cost of reading each attribute of each record. A block of
         calls only (most) flattens to ``width`` values a record; any other record has fewer."""
-        n, width = len(records), len(_FIELDS)
+        n, width = len(records), len(FIELDS)
         flat = list(chain.from_iterable(map(msgspec.structs.astuple, records)))
         if len(flat) != n * width:
-            calls = [r for r in records if type(r) is _Call]
+            calls = [r for r in records if type(r) not in META]
             for record in records:
-                if type(record) is not _Call:
+                if type(record) in META:
                     self._meta(record)
             n = len(calls)
             if not n:
@@ -264,7 +188,7 @@ class TraceReader:
             flat = list(chain.from_iterable(map(msgspec.structs.astuple, calls)))
 
         def values(name: str) -> list[Any]:
-            return flat[_FIELDS[name] :: width]
+            return flat[FIELDS[name] :: width]
 
         def flags(name: str) -> np.ndarray:  # null is false
             return np.fromiter(values(name), bool, n)
@@ -293,11 +217,11 @@ class TraceReader:
             cols = [c[good] for c in cols]
         self._blocks.append(tuple(cols))
 
-    def _meta(self, record: _Run | _RunEnd | _BackendEvent) -> None:
-        if type(record) is _BackendEvent:
+    def _meta(self, record: object) -> None:
+        if type(record) not in (Run, RunEnd):
             return
         info = self.run_info(record.run_id)
-        if type(record) is _RunEnd:
+        if type(record) is RunEnd:
             info.jobs, info.interrupted = record.jobs, record.interrupted
             return
         start = parse_rfc3339(record.ts)

@@ -17,16 +17,10 @@ __all__ = ["codes", "floats", "timestamps"]
 
 
 def floats(values: list[float | int | None]) -> np.ndarray:
-    """``values`` as floats, NaN for None, infinity for an integer past any float. A field
-    null in every record of a block (a trace without prices or a prompt cache) or in none
-    takes a shorter way than one null in some."""
-    nulls = values.count(None)
+    """``values`` as floats, NaN for None (numpy reads None as NaN into a float array),
+    infinity for an integer past any float."""
     try:
-        if nulls == len(values):
-            return np.full(nulls, math.nan)
-        if not nulls:
-            return np.array(values, float)
-        return np.fromiter([math.nan if v is None else v for v in values], float, len(values))
+        return np.fromiter(values, float, len(values))
     except OverflowError:
         return np.array(list(map(_float, values)))
 
