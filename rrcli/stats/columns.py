@@ -5,8 +5,9 @@ and has its own rules — what is malformed, how timestamps parse — while stat
 arithmetic on the columns. A block of lines is decoded in one ``msgspec`` call into small typed
 records holding only the fields stats needs (``decoding``: type checks included, other fields
 skipped in C); a block that does not decode whole is decoded again line by line, so one bad line
-costs only itself. Canonical ``2026-11-29T21:31:29.123Z`` timestamps parse vectorised; any other RFC 3339
-form goes through ``datetime.fromisoformat``. Times are float milliseconds since the epoch.
+costs only itself. Canonical ``2026-11-29T21:31:29.123Z`` timestamps parse vectorised; any other
+RFC 3339 form goes through ``datetime.fromisoformat``. Times are float milliseconds since the
+epoch.
 
 Malformed (counted, skipped): not JSON, not an object, no ``event``, a run, call, backend or
 run_end record missing a field or with a wrong type (a call needs ``run_id``, ``deployment``,
@@ -82,7 +83,8 @@ class Columns:
 class TraceReader:
     """Reads any number of trace streams; ``columns()`` gives every call read so far."""
 
-    def __init__(self, by: str = "deployment") -> None:
+    def __init__(self, by: str = "deployment", decoder: BlockDecoder | None = None) -> None:
+        """``decoder``: one that has read other parts of the same traces, so knows their names."""
         self.by = by
         self.runs: dict[str, RunInfo] = {}
         self.run_ids: dict[str, int] = {}
@@ -91,7 +93,7 @@ class TraceReader:
         self.keys: dict[Any, int] = shared.get(by, {})
         self.malformed = 0
         self._blocks: list[tuple[np.ndarray, ...]] = []
-        self._decoder = BlockDecoder()
+        self._decoder = decoder or BlockDecoder()
 
     def read(self, stream: IO[bytes], size: int | None = None) -> None:
         """Read a binary stream of JSONL trace lines to its end, or ``size`` bytes of it (which

@@ -22,6 +22,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import IO, Any
 
 from rrcli.stats.columns import TraceReader
+from rrcli.stats.decoding import BlockDecoder
 
 __all__ = ["Source", "both", "cpus", "read_all"]
 
@@ -132,14 +133,14 @@ def _cuts(path: Source, size: int, weights: list[int]) -> list[int]:
 def _claimed(parts: list[tuple[Source, int, int, str]]) -> dict[int, TraceReader]:
     """Readers of the parts this process takes, by the part's place."""
     assert _claims is not None  # set by ``_read_parts`` before it forks
-    read = {}
+    read, decoder = {}, BlockDecoder()  # one for every part: each knows the names read before
     while True:
         with _claims.get_lock():
             at = _claims.value
             _claims.value += 1
         if at >= len(parts):
             return read
-        read[at] = _read_part(parts[at])
+        read[at] = _read_part(parts[at], decoder)
 
 
 def _read_claimed(parts: list[tuple[Source, int, int, str]]) -> str:
@@ -151,9 +152,9 @@ def _read_claimed(parts: list[tuple[Source, int, int, str]]) -> str:
     return path
 
 
-def _read_part(part: tuple[Source, int, int, str]) -> TraceReader:
+def _read_part(part: tuple[Source, int, int, str], decoder: BlockDecoder) -> TraceReader:
     path, start, end, by = part
-    reader = TraceReader(by)
+    reader = TraceReader(by, decoder)
     with open(path, "rb") as stream:
         stream.seek(start)
         reader.read(stream, end - start)
