@@ -26,11 +26,11 @@ def floats(values: list[float | int | None]) -> np.ndarray:
 
 
 def _float(value: float | None) -> float:
-    """``value`` as a float (NaN for None, infinity for an integer past any float)."""
+    """``value`` as a float (NaN for None, infinity of its sign for an integer past any float)."""
     try:
         return math.nan if value is None else float(value)
     except OverflowError:
-        return math.inf
+        return math.inf if value > 0 else -math.inf
 
 
 def timestamps(values: list[str]) -> np.ndarray:
@@ -56,7 +56,13 @@ def timestamps(values: list[str]) -> np.ndarray:
 
 
 def codes(table: dict, values: list) -> np.ndarray:
-    """Small integer codes for ``values``, growing ``table`` (value → code) with new ones."""
+    """Small integer codes for ``values``, growing ``table`` (value → code) with new ones. A
+    block naming one value only (one run, one model) is counted, not looked up value by value:
+    the decoder hands back one string object for a name it knows, which ``count`` matches by
+    identity."""
+    first = values[0] if values else None
+    if values and values[-1] is first and values.count(first) == len(values):
+        return np.full(len(values), table.setdefault(first, len(table)), np.int32)
     try:  # a block seldom names a value the blocks before it did not
         return np.fromiter(map(table.__getitem__, values), np.int32, len(values))
     except KeyError:
