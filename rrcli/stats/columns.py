@@ -33,12 +33,13 @@ import numpy as np
 
 from rrcli.records.traceschema import EVENTS, MAX_CALL_COST_USD, OUTCOMES, parse_rfc3339
 from rrcli.stats.decoding import FIELDS, KEY_FIELDS, META, BlockDecoder, Run, RunEnd, decode_line
-from rrcli.stats.values import codes, floats, timestamps
+from rrcli.stats.values import codes, flags, floats, small_codes, timestamps
 from rrcli.tokens import MAX_USAGE_TOKENS
 
 _BLOCK_BYTES = 1 << 20  # about 1,600 lines, whose Python objects more often stay in the CPU caches
 _LATENCY_SLACK_MS = 1000.0  # a latency further than this from ts_end − ts_start is malformed
 _OUTCOMES = {name: code for code, name in enumerate(OUTCOMES)}  # ok 0, retry 1, error 2, cached 3
+_OUTCOME_CHARS = {name: chr(code) for name, code in _OUTCOMES.items()}
 CACHED = _OUTCOMES["cached"]  # the outcome of an answer from the response cache: no call made
 _NUMBERS = ("latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens")
 
@@ -199,23 +200,20 @@ class TraceReader:
         def values(name: str) -> list[Any]:
             return flat[FIELDS[name] :: width]
 
-        def flags(name: str) -> np.ndarray:  # null is false
-            return np.fromiter(values(name), bool, n)
-
         t0, t1 = timestamps(values("ts_start") + values("ts_end")).reshape(2, n)
         numbers = np.array([floats(values(name)) for name in _NUMBERS])
         cols = [
             codes(self.run_ids, values("run_id")),
             codes(self.deployments, values("deployment")),
             None,
-            np.fromiter(map(_OUTCOMES.__getitem__, values("outcome")), np.int8, n),
-            flags("stream"),
+            small_codes(_OUTCOME_CHARS, values("outcome")).view(np.int8),
+            flags(values("stream")),
             t0,
             t1,
             *numbers,
             _charges(values("cost_usd")),
-            flags("cost_estimated"),
-            flags("usage_estimated"),
+            flags(values("cost_estimated")),
+            flags(values("usage_estimated")),
         ]
         cols[2] = {"run": cols[0], "deployment": cols[1]}.get(self.by)
         if cols[2] is None:
