@@ -174,8 +174,10 @@ def _sweep_events(s: np.ndarray, e: np.ndarray) -> tuple[int, float]:
     step = (events & 1).astype(np.int8)
     step *= 2
     step -= 1  # +1 a start, -1 an end
-    in_flight = np.cumsum(step, dtype=np.int64)
-    busy = np.diff(events >> 1)[in_flight[:-1] > 0].sum()
+    in_flight = np.cumsum(step, dtype=np.int32)
+    del step
+    events >>= 1  # the times
+    busy = np.diff(events).sum(where=in_flight[:-1] > 0)
     return int(in_flight.max()), float(busy)
 
 
