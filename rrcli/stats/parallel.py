@@ -30,7 +30,7 @@ Source = str | os.PathLike[str] | IO[bytes]
 _PARALLEL_BYTES = 64 << 20  # files this large are read in parts by several processes
 #: each process's parts, as shares of the file: large ones first, then smaller, so that the
 #: processes end about together (the last part taken is a small one) at few parts in all
-_PART_WEIGHTS = (4, 4, 2, 2, 1, 1)
+_PART_WEIGHTS = (8, 8, 4, 4, 2, 2, 1, 1)
 #: where a forked reader leaves what it read: memory (tmpfs) where there is one
 _HANDOVER_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 _child: Callable[[], Any] | None = None  # what the forked child of ``both`` runs
