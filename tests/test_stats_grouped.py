@@ -39,7 +39,7 @@ def test_group_percentiles_equal_numpy_percentile_of_each_group(case):
         np.testing.assert_array_equal(expected, actual[g])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     st.integers(1, 5).flatmap(
         lambda n: st.tuples(
@@ -49,21 +49,22 @@ def test_group_percentiles_equal_numpy_percentile_of_each_group(case):
                 max_size=30,
             ),
         )
-    )
+    ),
+    st.sampled_from([1.0, 0.25]),
 )
-def test_group_sweep_equals_a_brute_force_sweep_of_each_group(case):
+def test_group_sweep_equals_a_brute_force_sweep_of_each_group(case, unit):
     """Per group: the most half-open intervals covering one instant, and the length of their
-    union."""
+    union; in whole milliseconds (a trace's own timestamps) and in fractions of one."""
     n, calls = case
     codes = np.array([g for g, _, _ in calls], np.int32)
-    t0 = np.array([float(s) for _, s, _ in calls])
-    t1 = np.array([float(s + d) for _, s, d in calls])
+    t0 = np.array([s * unit for _, s, _ in calls])
+    t1 = np.array([(s + d) * unit for _, s, d in calls])
     peak, busy = group_sweep(codes, t0, t1, n)
     for g in range(n):
         spans = [(s, s + d) for c, s, d in calls if c == g]
         expected_peak = max((sum(a <= t < b for a, b in spans) for t, _ in spans), default=0)
         covered = {x for a, b in spans for x in range(a, b)}  # integer times: unit cells
-        assert (expected_peak, float(len(covered))) == (int(peak[g]), float(busy[g]))
+        assert (expected_peak, len(covered) * unit) == (int(peak[g]), float(busy[g]))
 
 
 def test_more_groups_than_few_give_the_same_numbers_as_each_group_alone():

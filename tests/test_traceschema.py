@@ -14,7 +14,7 @@ from runkit import rrcli, write_profile
 from stats_tracegen import run_records
 
 from rrcli.records import traceschema as schema
-from rrcli.stats import columns
+from rrcli.stats import decoding
 
 # the call record exactly as the schema types it: every field, nothing else
 STRICT_CALL = msgspec.defstruct("StrictCall", schema.CALL, forbid_unknown_fields=True)
@@ -100,7 +100,7 @@ def test_the_generator_follows_the_schema():
 
 def test_the_reader_reads_schema_fields_with_schema_types():
     """Every field stats decodes is a schema field, typed as the schema says (or null)."""
-    types = msgspec.structs.fields(columns._Call)
+    types = msgspec.structs.fields(decoding.Call)
     assert [n for n in schema.CALL_FIELDS if n in {f.name for f in types}] == [
         f.name for f in types
     ]
@@ -108,12 +108,12 @@ def test_the_reader_reads_schema_fields_with_schema_types():
         declared = schema.CALL_TYPES[f.name]
         assert f.type in (declared, declared | None), f.name
     nested = {
-        columns._Run: schema.RUN_FIELDS,
-        columns._Profile: schema.PROFILE_FIELDS,
-        columns._Backend: schema.BACKEND_FIELDS,
-        columns._Price: schema.PRICE_FIELDS,
-        columns._RunEnd: schema.RUN_END_FIELDS,
-        columns._BackendEvent: schema.BACKEND_EVENT_FIELDS,
+        decoding.Run: schema.RUN_FIELDS,
+        decoding._Profile: schema.PROFILE_FIELDS,
+        decoding._Backend: schema.BACKEND_FIELDS,
+        decoding._Price: schema.PRICE_FIELDS,
+        decoding.RunEnd: schema.RUN_END_FIELDS,
+        decoding.BackendEvent: schema.BACKEND_EVENT_FIELDS,
     }
     for struct, fields in nested.items():
         assert set() == set(struct.__struct_fields__) - set(fields), struct.__name__

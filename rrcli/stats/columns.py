@@ -3,10 +3,11 @@
 Why it exists apart from stats.py: reading is the hot path (1,000,000 lines in about a second)
 and has its own rules — what is malformed, how timestamps parse — while stats.py only does
 arithmetic on the columns. A block of lines is decoded in one ``msgspec`` call into small typed
-records holding only the fields stats needs (type checks included, other fields skipped in C);
-a block that does not decode whole is decoded again line by line, so one bad line costs only
-itself. Canonical ``2026-11-29T21:31:29.123Z`` timestamps parse vectorised; any other RFC 3339
-form goes through ``datetime.fromisoformat``. Times are float milliseconds since the epoch.
+records holding only the fields stats needs (``decoding``: type checks included, other fields
+skipped in C); a block that does not decode whole is decoded again line by line, so one bad line
+costs only itself. Canonical ``2026-11-29T21:31:29.123Z`` timestamps parse vectorised; any other
+RFC 3339 form goes through ``datetime.fromisoformat``. Times are float milliseconds since the
+epoch.
 
 Malformed (counted, skipped): not JSON, not an object, no ``event``, a run, call, backend or
 run_end record missing a field or with a wrong type (a call needs ``run_id``, ``deployment``,
@@ -19,100 +20,27 @@ interval's), a line nested past the decoder's depth. Blank lines and records of 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import IO, Annotated, Any
+from typing import IO, Any
 
 import msgspec
 import numpy as np
 
-from rrcli.records.traceschema import CALL, EVENTS, MAX_CALL_COST_USD, OUTCOMES, parse_rfc3339
-from rrcli.stats.values import codes, floats, timestamps
+from rrcli.records.traceschema import EVENTS, MAX_CALL_COST_USD, OUTCOMES, parse_rfc3339
+from rrcli.stats.decoding import FIELDS, KEY_FIELDS, META, BlockDecoder, Run, RunEnd, decode_line
+from rrcli.stats.values import codes, flags, floats, small_codes, timestamps
 from rrcli.tokens import MAX_USAGE_TOKENS
 
 _BLOCK_BYTES = 1 << 20  # about 1,600 lines, whose Python objects more often stay in the CPU caches
 _LATENCY_SLACK_MS = 1000.0  # a latency further than this from ts_end − ts_start is malformed
 _OUTCOMES = {name: code for code, name in enumerate(OUTCOMES)}  # ok 0, retry 1, error 2, cached 3
+_OUTCOME_CHARS = {name: chr(code) for name, code in _OUTCOMES.items()}
 CACHED = _OUTCOMES["cached"]  # the outcome of an answer from the response cache: no call made
-KEY_FIELDS = {
-    "deployment": "deployment",
-    "model": "model",
-    "status": "http_status",
-    "error_type": "error_type",
-    "run": "run_id",
-    "endpoint": "endpoint",
-}
-#: what a call record without the field meant: traces written before it was added are chat's
-_ABSENT = {"endpoint": "chat"}
-
-
-# The call fields stats reads, typed as the schema says; all but the first five may be absent
-# or null in a line (an older or a hand-written trace). Kept in the schema's order, which is the
-# writer's: msgspec matches each key fastest when it comes where the struct expects it.
-_REQUIRED = ("run_id", "deployment", "outcome", "ts_start", "ts_end")
-_READ = _REQUIRED + tuple(KEY_FIELDS.values()) + (
-    "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens",
-    "usage_estimated", "cost_usd", "cost_estimated", "stream",
-)  # fmt: skip
-#: a count no call reaches (MAX_USAGE_TOKENS or more, or negative) makes its record malformed:
-#: it would overflow every sum made with it
-_Count = Annotated[int, msgspec.Meta(ge=0, lt=MAX_USAGE_TOKENS)]
-_Call = msgspec.defstruct(
-    "_Call",
-    [
-        (name, kind) if name in _REQUIRED else (name, kind | None, _ABSENT.get(name))
-        for name, kind in CALL
-        if name in _READ
-    ],
-    tag="call",
-    tag_field="event",
-    kw_only=True,
-    gc=False,
-)
-
-
-class _Price(msgspec.Struct, gc=False):
-    input: float
-    output: float
-    cached_input: float | None = None
-
-
-class _Backend(msgspec.Struct, gc=False):
-    id: str
-    max_concurrency: _Count | None = None
-    price: _Price | None = None
-
-
-class _Profile(msgspec.Struct, gc=False):
-    name: str | None = None
-    strategy: str | None = None
-    backends: list[_Backend] = []
-
-
-class _Run(msgspec.Struct, tag="run", tag_field="event", gc=False):
-    run_id: str
-    ts: str
-    profile: _Profile
-
-
-class _RunEnd(msgspec.Struct, tag="run_end", tag_field="event", gc=False):
-    run_id: str
-    jobs: dict[str, _Count]
-    interrupted: bool | None = None
-
-
-class _BackendEvent(msgspec.Struct, tag="backend", tag_field="event", gc=False):
-    """A backend's change of state: known, read, and not used by the numbers."""
-
-    run_id: str
-    deployment: str
-    state: str
-
-
-_DECODER = msgspec.json.Decoder(_Call | _Run | _RunEnd | _BackendEvent)
-_FIELDS = {name: at for at, name in enumerate(_Call.__struct_fields__)}  # name → its place
-assert all(len(kind.__struct_fields__) < len(_FIELDS) for kind in (_Run, _RunEnd, _BackendEvent))
 _NUMBERS = ("latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens")
 
 
@@ -124,7 +52,7 @@ class RunInfo:
     start_ms: float | None = None
     profile: str | None = None
     strategy: str | None = None
-    backends: dict[str, _Backend] = field(default_factory=dict)
+    backends: dict[str, Any] = field(default_factory=dict)  # id → its profile entry
     jobs: dict[str, int] | None = None
     interrupted: bool | None = None
 
@@ -159,7 +87,8 @@ class Columns:
 class TraceReader:
     """Reads any number of trace streams; ``columns()`` gives every call read so far."""
 
-    def __init__(self, by: str = "deployment") -> None:
+    def __init__(self, by: str = "deployment", decoder: BlockDecoder | None = None) -> None:
+        """``decoder``: one that has read other parts of the same traces, so knows their names."""
         self.by = by
         self.runs: dict[str, RunInfo] = {}
         self.run_ids: dict[str, int] = {}
@@ -168,10 +97,15 @@ class TraceReader:
         self.keys: dict[Any, int] = shared.get(by, {})
         self.malformed = 0
         self._blocks: list[tuple[np.ndarray, ...]] = []
+        self._decoder = decoder or BlockDecoder()
 
     def read(self, stream: IO[bytes], size: int | None = None) -> None:
         """Read a binary stream of JSONL trace lines to its end, or ``size`` bytes of it (which
         must end at a line boundary); a torn last line is malformed."""
+        with _collector_paused():
+            self._read(stream, size)
+
+    def _read(self, stream: IO[bytes], size: int | None) -> None:
         buffer = bytearray(_BLOCK_BYTES)
         view, kept = memoryview(buffer), 0
         left = float("inf") if size is None else size
@@ -231,7 +165,7 @@ class TraceReader:
 
     def _feed(self, block: bytes | memoryview) -> None:
         try:
-            records = _DECODER.decode_lines(block)
+            records = self._decoder.decode_lines(block)
         except (msgspec.MsgspecError, RecursionError):  # a line nested past the decoder's depth
             records = self._decode_each(bytes(block).split(b"\n"))
         if records:
@@ -241,7 +175,7 @@ class TraceReader:
         records = []
         for line in lines:
             try:
-                records.append(_DECODER.decode(line))
+                records.append(decode_line(line))
             except (msgspec.MsgspecError, RecursionError):
                 self.malformed += bool(line.strip()) and not _unknown_event(line)
         return records
@@ -251,12 +185,12 @@ class TraceReader:
         come out in one C call (``astuple``), flattened into one list whose strided slices are
         the fields: a tenth of the cost of reading each attribute of each record. A block of
         calls only (most) flattens to ``width`` values a record; any other record has fewer."""
-        n, width = len(records), len(_FIELDS)
+        n, width = len(records), len(FIELDS)
         flat = list(chain.from_iterable(map(msgspec.structs.astuple, records)))
         if len(flat) != n * width:
-            calls = [r for r in records if type(r) is _Call]
+            calls = [r for r in records if type(r) not in META]
             for record in records:
-                if type(record) is not _Call:
+                if type(record) in META:
                     self._meta(record)
             n = len(calls)
             if not n:
@@ -264,25 +198,22 @@ class TraceReader:
             flat = list(chain.from_iterable(map(msgspec.structs.astuple, calls)))
 
         def values(name: str) -> list[Any]:
-            return flat[_FIELDS[name] :: width]
+            return flat[FIELDS[name] :: width]
 
-        def flags(name: str) -> np.ndarray:  # null is false
-            return np.fromiter(values(name), bool, n)
-
-        t0, t1 = timestamps(values("ts_start")), timestamps(values("ts_end"))
+        t0, t1 = timestamps(values("ts_start") + values("ts_end")).reshape(2, n)
         numbers = np.array([floats(values(name)) for name in _NUMBERS])
         cols = [
             codes(self.run_ids, values("run_id")),
             codes(self.deployments, values("deployment")),
             None,
-            np.fromiter(map(_OUTCOMES.__getitem__, values("outcome")), np.int8, n),
-            flags("stream"),
+            small_codes(_OUTCOME_CHARS, values("outcome")).view(np.int8),
+            flags(values("stream")),
             t0,
             t1,
             *numbers,
             _charges(values("cost_usd")),
-            flags("cost_estimated"),
-            flags("usage_estimated"),
+            flags(values("cost_estimated")),
+            flags(values("usage_estimated")),
         ]
         cols[2] = {"run": cols[0], "deployment": cols[1]}.get(self.by)
         if cols[2] is None:
@@ -293,11 +224,11 @@ class TraceReader:
             cols = [c[good] for c in cols]
         self._blocks.append(tuple(cols))
 
-    def _meta(self, record: _Run | _RunEnd | _BackendEvent) -> None:
-        if type(record) is _BackendEvent:
+    def _meta(self, record: object) -> None:
+        if type(record) not in (Run, RunEnd):
             return
         info = self.run_info(record.run_id)
-        if type(record) is _RunEnd:
+        if type(record) is RunEnd:
             info.jobs, info.interrupted = record.jobs, record.interrupted
             return
         start = parse_rfc3339(record.ts)
@@ -307,6 +238,20 @@ class TraceReader:
             info.start_ms = start * 1000.0
             info.profile, info.strategy = record.profile.name, record.profile.strategy
             info.backends = {b.id: b for b in record.profile.backends}
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while reading: decoding makes and frees a few tuples a
+    line, none in a cycle, and counting them set off a collection every few hundred lines
+    (about 4 % of the reading time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _charges(values: list[float | None]) -> np.ndarray:

@@ -31,6 +31,13 @@ def group_sums(codes: np.ndarray, n: int, weights: np.ndarray | None = None) -> 
     return np.bincount(codes, weights, minlength=n)[:n]
 
 
+def _counts(codes: np.ndarray, n: int, where: np.ndarray) -> np.ndarray:
+    """Per group, the count of its calls where ``where`` is true (one group: no codes read)."""
+    if n == 1:
+        return np.array([np.count_nonzero(where)])
+    return group_sums(codes[where], n)
+
+
 def group_percentiles(
     codes: np.ndarray, values: np.ndarray, n: int, which: tuple[int, ...]
 ) -> np.ndarray:
@@ -141,17 +148,49 @@ def _sweep_each(
     peak, busy = np.zeros(len(counts), np.int64), np.zeros(len(counts))
     order = _in_group_order(codes, counts)
     starts, ends = t0[order], t1[order]
+    sweep = _sweep_events if _whole(t0) and _whole(t1) else _sweep_sorted
     for g, a, b in _slices(counts, np.cumsum(counts) - counts):
-        s, e = starts[a:b], ends[a:b]
-        s.sort(kind="stable")  # timsort: a trace is written about in time order, a few runs
-        e.sort(kind="stable")
-        calls = np.arange(1, b - a + 1)
-        peak[g] = (calls - np.searchsorted(e, s, "right")).max()
-        idle = np.searchsorted(s, e, "right") == calls
-        idle[-1] = False
-        gaps = s[np.flatnonzero(idle) + 1] - e[idle]
-        busy[g] = (e[-1] - s[0]) - np.bincount(np.zeros(len(gaps), np.intp), gaps, 1)[0]
+        peak[g], busy[g] = sweep(starts[a:b], ends[a:b])
     return peak, busy
+
+
+def _whole(times: np.ndarray) -> bool:
+    """Whether every time is a whole millisecond well inside int64 (a trace's canonical form)."""
+    return bool(np.array_equal(np.floor(times), times) and (np.abs(times) < 2.0**52).all())
+
+
+def _sweep_events(s: np.ndarray, e: np.ndarray) -> tuple[int, float]:
+    """One group's peak in flight and busy time from whole-millisecond times: every start and
+    end as one integer event (2t + 1 a start, 2t an end, so at a tie ends come first, as the
+    intervals are half-open), sorted once; the calls in flight after each event are a running
+    sum, and the group is busy between two events where that sum is above 0. Integer sums of
+    whole milliseconds: exactly what ``_sweep_sorted`` gives."""
+    n = len(s)
+    events = np.empty(2 * n, np.int64)
+    np.multiply(e, 2.0, out=events[:n], casting="unsafe")
+    np.multiply(s, 2.0, out=events[n:], casting="unsafe")
+    events[n:] += 1
+    events.sort()  # equal events are alike: no order among them matters
+    step = (events & 1).astype(np.int8)
+    step *= 2
+    step -= 1  # +1 a start, -1 an end
+    in_flight = np.cumsum(step, dtype=np.int32)
+    del step
+    events >>= 1  # the times
+    busy = np.diff(events).sum(where=in_flight[:-1] > 0)
+    return int(in_flight.max()), float(busy)
+
+
+def _sweep_sorted(s: np.ndarray, e: np.ndarray) -> tuple[int, float]:
+    """One group's peak in flight and busy time, for any times: starts and ends sorted, each
+    start's calls in flight and each end's idle gap found by binary search."""
+    s, e = np.sort(s, kind="stable"), np.sort(e, kind="stable")  # timsort: about in time order
+    calls = np.arange(1, len(s) + 1)
+    peak = (calls - np.searchsorted(e, s, "right")).max()
+    idle = np.searchsorted(s, e, "right") == calls
+    idle[-1] = False
+    gaps = s[np.flatnonzero(idle) + 1] - e[idle]
+    return int(peak), (e[-1] - s[0]) - np.bincount(np.zeros(len(gaps), np.intp), gaps, 1)[0]
 
 
 def group_rows(
@@ -172,7 +211,7 @@ def group_rows(
     cache count in ``cached`` and nowhere else."""
     price_cached = price_in if price_cached is None else price_cached
     from_cache = c.outcome == CACHED
-    cached = group_sums(codes[from_cache], n)
+    cached = _counts(codes, n, from_cache)
     if cached.any():
         kept = ~from_cache
         c, codes, price_in, price_out = c.take(kept), codes[kept], price_in[kept], price_out[kept]
@@ -182,20 +221,20 @@ def group_rows(
     with_ttft = ok & ~np.isnan(c.ttft)
     streamed = with_ttft & c.stream & ~np.isnan(c.latency) & (c.tokens_out > 1)
     tpot = (c.latency[streamed] - c.ttft[streamed]) / (c.tokens_out[streamed] - 1)
-    calls = group_sums(codes, n)
+    calls = np.array([len(codes)]) if n == 1 else group_sums(codes, n)
     tokens = (np.nan_to_num(c.tokens_in), np.nan_to_num(c.tokens_out))
     columns = (
         calls,
-        group_sums(codes[ok], n),
-        group_sums(codes[c.outcome == 1], n),
-        group_sums(codes[c.outcome == 2], n),
+        _counts(codes, n, ok),
+        _counts(codes, n, c.outcome == 1),
+        _counts(codes, n, c.outcome == 2),
         cached,
         group_percentiles(codes[timed], c.latency[timed], n, (50, 95, 99)),
         group_percentiles(codes[with_ttft], c.ttft[with_ttft], n, (50, 95)),
         group_percentiles(codes[streamed], tpot, n, (50,)),
         group_sums(codes, n, tokens[0]),
         group_sums(codes, n, tokens[1]),
-        group_sums(codes[c.usage_estimated], n),
+        _counts(codes, n, c.usage_estimated),
         *_money(c, codes, n, (price_in, price_out, price_cached), tokens),
         *group_sweep(codes, c.t0, c.t1, n),
     )
@@ -223,12 +262,12 @@ def _money(
     charged = ~np.isnan(c.cost)
     costs = np.where(known, tokens_in * price_in + tokens_out * price_out - saved, 0.0)
     costs = np.where(charged, c.cost * 1e6, costs)  # in USD per million, as the prices are
-    priced_calls = group_sums(codes[known | charged], n)
-    known_calls = group_sums(codes[known], n)
+    priced_calls = _counts(codes, n, known | charged)
+    known_calls = _counts(codes, n, known)
     return (
         np.where(priced_calls > 0, group_sums(codes, n, costs), np.nan),
         priced_calls,
-        group_sums(codes[charged & c.cost_estimated], n),
+        _counts(codes, n, charged & c.cost_estimated),
         group_sums(codes, n, held),
         np.where(known_calls > 0, group_sums(codes, n, saved), np.nan),
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import mmap
 import multiprocessing
 import os
 import pickle
@@ -22,6 +23,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import IO, Any
 
 from rrcli.stats.columns import TraceReader
+from rrcli.stats.decoding import BlockDecoder
 
 __all__ = ["Source", "both", "cpus", "read_all"]
 
@@ -29,9 +31,10 @@ Source = str | os.PathLike[str] | IO[bytes]
 _PARALLEL_BYTES = 64 << 20  # files this large are read in parts by several processes
 #: each process's parts, as shares of the file: large ones first, then smaller, so that the
 #: processes end about together (the last part taken is a small one) at few parts in all
-_PART_WEIGHTS = (4, 4, 2, 2, 1, 1)
+_PART_WEIGHTS = (8, 8, 4, 4, 2, 2, 1, 1)
 #: where a forked reader leaves what it read: memory (tmpfs) where there is one
 _HANDOVER_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+_ALIGN = 64  # where each array handed over starts in its file: a cache line
 _child: Callable[[], Any] | None = None  # what the forked child of ``both`` runs
 _claims: Any = None  # the next part to read, shared by the processes of ``_read_parts``
 
@@ -63,7 +66,7 @@ def _read_parts(parts: list[tuple[Source, int, int, str]], workers: int) -> list
     """A reader of each part, in order. This process and ``workers`` − 1 forked ones each take
     the next part not yet taken (a shared counter) until none is left, so one that the machine
     slows reads fewer. A forked one hands its readers back in a file in _HANDOVER_DIR (a pipe
-    takes a context switch every 64 KiB, which a loaded machine makes slow)."""
+    takes a context switch every 64 KiB, which a loaded machine makes slow), mapped here."""
     global _claims
     fork = multiprocessing.get_context("fork")
     _claims = fork.Value("i", 0)
@@ -74,8 +77,7 @@ def _read_parts(parts: list[tuple[Source, int, int, str]], workers: int) -> list
             theirs = [pool.submit(_read_claimed, parts) for _ in range(max(1, workers - 1))]
             read.update(_claimed(parts))
         for future in theirs:
-            with open(future.result(), "rb") as handover:
-                read.update(pickle.load(handover))
+            read.update(_handed_over(future.result()))
     finally:
         _claims = None
         for future in theirs:  # all done: the pool waited for them
@@ -132,28 +134,48 @@ def _cuts(path: Source, size: int, weights: list[int]) -> list[int]:
 def _claimed(parts: list[tuple[Source, int, int, str]]) -> dict[int, TraceReader]:
     """Readers of the parts this process takes, by the part's place."""
     assert _claims is not None  # set by ``_read_parts`` before it forks
-    read = {}
+    read, decoder = {}, BlockDecoder()  # one for every part: each knows the names read before
     while True:
         with _claims.get_lock():
             at = _claims.value
             _claims.value += 1
         if at >= len(parts):
             return read
-        read[at] = _read_part(parts[at])
+        read[at] = _read_part(parts[at], decoder)
 
 
 def _read_claimed(parts: list[tuple[Source, int, int, str]]) -> str:
-    """In a forked process: ``_claimed``, its readers written to a file whose path it returns."""
-    read = _claimed(parts)
+    """In a forked process: ``_claimed``, its readers written to a file whose path it returns:
+    their pickle, then each array's bytes, each after its length and each starting at a
+    multiple of _ALIGN bytes, so that ``_handed_over`` maps the arrays in place."""
+    buffers: list[pickle.PickleBuffer] = []
+    head = pickle.dumps(_claimed(parts), protocol=5, buffer_callback=buffers.append)
     fd, path = tempfile.mkstemp(prefix="rrcli-stats-", dir=_HANDOVER_DIR)
     with os.fdopen(fd, "wb") as handover:
-        pickle.dump(read, handover, protocol=pickle.HIGHEST_PROTOCOL)
+        for chunk in (head, *(b.raw() for b in buffers)):
+            handover.write(len(chunk).to_bytes(_ALIGN, "little"))
+            handover.write(chunk)
+            handover.write(bytes(-handover.tell() % _ALIGN))
     return path
 
 
-def _read_part(part: tuple[Source, int, int, str]) -> TraceReader:
+def _handed_over(path: str) -> dict[int, TraceReader]:
+    """The readers ``_read_claimed`` wrote, their arrays read in place from the mapped file
+    (no copy: they are copied once, into the merged columns)."""
+    with open(path, "rb") as handover:
+        view = memoryview(mmap.mmap(handover.fileno(), 0, access=mmap.ACCESS_READ))
+    chunks, at = [], 0
+    while at < len(view):
+        size = int.from_bytes(view[at : at + _ALIGN], "little")
+        at += _ALIGN
+        chunks.append(view[at : at + size])
+        at += size + (-size % _ALIGN)
+    return pickle.loads(chunks[0], buffers=chunks[1:])
+
+
+def _read_part(part: tuple[Source, int, int, str], decoder: BlockDecoder) -> TraceReader:
     path, start, end, by = part
-    reader = TraceReader(by)
+    reader = TraceReader(by, decoder)
     with open(path, "rb") as stream:
         stream.seek(start)
         reader.read(stream, end - start)

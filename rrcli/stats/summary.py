@@ -90,10 +90,9 @@ def summarize(
     codes = np.array([reader.run_ids[r] for r in runs if r in reader.run_ids], np.int32)
     if len(codes) < len(reader.run_ids):
         cols = cols.take(np.isin(cols.run, codes))
-    prices = _prices(reader, cols)
     sent = cols.outcome != CACHED
     per_run = group_sums(cols.run[sent], len(reader.run_ids)).astype(int).tolist()
-    groups, total = _sums(reader, cols, prices, runs, int(sent.sum()), workers)
+    groups, total = _sums(reader, cols, runs, int(sent.sum()), workers)
     summary = {
         "by": by,
         "groups": groups,
@@ -215,15 +214,16 @@ def _prices(reader: TraceReader, cols: Columns) -> tuple[np.ndarray, np.ndarray,
     return tuple(np.take(np.ascontiguousarray(table[:, k]), at) for k in range(3))
 
 
-def _sums(reader, cols, prices, runs, sent: int, workers: int) -> tuple[list, dict[str, Any]]:
+def _sums(reader, cols, runs, sent: int, workers: int) -> tuple[list, dict[str, Any]]:
     """The groups' rows and the total's; with ``workers`` and _SPLIT_CALLS calls or more, the
-    groups are summed in a forked process while this one sums the total (each about half)."""
+    groups are summed in a forked process while this one sums the total (each about half, each
+    looking up the calls' prices itself, so that no step waits for the other)."""
 
     def groups() -> list[dict[str, Any]]:
-        return _groups(reader, cols, prices, runs, sent)
+        return _groups(reader, cols, _prices(reader, cols), runs, sent)
 
     def total() -> dict[str, Any]:
-        return _total(cols, prices, sent)
+        return _total(cols, _prices(reader, cols), sent)
 
     if workers > 1 and len(cols.t0) >= _SPLIT_CALLS:
         return both(groups, total)
