@@ -34,8 +34,8 @@ _ABSENT = {"endpoint": "chat"}
 # The call fields stats reads, typed as the schema says; all but the first five may be absent
 # or null in a line (an older or a hand-written trace). Kept in the schema's order, which is the
 # writer's: msgspec matches each key fastest when it comes where the struct expects it.
-REQUIRED = ("run_id", "deployment", "outcome", "ts_start", "ts_end")
-_READ = REQUIRED + tuple(KEY_FIELDS.values()) + (
+_REQUIRED = ("run_id", "deployment", "outcome", "ts_start", "ts_end")
+_READ = _REQUIRED + tuple(KEY_FIELDS.values()) + (
     "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens",
     "usage_estimated", "cost_usd", "cost_estimated", "stream",
 )  # fmt: skip
@@ -58,7 +58,7 @@ def _call_struct(learned: dict[str, frozenset[str]]) -> type[msgspec.Struct]:
         "Call",
         [
             (name, kind(name, declared))
-            if name in REQUIRED
+            if name in _REQUIRED
             else (name, kind(name, declared) | None, _ABSENT.get(name))
             for name, declared in CALL
             if name in _READ

@@ -28,6 +28,8 @@ FEW_GROUPS = 256  # up to this many groups with calls, each group is sorted on i
 
 def group_sums(codes: np.ndarray, n: int, weights: np.ndarray | None = None) -> np.ndarray:
     """Per group, the count of its calls, or the sum of ``weights`` over them."""
+    if n == 1 and weights is None:  # the total: nothing to count by group
+        return np.array([len(codes)])
     return np.bincount(codes, weights, minlength=n)[:n]
 
 
@@ -221,7 +223,7 @@ def group_rows(
     with_ttft = ok & ~np.isnan(c.ttft)
     streamed = with_ttft & c.stream & ~np.isnan(c.latency) & (c.tokens_out > 1)
     tpot = (c.latency[streamed] - c.ttft[streamed]) / (c.tokens_out[streamed] - 1)
-    calls = np.array([len(codes)]) if n == 1 else group_sums(codes, n)
+    calls = group_sums(codes, n)
     tokens = (np.nan_to_num(c.tokens_in), np.nan_to_num(c.tokens_out))
     columns = (
         calls,

@@ -17,7 +17,7 @@ from rrcli.records.traceschema import parse_rfc3339
 
 __all__ = ["codes", "flags", "floats", "small_codes", "timestamps"]
 
-_KINDS = {"d": np.float64, "?": np.uint8}
+_KINDS = {"d": np.float64, "?": np.bool_}
 
 
 def floats(values: list[float | int | None]) -> np.ndarray:
@@ -40,7 +40,7 @@ def floats(values: list[float | int | None]) -> np.ndarray:
 
 def flags(values: list[bool | None]) -> np.ndarray:
     """``values`` as booleans, None false (packed by truth in one call)."""
-    return _packed("?", values).view(np.bool_)
+    return _packed("?", values)
 
 
 def _packed(kind: str, values: list) -> np.ndarray:
