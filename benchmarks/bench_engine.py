@@ -86,11 +86,17 @@ def main() -> None:
     if len(sys.argv) > 3 and sys.argv[1] == "--one":
         one(int(sys.argv[2]), sys.argv[3])
         return
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__)
+        return
     if sys.argv[1:2] == ["--against"]:
         against(sys.argv[2:])
         return
     bindings = sys.argv[1:2] == ["--bindings"]
-    sizes = [int(a) for a in sys.argv[1 + bindings :]] or [100_000, 1_000_000]
+    try:
+        sizes = [int(a) for a in sys.argv[1 + bindings :]] or [100_000, 1_000_000]
+    except ValueError:
+        sys.exit(f"bench_engine.py: job counts must be whole numbers\n\n{__doc__}")
     for n in sizes:
         request = in_child(n, "request")
         if bindings:

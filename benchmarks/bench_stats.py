@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -69,8 +70,6 @@ print(json.dumps({"wall": wall, "cpu": cpu, "rss": rss, "child_rss": 0.0, "threa
 def trace_file(n: int) -> Path:
     """A cached trace of n lines: runs of 80,000 jobs, a day apart. Its name holds a digest of
     the call record's fields, so a trace written before the schema changed is written again."""
-    from stats_tracegen import lines, run_records
-
     from rrcli.records.traceschema import CALL_FIELDS
 
     schema = hashlib.sha256(",".join(CALL_FIELDS).encode()).hexdigest()[:8]
@@ -79,6 +78,21 @@ def trace_file(n: int) -> Path:
         return path
     print(f"writing {n:,} trace lines to {path} (once) ...", flush=True)
     part = path.with_suffix(".part")
+    # written by a child: Linux counts a process's peak RSS from before its exec, so a parent
+    # grown by the writing would lend its size to every process measured after it
+    writer = multiprocessing.get_context("fork").Process(target=write_trace, args=(part, n))
+    writer.start()
+    writer.join()
+    if writer.exitcode:
+        sys.exit(f"writing {part} failed (exit {writer.exitcode})")
+    part.rename(path)
+    return path
+
+
+def write_trace(part: Path, n: int) -> None:
+    """n lines of runs of 80,000 jobs, a day apart, into ``part``."""
+    from stats_tracegen import lines, run_records
+
     written, k = 0, 0
     with part.open("wb") as out:
         while written < n:
@@ -92,8 +106,6 @@ def trace_file(n: int) -> Path:
             out.write(lines(batch))
             written += len(batch)
             k += 1
-    part.rename(path)
-    return path
 
 
 def measure(code: str, path: Path, workers: int) -> dict:
