@@ -27,7 +27,6 @@ __all__ = [
     "CacheKeys",
     "Prepared",
     "Prompt",
-    "cache_key_head",
     "prompt_of",
     "rendered",
     "shared_blocks",
@@ -90,7 +89,7 @@ def shared_blocks(chain: Sequence[int], other: Sequence[int], most: int | None =
     return low
 
 
-def cache_key_head(text: str) -> str:
+def _cache_key_head(text: str) -> str:
     """Stable text naming the first tokens of the rendered prompt ``text``, that a hosted API
     routes it by (the same in every process, unlike the blocks' hashes)."""
     return hashlib.blake2b(text[:_KEY_CHARS].encode(), digest_size=8).hexdigest()
@@ -110,7 +109,7 @@ class CacheKeys:
     def key(self, position: int, text: str, now: float) -> str:
         """The key of a call of the rendered prompt ``text`` to the backend at ``position``, at
         ``now`` (seconds)."""
-        head = cache_key_head(text)
+        head = _cache_key_head(text)
         keys = self._times
         times = keys.pop((position, head), None) or deque()
         keys[(position, head)] = times
