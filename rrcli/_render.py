@@ -72,8 +72,11 @@ class PromptPrinter:
             if self.partial:
                 sys.stdout.write("\n")
             error = result["error"]
-            stderr.print(f"rrcli: {result['id']} failed: {error['type']}: {error['message']}",
-                         markup=False, highlight=False)  # fmt: skip
+            stderr.print(
+                f"rrcli: {result['id']} failed: {error['type']}: {error['message']}",
+                markup=False,
+                highlight=False,
+            )
         sys.stdout.flush()
         self.partial = False
 
@@ -139,8 +142,14 @@ class RunDisplay:
         return Group(*lines)
 
 
-_COLUMNS = (("deployment", "left"), ("in flight / cap", "right"), ("ok calls", "right"),
-            ("retries", "right"), ("errors", "right"), ("", "left"))  # fmt: skip
+_COLUMNS = (
+    ("deployment", "left"),
+    ("in flight / cap", "right"),
+    ("ok calls", "right"),
+    ("retries", "right"),
+    ("errors", "right"),
+    ("", "left"),
+)
 
 
 def _deployments(rows: Rows) -> Table:

@@ -1,7 +1,7 @@
 """rrcli's exceptions, in one tree.
 
 Every error a user can see is an ``RRCLIError``; each class knows the exit code the CLI returns for
-it (SPEC §1: 1 some jobs failed or a profile had errors, 2 usage error or unusable profile, 130
+it (1 some jobs failed or a profile had errors, 2 usage error or unusable profile, 130
 interrupted)::
 
     RRCLIError                      exit 1
@@ -140,7 +140,7 @@ class ProviderError(RRCLIError):
     body as text, the key masked and cut to 2 KB (``providers.base.error_body``), or None.
     ``backend_down``: the answer says the backend can serve no call at all (its key refused, its
     account out of quota, its model or path not found), not that this call failed: the run
-    takes the backend out of its pool (SPEC §15).
+    takes the backend out of its pool.
     """
 
     def __init__(
@@ -166,7 +166,7 @@ class ProviderError(RRCLIError):
         self.backend_down = backend_down
 
     def as_dict(self) -> dict[str, object]:
-        """The ``error`` object of a result line (SPEC §4), with ``body`` when the server sent
+        """The ``error`` object of a result line, with ``body`` when the server sent
         one."""
         error: dict[str, object] = {
             "type": self.type,

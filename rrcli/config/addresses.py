@@ -1,4 +1,4 @@
-"""The base_url address policy (SPEC §2): where a backend may send its key.
+"""The base_url address policy: where a backend may send its key.
 
 A profile can be shared, so a base_url is input we do not trust: a host that is (or resolves to)
 a loopback, private, link-local or unspecified address needs the backend's own
@@ -40,10 +40,15 @@ RESOLVE_BUDGET = 2.0  # seconds, for every host of a profile together
 METADATA_ADDRESSES = frozenset(
     ipaddress.ip_address(a)
     for a in (
-        "169.254.169.254", "fd00:ec2::254", "169.254.170.2", "169.254.170.23", "fd00:ec2::23",
-        "100.100.100.200", "169.254.0.23",
+        "169.254.169.254",
+        "fd00:ec2::254",
+        "169.254.170.2",
+        "169.254.170.23",
+        "fd00:ec2::23",
+        "100.100.100.200",
+        "169.254.0.23",
     )
-)  # fmt: skip
+)
 METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata.goog"})
 #: Shared address space (RFC 6598): private to a carrier's network, not the internet.
 CARRIER_NAT = ipaddress.ip_network("100.64.0.0/10")

@@ -1,4 +1,4 @@
-"""One backend built from its ``[[backends]]`` table and ``[defaults]`` (SPEC §2).
+"""One backend built from its ``[[backends]]`` table and ``[defaults]``.
 
 A backend's fields are its own, else ``[defaults]``', else its provider's defaults from the
 provider registry. Its credentials are its own or ``[defaults]``', never a merge of the two, and

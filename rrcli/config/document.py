@@ -1,4 +1,4 @@
-"""A whole profile document checked (SPEC §2): TOML data in, a Profile and EVERY diagnostic out.
+"""A whole profile document checked: TOML data in, a Profile and EVERY diagnostic out.
 
 The sections are walked against the schema (``walk.py``), each backend is built over
 ``[defaults]`` (``backends.py``), then come the rules that look at the pool at once: duplicate
@@ -55,7 +55,7 @@ def check_document(
     environ: Mapping[str, str],
     resolve: Resolver | None = None,
 ) -> tuple[Profile, list[Diagnostic]]:
-    """Every rule of SPEC §2 over a parsed TOML document. The Profile is built from the good
+    """Every profile rule over a parsed TOML document. The Profile is built from the good
     values (a bad value falls back to its default), so it is meaningful only without errors."""
     check = Checker(source, text)
     raw_backends = data.get("backends")

@@ -1,4 +1,4 @@
-"""Reading a profile: finding its file (SPEC §1), checking it (SPEC §2), and the report.
+"""Reading a profile: finding its file, checking it, and the report.
 
 ``validate_profile`` turns a TOML file into a ``ValidationReport``, collecting every diagnostic
 (not only the first) with its key path and its fix; ``load_profile`` is the same for a run and
@@ -59,11 +59,11 @@ class ValidationReport:
 
     @property
     def exit_code(self) -> int:
-        """SPEC §1: 0 ok, 1 the profile has errors, 2 it is not a readable profile at all."""
+        """The exit code: 0 ok, 1 the profile has errors, 2 it is not a readable profile at all."""
         return 2 if not self.readable else 0 if self.ok else 1
 
     def as_dict(self) -> dict[str, Any]:
-        """The ``rrcli validate --json`` document (SPEC §2); keys redacted."""
+        """The ``rrcli validate --json`` document; keys redacted."""
         return {
             "ok": self.ok,
             "errors": [d.as_dict() for d in self.errors],
@@ -101,7 +101,7 @@ def demo_profile_path() -> Path:
 def resolve_profile_path(
     option: str | None, environ: Mapping[str, str], cwd: Path | None = None
 ) -> Path:
-    """SPEC §1: --profile, else $RRCLI_PROFILE, else ./rrcli.toml, else the XDG profile.
+    """--profile, else $RRCLI_PROFILE, else ./rrcli.toml, else the XDG profile.
 
     The name ``demo``, where no such file exists, is the built-in demo pool.
     """

@@ -19,18 +19,38 @@ from functools import cache
 from rrcli.config.profile import Backend
 
 __all__ = [
-    "FILE_TOKENS", "IMAGE_TOKENS", "MEDIA", "Media", "cap_param", "image_tokens", "media_tokens",
+    "FILE_TOKENS",
+    "IMAGE_TOKENS",
+    "MEDIA",
+    "Media",
+    "cap_param",
+    "image_tokens",
+    "media_tokens",
     "output_ceiling",
-]  # fmt: skip
+]
 
 #: documented maximum output tokens, by model name prefix (longest match first)
 _OUTPUT = {
-    "gpt-4o-mini": 16_384, "gpt-4o": 16_384, "chatgpt-4o": 16_384, "gpt-4.1": 32_768,
-    "gpt-4-turbo": 4_096, "gpt-4": 8_192, "gpt-3.5-turbo": 4_096, "gpt-5": 128_000,
-    "o1-mini": 65_536, "o1": 100_000, "o3": 100_000, "o4-mini": 100_000,
-    "claude-3-haiku": 4_096, "claude-3-opus": 4_096, "claude-3-5": 8_192, "claude-3-7": 64_000,
-    "claude-sonnet-4": 64_000, "claude-opus-4": 32_000, "claude-haiku-4": 64_000,
-}  # fmt: skip
+    "gpt-4o-mini": 16_384,
+    "gpt-4o": 16_384,
+    "chatgpt-4o": 16_384,
+    "gpt-4.1": 32_768,
+    "gpt-4-turbo": 4_096,
+    "gpt-4": 8_192,
+    "gpt-3.5-turbo": 4_096,
+    "gpt-5": 128_000,
+    "o1-mini": 65_536,
+    "o1": 100_000,
+    "o3": 100_000,
+    "o4-mini": 100_000,
+    "claude-3-haiku": 4_096,
+    "claude-3-opus": 4_096,
+    "claude-3-5": 8_192,
+    "claude-3-7": 64_000,
+    "claude-sonnet-4": 64_000,
+    "claude-opus-4": 32_000,
+    "claude-haiku-4": 64_000,
+}
 IMAGE_TOKENS = 1_600  # Anthropic's documented most; OpenAI's gpt-4o tiles reach 1,445
 #: models whose images cost more tokens (priced lower per token): OpenAI's documented most
 _IMAGE = {"gpt-4o-mini": 48_169, "gpt-4.1-mini": 2_488, "gpt-4.1-nano": 3_779, "o4-mini": 2_642}

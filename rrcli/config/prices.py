@@ -1,5 +1,5 @@
 """The price of a backend: USD per million input and output tokens (and input read from or
-written to the provider's prompt cache), or none (SPEC §13).
+written to the provider's prompt cache), or none.
 
 A backend's own ``price`` when its profile gives one; otherwise what the genai-prices library
 (the ``prices`` extra: offline price data for hundreds of models, imported only when a backend
@@ -21,9 +21,14 @@ from functools import cache
 from rrcli.config.profile import Backend, Price
 
 __all__ = [
-    "LIBRARY", "KnownPrice", "library_installed", "lookup_price", "pool_prices", "price_of",
+    "LIBRARY",
+    "KnownPrice",
+    "library_installed",
+    "lookup_price",
+    "pool_prices",
+    "price_of",
     "unpriced_budget",
-]  # fmt: skip
+]
 
 LIBRARY = "genai-prices"
 _SAMPLE = 1000  # tokens of each kind priced to read the per-token prices of the first tier

@@ -1,4 +1,4 @@
-"""The profile: a pool of backends and how to route across it (SPEC §2).
+"""The profile: a pool of backends and how to route across it.
 
 Frozen, slotted dataclasses that the rest of rrcli reads, and their normalized dict form. The
 provider facts a backend defaults to (base_url, model, whether it takes a key) come from the
@@ -224,7 +224,7 @@ class GateSettings:
 
 @dataclass(frozen=True, slots=True)
 class QueueSettings:
-    """The shared work queue (``--queue``, SPEC §14): ``url`` of its Redis ("": the gate's when
+    """The shared work queue (``--queue``): ``url`` of its Redis ("": the gate's when
     the gate is Redis); ``lease``: seconds a job may sit pending without its worker renewing it
     before another worker claims it; ``max_deliveries``: deliveries of one job before it ends as
     an error."""

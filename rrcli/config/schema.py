@@ -1,4 +1,4 @@
-"""The profile schema (SPEC §2): one table of fields per section, each field's type and rule.
+"""The profile schema: one table of fields per section, each field's type and rule.
 
 Pure data and pure functions: what each key of a profile may hold, the rules a single value must
 pass, and how a value is named in a message. The walk that applies them to a document is
@@ -243,9 +243,19 @@ KEY_HEADERS = frozenset(
 # headers that frame the request on the wire: the HTTP client writes them from the body it sends;
 # a stale Content-Length or a second Transfer-Encoding would desync a keep-alive connection
 FRAMING_HEADERS = frozenset(
-    {"content-length", "transfer-encoding", "host", "connection", "keep-alive", "te", "trailer",
-     "upgrade", "proxy-connection", "expect"}
-)  # fmt: skip
+    {
+        "content-length",
+        "transfer-encoding",
+        "host",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-connection",
+        "expect",
+    }
+)
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 

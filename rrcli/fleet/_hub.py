@@ -300,9 +300,11 @@ def check_reachable(url: str, section: str = "gate") -> None:
     shown = redacted_url(url)
     try:
         client = redis.Redis.from_url(
-            url, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=CONNECT_TIMEOUT,
+            url,
+            socket_connect_timeout=CONNECT_TIMEOUT,
+            socket_timeout=CONNECT_TIMEOUT,
             retry=Retry(NoBackoff(), 0),
-        )  # fmt: skip
+        )
     except ValueError as exc:
         raise GateUnavailableError(
             f"[{section}] url {shown!r} is not a Redis url ({exc}) — use redis://HOST:PORT/DB"

@@ -1,4 +1,4 @@
-"""The Redis keys of a shared work queue (SPEC §14) and the Lua scripts that change several of
+"""The Redis keys of a shared work queue and the Lua scripts that change several of
 them in one atomic step.
 
 Every key of queue NAME carries the hash tag ``{rrcli:q:NAME}``, so the queue lives in one hash

@@ -28,8 +28,18 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["ABANDON", "ACQUIRE", "AIMD", "PAUSE", "RELEASE", "RENEW", "RESERVE", "SETTLE",
-           "Script", "scope_keys"]  # fmt: skip
+__all__ = [
+    "ABANDON",
+    "ACQUIRE",
+    "AIMD",
+    "PAUSE",
+    "RELEASE",
+    "RENEW",
+    "RESERVE",
+    "SETTLE",
+    "Script",
+    "scope_keys",
+]
 
 KEY_NAMES = ("slots", "queue", "qexp", "seq", "aimd", "pause", "gcra", "wake")
 

@@ -1,4 +1,4 @@
-"""One budget for every process sharing it (SPEC §13): spend reserved and settled atomically in
+"""One budget for every process sharing it: spend reserved and settled atomically in
 Redis, one Lua script a step (as the gate's own steps: ``_scripts``).
 
 Keys of the budget named ``<name>`` (the profile's label, or the queue's; hash tag
@@ -178,9 +178,14 @@ class RedisLedger:
         hub, token = self._hub, self._hub.token()
         await hub.wait_admissible()  # after an outage, the others' shares come back first
         ok, spent, held = await hub.run_until_up(
-            RESERVE, self._keys, *self._me(), repr(self.mine), token, repr(cost),
+            RESERVE,
+            self._keys,
+            *self._me(),
+            repr(self.mine),
+            token,
+            repr(cost),
             repr(self._limit),
-        )  # fmt: skip
+        )
         self.spent, self.reserved = float(spent), float(held)
         if not int(ok):
             return None

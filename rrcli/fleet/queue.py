@@ -1,4 +1,4 @@
-"""A worker of a shared work queue (``rrcli run --queue NAME``, SPEC §14): any number of
+"""A worker of a shared work queue (``rrcli run --queue NAME``): any number of
 processes on any number of hosts pull one batch's jobs from Redis Streams as they have room.
 
 - Loading: ``queue_load.load_jobs`` (once per queue, whatever the number of loaders); the
@@ -121,10 +121,13 @@ class RedisQueue:
             theirs = kind(meta.get(setting) or mine)
             if theirs != mine:
                 log.warning(
-                    "rrcli.queue_setting_differs", queue=self.store.name, setting=setting,
-                    queue_value=theirs, profile_value=mine,
+                    "rrcli.queue_setting_differs",
+                    queue=self.store.name,
+                    setting=setting,
+                    queue_value=theirs,
+                    profile_value=mine,
                     note=f"the queue's {setting} holds: it was fixed when the queue was loaded",
-                )  # fmt: skip
+                )
                 setattr(self, setting, theirs)
 
     def sink(self, writer: Any) -> QueueSink:
@@ -247,8 +250,16 @@ class RedisQueue:
             return
         bind = self.engine.session_binding and isinstance(session, str)
         mid, number = held
-        self.acks.append((mid, number, line, "1" if ok else "", session if bind else "",
-                          deployment if bind and deployment else ""))  # fmt: skip
+        self.acks.append(
+            (
+                mid,
+                number,
+                line,
+                "1" if ok else "",
+                session if bind else "",
+                deployment if bind and deployment else "",
+            )
+        )
         self.unacked += 1
         self._due.set()
         self._room.set()

@@ -1,4 +1,4 @@
-"""Loading a jobs file into a shared queue (SPEC §14), and a stream entry back into its job.
+"""Loading a jobs file into a shared queue, and a stream entry back into its job.
 
 ``rrcli run JOBS --queue NAME`` adds each line of JOBS to the queue's stream once, under a loader
 lock; a second process with the same file (same SHA-256) waits for the load and loads nothing; a

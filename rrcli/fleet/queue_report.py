@@ -1,4 +1,4 @@
-"""What a shared queue holds, read by one short-lived command (SPEC §14): ``rrcli queue NAME``
+"""What a shared queue holds, read by one short-lived command: ``rrcli queue NAME``
 (progress and the workers alive) and ``rrcli results --queue NAME`` (one results file).
 
 The results are the queue's ``results`` hash (line number -> result line), read as a
@@ -57,11 +57,16 @@ class Progress:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "queue": self.name, "state": self.state, "source": self.source, "jobs": self.jobs,
-            "done": self.done, "pending": self.pending, "not_started": self.not_started,
+            "queue": self.name,
+            "state": self.state,
+            "source": self.source,
+            "jobs": self.jobs,
+            "done": self.done,
+            "pending": self.pending,
+            "not_started": self.not_started,
             "workers_alive": sum(1 for w in self.workers if w["alive"]),
             "workers": list(self.workers),
-        }  # fmt: skip
+        }
 
     def json(self) -> str:
         return orjson.dumps(self.as_dict(), option=orjson.OPT_INDENT_2).decode()
@@ -129,17 +134,27 @@ def _progress(client: Any, name: str, url: str) -> Progress:
     beats = client.mget([worker_key(name, w) for w in names]) if names else []
     done_by = client.hmget(keys["done"], names) if names else []
     workers = [
-        {"name": worker, "alive": beat is not None, "pending": by_worker.get(worker, 0),
-         "done": int(done or 0)}
+        {
+            "name": worker,
+            "alive": beat is not None,
+            "pending": by_worker.get(worker, 0),
+            "done": int(done or 0),
+        }
         for worker, beat, done in zip(names, beats, done_by, strict=True)
-    ]  # fmt: skip
+    ]
     state = meta.get("state", "loading")
     jobs = int(meta.get("total") or meta.get("loaded_to") or 0)
     done = int(client.hlen(keys["results"]))
     return Progress(
-        name, state, meta.get("source", ""), jobs, done, int(summary["pending"]), by_worker,
+        name,
+        state,
+        meta.get("source", ""),
+        jobs,
+        done,
+        int(summary["pending"]),
+        by_worker,
         tuple(workers),
-    )  # fmt: skip
+    )
 
 
 class QueueResults:

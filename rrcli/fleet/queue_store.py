@@ -1,4 +1,4 @@
-"""One process's connection to a shared work queue in Redis: each step of SPEC §14 as one
+"""One process's connection to a shared work queue in Redis: each step of the queue as one
 command or one script (``_queue_scripts``), retried while Redis is away.
 
 Redis going away mid-run (a restart, a network cut): every step waits and retries with jittered

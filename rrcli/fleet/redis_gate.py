@@ -1,5 +1,5 @@
 """Caps and rate limits shared by every process and host that names one Redis (``[gate] kind =
-"redis"``, SPEC §2, §8).
+"redis"``).
 
 The local gate (``gate.py``) holds a backend's cap inside one process; large batches run several
 processes on several hosts with the same keys, so the cap must hold across all of them. This
@@ -87,9 +87,16 @@ class RedisGate:
         """One admission step; returns (admitted, tickets ahead, free slots, pause seconds)."""
         hub = self.hub
         reply = await hub.run(
-            lua.ACQUIRE, self.keys, token, ticket, self.max_cap, hub.lease, hub.ticket_lease,
-            self.max_pause, int(hub.adaptive),
-        )  # fmt: skip
+            lua.ACQUIRE,
+            self.keys,
+            token,
+            ticket,
+            self.max_cap,
+            hub.lease,
+            hub.ticket_lease,
+            self.max_pause,
+            int(hub.adaptive),
+        )
         admitted, cap, pause, ahead, free = reply
         self.cap = int(cap)
         pause = float(pause)
@@ -226,9 +233,15 @@ class RedisGate:
 
     async def _record(self, rate_limited: bool) -> None:
         cap = await self.hub.best_effort(
-            "aimd", lua.AIMD, self.keys, self.max_cap, int(rate_limited), AIMD_TTL,
-            PROBE_INITIAL, PROBE_MAX,
-        )  # fmt: skip
+            "aimd",
+            lua.AIMD,
+            self.keys,
+            self.max_cap,
+            int(rate_limited),
+            AIMD_TTL,
+            PROBE_INITIAL,
+            PROBE_MAX,
+        )
         if cap is not None:
             self.cap = int(cap)
 

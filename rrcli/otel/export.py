@@ -1,4 +1,4 @@
-"""``rrcli export``: trace files sent to an OTLP/HTTP collector as spans (SPEC §13).
+"""``rrcli export``: trace files sent to an OTLP/HTTP collector as spans.
 
 The files are read line by line; each call record is checked against the trace schema
 (``records/traceschema.py``) and becomes a span, its job's parent span following at its run's
@@ -25,8 +25,17 @@ from rrcli.records.traceschema import CALL
 __all__ = ["ExportReport", "export_traces"]
 
 #: what a call record needs to be a span; every other field may be absent or null
-_NEEDED = ("run_id", "job_id", "attempt", "deployment", "provider", "model", "outcome",
-           "ts_start", "ts_end")  # fmt: skip
+_NEEDED = (
+    "run_id",
+    "job_id",
+    "attempt",
+    "deployment",
+    "provider",
+    "model",
+    "outcome",
+    "ts_start",
+    "ts_end",
+)
 _Checked = msgspec.defstruct(
     "_Checked",
     [

@@ -63,9 +63,12 @@ class SpanProcess:
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "rrcli.otel.child", run_id],
-                stdin=read, stdout=subprocess.PIPE, stderr=self._errors,
-                env=_child_environ(url), start_new_session=True,
-            )  # fmt: skip
+                stdin=read,
+                stdout=subprocess.PIPE,
+                stderr=self._errors,
+                env=_child_environ(url),
+                start_new_session=True,
+            )
         finally:
             os.close(read)
 
@@ -156,10 +159,12 @@ class SpanProcess:
             report = SendReport(**orjson.loads(out))
         except (orjson.JSONDecodeError, TypeError):
             return SendReport(
-                self.endpoint, 0, self._handed + self._overflow,
+                self.endpoint,
+                0,
+                self._handed + self._overflow,
                 f"the span process ended without a report (exit {self._proc.returncode}): "
                 + redact_each(err, self._secrets),
-            )  # fmt: skip
+            )
         dropped = report.dropped + self._overflow + unsent
         error = None if report.error is None else redact_each(report.error, self._secrets)
         return SendReport(self.endpoint, report.sent, dropped, error)

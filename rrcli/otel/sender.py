@@ -1,4 +1,4 @@
-"""Spans sent while a run goes on, from a thread, never in the run's way (SPEC §13).
+"""Spans sent while a run goes on, from a thread, never in the run's way.
 
 The trace writer hands every record to ``LiveSender.put`` (one ``len`` and one ``append`` on the
 hot path); a daemon thread turns them into spans every ``interval`` seconds and sends them in

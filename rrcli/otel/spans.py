@@ -149,7 +149,7 @@ class SpanMaker:
         return []
 
     def call(self, record: Mapping[str, Any]) -> ReadableSpan:
-        """The span of one call record (SPEC §5), its job's span extended to cover it."""
+        """The span of one call record, its job's span extended to cover it."""
         run_id, job_id = record["run_id"], record["job_id"]
         start, end = _ns(record["ts_start"]), _ns(record["ts_end"])
         if end < start:
@@ -180,9 +180,16 @@ class SpanMaker:
         failed = outcome in ("retry", "error")
         status = Status(StatusCode.ERROR, record.get("error_type")) if failed else Status()
         return self._span(
-            f"{operation} {model}", trace_id, span_id, parent, attributes,
-            start, end, SpanKind.CLIENT, status,
-        )  # fmt: skip
+            f"{operation} {model}",
+            trace_id,
+            span_id,
+            parent,
+            attributes,
+            start,
+            end,
+            SpanKind.CLIENT,
+            status,
+        )
 
     def _job(
         self, run_id: str, job_id: Any, start: int, end: int, model: str, operation: str
@@ -222,9 +229,16 @@ class SpanMaker:
         }
         status = Status(StatusCode.ERROR) if job.outcome == "error" else Status()
         return self._span(
-            JOB_SPAN, job.trace_id, job.span_id, None, attributes,
-            job.start, job.end, SpanKind.INTERNAL, status,
-        )  # fmt: skip
+            JOB_SPAN,
+            job.trace_id,
+            job.span_id,
+            None,
+            attributes,
+            job.start,
+            job.end,
+            SpanKind.INTERNAL,
+            status,
+        )
 
     def _span(
         self,

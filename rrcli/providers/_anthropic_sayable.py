@@ -67,11 +67,18 @@ EXPRESSIBLE: dict[str, Callable[[Any], bool]] = {
     "service_tier": lambda v: v in ("auto", "default"),
     "stop": _stop_sayable,
     **dict.fromkeys(
-        ["max_tokens", "max_completion_tokens", "top_p", "tool_choice", "parallel_tool_calls",
-         "user", "safety_identifier"],
+        [
+            "max_tokens",
+            "max_completion_tokens",
+            "top_p",
+            "tool_choice",
+            "parallel_tool_calls",
+            "user",
+            "safety_identifier",
+        ],
         _always,
     ),
-}  # fmt: skip
+}
 
 
 def unsayable(messages: list[dict[str, Any]]) -> tuple[str, ...]:

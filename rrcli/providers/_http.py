@@ -164,8 +164,11 @@ class HTTPProvider:
     async def send(self, call: Call, on_text: Callable[[str], None] | None = None) -> Reply:
         if call.endpoint == "chat":
             url, body, parse, new_stream = (
-                self._chat_url, self.build_body(call), self.parse_body, self.new_stream
-            )  # fmt: skip
+                self._chat_url,
+                self.build_body(call),
+                self.parse_body,
+                self.new_stream,
+            )
         else:
             url, body, parse, new_stream = self.endpoint_request(call)
         content = orjson.dumps(body)

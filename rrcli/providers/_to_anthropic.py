@@ -173,11 +173,19 @@ _RULES: dict[str, _Rule] = {
     "response_format": _response_format,
     **dict.fromkeys(("parallel_tool_calls", "stream", "stream_options", "model"), _ignore),
     **dict.fromkeys(
-        ("n", "logprobs", "top_logprobs", "frequency_penalty", "presence_penalty", "logit_bias",
-         "store", "modalities"),
+        (
+            "n",
+            "logprobs",
+            "top_logprobs",
+            "frequency_penalty",
+            "presence_penalty",
+            "logit_bias",
+            "store",
+            "modalities",
+        ),
         _default,
     ),
-}  # fmt: skip
+}
 
 
 def _anthropic_messages(messages: list[dict[str, Any]]) -> tuple[Any, list[dict[str, Any]]]:

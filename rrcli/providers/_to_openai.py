@@ -43,7 +43,7 @@ EXPRESSIBLE: dict[str, Callable[[Any], bool]] = {
     **dict.fromkeys(
         ["max_tokens", "system", "temperature", "top_p", "tool_choice", "metadata"], _always
     ),
-}  # fmt: skip
+}
 
 
 def apply_rules(

@@ -17,8 +17,9 @@ CONTRACT (the runner codes against exactly this):
 
 ERRORS are made here and only here: ``translate_transport_error`` turns an httpx2 exception into a
 ``TransportError``/``TimeoutError_`` (transient), ``error_from_status`` a non-2xx answer into a
-``StatusError``/``RedirectError`` with ``transient``, ``rate_limited`` and ``retry_after`` by SPEC
-§7's rules. An error the server answered keeps its body as text (``error_body``: key masked, ≤2 KB).
+``StatusError``/``RedirectError`` with ``transient``, ``rate_limited`` and ``retry_after``
+by the retry rules. An error the server answered keeps its body as text (``error_body``: key
+masked, ≤2 KB).
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ def timed_out(seconds: float, key: str = "timeout") -> TimeoutError_:
 def invalid_response(
     reason: str, status: int | None = None, *, body: str | None = None
 ) -> InvalidResponseError:
-    """A 2xx answer that is not a valid response of the API: transient (SPEC §7); ``body``: the
+    """A 2xx answer that is not a valid response of the API: transient; ``body``: the
     answer (``error_body``'s) when the fault is in its content."""
     return InvalidResponseError(
         f"invalid response: {reason}",
@@ -290,7 +291,7 @@ def error_from_status(
     secret: str | None = None,
     now: float | None = None,
 ) -> ProviderError:
-    """The rrcli error for a non-2xx answer (SPEC §7).
+    """The rrcli error for a non-2xx answer.
 
     Transient when the status is in ``retry.retry_on_status`` or the error is Anthropic's
     ``overloaded_error``; the server's ``x-should-retry`` header overrides that; a 429 for
@@ -335,7 +336,7 @@ def error_from_status(
 def is_backend_fault(status: int, type_: str, words: str, body: bytes | Any) -> bool:
     """Whether an error answer speaks of the backend, not of the call: a key refused (401) or
     without access (403), an account out of credit (``insufficient_quota``), or a 404 for the
-    model or the path (SPEC §15). A 404 naming a parameter of the request other than the model
+    model or the path. A 404 naming a parameter of the request other than the model
     (``previous_response_id`` not found: a resource of that job) is the call's alone. ``words``:
     the error's message, type and code."""
     if status in (401, 403) or type_ == "insufficient_quota":

@@ -1,4 +1,4 @@
-"""The OpenAI endpoints besides chat: embeddings, responses, completions, moderations (SPEC §12).
+"""The OpenAI endpoints besides chat: embeddings, responses, completions, moderations.
 
 Each is one ``EndpointAPI``: its path under the base URL, the field its input travels in, how its
 answer becomes a Reply and, for the two that stream (responses, completions), how its events

@@ -29,10 +29,21 @@ __all__ = ["HeldEcho", "Redacting", "scrub_error", "scrub_reply", "scrub_text"]
 
 #: a Reply's fields that hold strings from the server, alone or inside its JSON
 _FIELDS = (
-    "output", "finish_reason", "response_model", "reasoning_content", "request_id", "refusal",
-    "system_fingerprint", "response_id", "body", "continuation", "tool_calls", "logprobs",
-    "choices", "moderations",
-)  # fmt: skip
+    "output",
+    "finish_reason",
+    "response_model",
+    "reasoning_content",
+    "request_id",
+    "refusal",
+    "system_fingerprint",
+    "response_id",
+    "body",
+    "continuation",
+    "tool_calls",
+    "logprobs",
+    "choices",
+    "moderations",
+)
 _VALUES = attrgetter(*_FIELDS)
 PARTIAL = 8  # the shortest start of a key masked on its own (a cut text's tail)
 

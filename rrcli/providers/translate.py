@@ -49,19 +49,65 @@ __all__ = [
 DIALECTS = ("openai", "anthropic")
 #: The chat completions request's fields (OpenAI's API reference).
 OPENAI_FIELDS = frozenset(
-    ["audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
-     "max_completion_tokens", "max_tokens", "messages", "metadata", "modalities", "model", "n",
-     "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key",
-     "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier", "stop",
-     "store", "stream", "stream_options", "temperature", "tool_choice", "tools", "top_logprobs",
-     "top_p", "user", "verbosity", "web_search_options"]
-)  # fmt: skip
+    [
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "messages",
+        "metadata",
+        "modalities",
+        "model",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "reasoning_effort",
+        "response_format",
+        "safety_identifier",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "verbosity",
+        "web_search_options",
+    ]
+)
 #: The Messages request's fields (Anthropic's API reference).
 ANTHROPIC_FIELDS = frozenset(
-    ["container", "context_management", "max_tokens", "mcp_servers", "messages", "metadata",
-     "model", "service_tier", "stop_sequences", "stream", "system", "temperature", "thinking",
-     "tool_choice", "tools", "top_k", "top_p"]
-)  # fmt: skip
+    [
+        "container",
+        "context_management",
+        "max_tokens",
+        "mcp_servers",
+        "messages",
+        "metadata",
+        "model",
+        "service_tier",
+        "stop_sequences",
+        "stream",
+        "system",
+        "temperature",
+        "thinking",
+        "tool_choice",
+        "tools",
+        "top_k",
+        "top_p",
+    ]
+)
 _FIELDS = {"openai": OPENAI_FIELDS, "anthropic": ANTHROPIC_FIELDS}
 _LIMITS = {"openai": _to_openai.EXPRESSIBLE, "anthropic": _anthropic_sayable.EXPRESSIBLE}
 #: rrcli's own: the call says whether to stream and which model (the backend's)

@@ -1,4 +1,4 @@
-"""The shapes a jobs line may take (SPEC §3, §12), each checked and turned into its request parts.
+"""The shapes a jobs line may take, each checked and turned into its request parts.
 
 Chat: ``prompt`` (+ ``system``), ``messages``, ``session`` (``turns`` + ``system``) are rrcli's
 own; ``openai_batch`` (OpenAI Batch input lines) and ``anthropic_batch`` (Anthropic Message

@@ -82,15 +82,36 @@ class Attempt(msgspec.Struct, frozen=True):
 
 
 def cached_attempt(
-    job_id: str | int, session: str | None, turn: int, backend: Backend, reply: Reply,
-    stream: bool, endpoint: str, ts_start: float, now: float,
-) -> Attempt:  # fmt: skip
+    job_id: str | int,
+    session: str | None,
+    turn: int,
+    backend: Backend,
+    reply: Reply,
+    stream: bool,
+    endpoint: str,
+    ts_start: float,
+    now: float,
+) -> Attempt:
     """The attempt a stored answer makes on ``backend`` at ``ts_start`` (epoch; ``now``
     monotonic): no HTTP call, zero latency, no queue, decision ``cached``."""
     return Attempt(
-        job_id, session, turn, 1, backend, None, stream, endpoint, ts_start, now, now, 0.0, 0,
-        reply, None, "cached",
-    )  # fmt: skip
+        job_id,
+        session,
+        turn,
+        1,
+        backend,
+        None,
+        stream,
+        endpoint,
+        ts_start,
+        now,
+        now,
+        0.0,
+        0,
+        reply,
+        None,
+        "cached",
+    )
 
 
 class CallOutcome(msgspec.Struct, frozen=True):

@@ -1,4 +1,4 @@
-"""The final line of each job, gathered from results (SPEC §15): what ``rrcli results`` writes.
+"""The final line of each job, gathered from results: what ``rrcli results`` writes.
 
 A results file may hold several lines for one job (an error, then the ok of a resumed run); the
 last one is the job's final outcome. ``FinalLines`` reads its sources once and keeps, for each

@@ -1,4 +1,4 @@
-"""The jobs file (SPEC §3): one JSON object a line, read as a stream.
+"""The jobs file: one JSON object a line, read as a stream.
 
 ``iter_jobs`` turns each line into a ``Job`` or an ``InvalidJob`` (a message naming the line and
 the cause); it never raises for bad content, so one bad line never stops a run. Memory stays flat:
@@ -209,9 +209,20 @@ def _parse(obj: object, n: int, wide: bool) -> Job:
         raise LineError(f"metadata must be an object, got {type_name(metadata)}")
     custom_id = obj.get("custom_id")
     return Job(
-        raw, key, n, kind, messages, turns, params, session, metadata, custom_id, stream,
-        endpoint, value,
-    )  # fmt: skip
+        raw,
+        key,
+        n,
+        kind,
+        messages,
+        turns,
+        params,
+        session,
+        metadata,
+        custom_id,
+        stream,
+        endpoint,
+        value,
+    )
 
 
 def parse_job(raw: bytes, n: int) -> Job:

@@ -1,4 +1,4 @@
-"""A job's result line (SPEC §4), built from how it ended: the one place the line's keys and
+"""A job's result line, built from how it ended: the one place the line's keys and
 their order are written. ``results.ResultWriter`` then encodes the line in the chosen format.
 """
 
@@ -18,7 +18,7 @@ __all__ = ["cached_chat_line", "result_line"]
 
 
 def result_line(outcome: CallOutcome, keep_response: bool = False) -> dict[str, Any]:
-    """The SPEC §4 line of one job, from how it ended. The key order is part of the format:
+    """The result line of one job, from how it ended. The key order is part of the format:
     ``id, status, deployment, model, output, refusal?, tool_calls?, finish_reason, usage,
     attempts, latency_ms, cached?, request_id?, system_fingerprint?, metadata, reasoning_content?,
     logprobs?, choices?, session?, turns?, response?`` for ``ok``; ``id, status, deployment,

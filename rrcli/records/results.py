@@ -1,4 +1,4 @@
-"""The results file (SPEC §4): one whole line per job, and the resume that reads it back.
+"""The results file: one whole line per job, and the resume that reads it back.
 
 ``prepare_output`` runs before anything is sent: it refuses to clobber an existing file, checks the
 file can be written, and on ``--resume`` reads the file as a stream, drops a torn last line (a
@@ -238,7 +238,7 @@ class ResultWriter:
         body: dict[str, Any] | None = None,
         request_id: str | None = None,
     ) -> None:
-        """Queue the line of one job's final ``result`` (SPEC §4 dict).
+        """Queue the line of one job's final ``result`` (a result line's dict).
 
         ``body`` is the provider's response body (or error body) when there is one; the batch
         formats write it (completed) when it is of their API, else one built from ``result``.

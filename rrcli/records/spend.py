@@ -1,4 +1,4 @@
-"""What earlier runs spent, read back from a trace file (SPEC §13: a budget with ``--resume``
+"""What earlier runs spent, read back from a trace file (a budget with ``--resume``
 covers the earlier runs of the same results file), and what their calls wrote (``--dry-run``'s
 likely cost: ``earlier_outputs``).
 

@@ -1,9 +1,9 @@
-"""The trace file (SPEC §5): the contract between ``rrcli run`` and ``rrcli stats``.
+"""The trace file: the contract between ``rrcli run`` and ``rrcli stats``.
 
 Append-only, one JSON object a line, every line with ``event`` and ``run_id``: one ``run`` record
 when the run starts (the pool, never its credentials or headers), one ``call`` record per HTTP
 attempt, a ``backend`` record when a backend leaves the pool, one ``run_end`` record. ``call`` is on
-the hot path: the attempt's fields straight into a dict literal in the SPEC's field order, one
+the hot path: the attempt's fields straight into a dict literal in the trace's field order, one
 ``orjson.dumps``, timestamps formatted from a cache of the current second. All times given are epoch
 seconds; the ``*_ms`` fields are milliseconds, rounded to three decimals.
 
@@ -38,9 +38,16 @@ _NEWLINE = orjson.OPT_APPEND_NEWLINE
 _UNPRICED = (None, False)
 #: what varies between the call records of cached answers on one backend, in record order
 _HIT_FIELDS = (
-    "job_id", "session", "response_model", "ts_start", "ts_end", "input_tokens",
-    "output_tokens", "cached_input_tokens", "usage_estimated",
-)  # fmt: skip
+    "job_id",
+    "session",
+    "response_model",
+    "ts_start",
+    "ts_end",
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "usage_estimated",
+)
 _EPOCH = b'"1970-01-01T00:00:00.000Z"'  # rfc3339(0.0): a template's mark for its times
 
 
@@ -51,9 +58,14 @@ def new_run_id(clock: Callable[[], float] = time.time) -> str:
 
 
 def _hit(
-    job_id: Any, session: Any, backend: Backend, reply: Mapping[str, Any], stream: Any,
-    endpoint: Any, ts: float,
-) -> Attempt:  # fmt: skip
+    job_id: Any,
+    session: Any,
+    backend: Backend,
+    reply: Mapping[str, Any],
+    stream: Any,
+    endpoint: Any,
+    ts: float,
+) -> Attempt:
     """The attempt of a call of turn 0 the response cache answered at ``ts`` (running.cached),
     ``reply`` the stored answer's fields."""
     answer: Any = _Stored(reply)
@@ -184,7 +196,7 @@ class TraceWriter:
     ) -> None:
         """The ``call`` record of one HTTP attempt; ``server_address`` is the provider's
         host[:port] (None for the in-process sim); ``charged``: (USD the attempt was charged,
-        None unpriced; whether that is an estimate). The dict literal is in SPEC §5's field
+        None unpriced; whether that is an estimate). The dict literal is in the trace format's field
         order, the attempt's derived fields inline: built and encoded once, nothing more."""
         if self._out is None and self._tap is None:
             return
@@ -253,10 +265,16 @@ class TraceWriter:
         start = b'"%s"' % rfc3339(ts_start).encode()
         job = dumps(job_id)
         values = (
-            job, job if session is job_id else dumps(session), dumps(get("response_model")),
-            start, start, dumps(get("input_tokens")), dumps(get("output_tokens")),
-            dumps(get("cached_input_tokens")), dumps(get("usage_estimated", False)),
-        )  # fmt: skip
+            job,
+            job if session is job_id else dumps(session),
+            dumps(get("response_model")),
+            start,
+            start,
+            dumps(get("input_tokens")),
+            dumps(get("output_tokens")),
+            dumps(get("cached_input_tokens")),
+            dumps(get("usage_estimated", False)),
+        )
         self._put_line(template % values)
 
     def _hit_template(self, backend: Backend, stream: bool, endpoint: str) -> bytes | None:

@@ -1,4 +1,4 @@
-"""The trace schema (SPEC §5): each record's fields in order, the call record's types, and the
+"""The trace schema: each record's fields in order, the call record's types, and the
 one timestamp format.
 
 The trace is the contract between ``rrcli run`` (``records.trace`` writes it), ``rrcli stats``
@@ -42,7 +42,7 @@ Outcome = Literal["ok", "retry", "error", "cached", "cancelled"]
 #: ``client_disconnected``: no answer, charged as a call whose usage is unknown)
 OUTCOMES: tuple[str, ...] = Outcome.__args__
 
-#: the call record, one per HTTP attempt: (field, type) in the SPEC's order. ``turn`` counts
+#: the call record, one per HTTP attempt: (field, type) in the format's order. ``turn`` counts
 #: from 0, ``attempt`` from 1 within a turn; ``ts_*`` are RFC 3339 text; ``*_ms`` milliseconds.
 CALL: tuple[tuple[str, Any], ...] = (
     ("event", Literal["call"]),
@@ -95,7 +95,7 @@ PRICE_FIELDS = ("input", "output", "cached_input", "cache_write")  # the last tw
 RUN_END_FIELDS = ("event", "run_id", "ts", "jobs", "interrupted", "budget", "halted")
 RESULT_STATUSES = ("ok", "error", "invalid")
 JOB_COUNTS = (*RESULT_STATUSES, "skipped")
-#: the backend record, when a backend changes state during a run (SPEC §15): ``down`` when an
+#: the backend record, when a backend changes state during a run: ``down`` when an
 #: answer says it can serve no call (``reason``: the error type, such as ``http_401`` or
 #: ``insufficient_quota``; ``message``: the server's words and what to check)
 BACKEND_EVENT_FIELDS = ("event", "run_id", "ts", "deployment", "state", "reason", "message")

@@ -1,4 +1,4 @@
-"""The run's budget (SPEC §13): the most a run may spend, and the check before every attempt.
+"""The run's budget: the most a run may spend, and the check before every attempt.
 
 Before an attempt is sent the router asks ``Budget.reserve``: the attempt's worst case
 (``costs.attempt_ceiling``) is set aside when the spend so far, the reservations of the

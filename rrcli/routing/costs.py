@@ -1,4 +1,4 @@
-"""What an attempt may cost before it is sent, and what it is charged once it ended (SPEC §13).
+"""What an attempt may cost before it is sent, and what it is charged once it ended.
 
 ``attempt_ceiling`` is the worst case a budget reserves: input at its bound (one token a
 character, each image, audio or file part at its documented maximum, tool definitions
@@ -26,9 +26,16 @@ if TYPE_CHECKING:
     from rrcli.records.attempt import Attempt
 
 __all__ = [
-    "NO_OUTPUT", "UNPRICED", "Charge", "attempt_ceiling", "attempt_cost", "billed_nothing",
-    "choices", "over_limit", "reply_cost",
-]  # fmt: skip
+    "NO_OUTPUT",
+    "UNPRICED",
+    "Charge",
+    "attempt_ceiling",
+    "attempt_cost",
+    "billed_nothing",
+    "choices",
+    "over_limit",
+    "reply_cost",
+]
 
 NO_OUTPUT = frozenset({"embeddings", "moderations"})  # endpoints whose answers have no tokens
 
@@ -39,11 +46,17 @@ UNPRICED: Charge = (None, False)  # the charge of an attempt on an unpriced back
 #: error types of an attempt that never reached the provider, so nothing was generated
 _UNSENT = frozenset(
     {
-        "connect_timeout", "pool_timeout", "connect_error", "proxy_error",
-        "unsupported_protocol", "local_protocol_error", "invalid_url", "untranslatable",
+        "connect_timeout",
+        "pool_timeout",
+        "connect_error",
+        "proxy_error",
+        "unsupported_protocol",
+        "local_protocol_error",
+        "invalid_url",
+        "untranslatable",
         "redirect",
     }
-)  # fmt: skip
+)
 
 
 def choices(params: Mapping[str, Any]) -> int:

@@ -1,4 +1,4 @@
-"""Per-backend gates: the one place that decides whether a call may start (SPEC §8).
+"""Per-backend gates: the one place that decides whether a call may start.
 
 A gate guards one gate scope (backends sharing a ``gate_scope`` share one). It holds three limits:
 

@@ -1,4 +1,4 @@
-"""Backends that leave the pool (SPEC §15): what the run does when an answer says a backend can
+"""Backends that leave the pool: what the run does when an answer says a backend can
 serve no call at all, and what it tells the user.
 
 Which answers mean that is decided where errors are made (``providers.base.is_backend_fault``:

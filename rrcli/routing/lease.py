@@ -32,7 +32,7 @@ class BackendState:
     ewma_latency_ms: float | None = None
     cooldown_until: float = 0.0
     failures_in_a_row: int = 0
-    down: str | None = None  # why it left the pool for the rest of the run (SPEC §15), or None
+    down: str | None = None  # why it left the pool for the rest of the run, or None
 
     @property
     def errors(self) -> int:

@@ -1,4 +1,4 @@
-"""How long to wait before retrying a failed attempt, or whether to give up (SPEC §7).
+"""How long to wait before retrying a failed attempt, or whether to give up.
 
 The policy is one pure function of the retry number, the error and the time spent so far, shaped
 after stamina's ``_compute_backoff``: an explicit "retry on what" (the error's own ``transient``,

@@ -1,4 +1,4 @@
-"""Live per-backend state and the routing decision that turns a call into a held slot (SPEC §6).
+"""Live per-backend state and the routing decision that turns a call into a held slot.
 
 The router owns what changes while a run goes: each backend's calls in flight, EWMA latency,
 cooldown and display counters, the session bindings, and the queue of requests waiting for
@@ -351,10 +351,16 @@ class Router:
         if self._fixed is not None:
             return [self._fixed[s.position] for s in states]
         return [
-            Candidate(s.position, s.backend.weight, s.gate.in_flight, s.gate.waiting,
-                      max(1, s.gate.cap), s.ewma_latency_ms)
+            Candidate(
+                s.position,
+                s.backend.weight,
+                s.gate.in_flight,
+                s.gate.waiting,
+                max(1, s.gate.cap),
+                s.ewma_latency_ms,
+            )
             for s in states
-        ]  # fmt: skip
+        ]
 
     async def _route(self, exclude: frozenset[str], prompt: Prompt | None = None) -> BackendState:
         """Choose a backend (for ``prompt``, when the strategy reads it) and take one slot on

@@ -1,4 +1,4 @@
-"""The ways to pick a backend for one routing decision (SPEC §6, §17).
+"""The ways to pick a backend for one routing decision.
 
 Strategies are pure choice: they see a snapshot of the eligible backends (``Candidate``) and
 return which one to use; they take no slot, wait for nothing and hold no I/O. The router filters

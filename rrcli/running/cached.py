@@ -1,4 +1,4 @@
-"""The response cache in a run (SPEC §13): a call whose request was answered before is answered
+"""The response cache in a run: a call whose request was answered before is answered
 from the cache file, without routing, a slot, a rate-limit token or a budget.
 
 The key is a hash of the request as it would be sent to a backend (``Engine._request``: the
@@ -250,9 +250,16 @@ def _hit(
     ``cached``."""
     backend = next((b for b in allowed if b.id == by), allowed[0])
     return cached_attempt(
-        job.id, job.session, turn, backend, reply, call.stream, job.endpoint, time.time(),
+        job.id,
+        job.session,
+        turn,
+        backend,
+        reply,
+        call.stream,
+        job.endpoint,
+        time.time(),
         time.monotonic(),
-    )  # fmt: skip
+    )
 
 
 def open_cache(profile: Profile, options: RunOptions) -> ResponseCache | None:

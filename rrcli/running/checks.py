@@ -32,8 +32,14 @@ if TYPE_CHECKING:
     from rrcli.providers.base import Call
 
 __all__ = [
-    "CheckReport", "JobsReport", "ProbeResult", "check_jobs", "price_lines", "probe", "validate",
-]  # fmt: skip
+    "CheckReport",
+    "JobsReport",
+    "ProbeResult",
+    "check_jobs",
+    "price_lines",
+    "probe",
+    "validate",
+]
 
 PROBE_MESSAGES = [{"role": "user", "content": "Reply with the word ok."}]
 #: what a probe sends to a backend that serves no chat: its first endpoint, a tiny input
@@ -115,11 +121,11 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
-        """SPEC §1: 2 not a readable profile, 1 errors (or a failed check), else 0."""
+        """The exit code: 2 not a readable profile, 1 errors (or a failed check), else 0."""
         return self.profile.exit_code or (1 if self.failed else 0)
 
     def as_dict(self) -> dict[str, Any]:
-        """The ``rrcli validate --json`` document (SPEC §2), keys redacted."""
+        """The ``rrcli validate --json`` document, keys redacted."""
         document = self.profile.as_dict()
         document["ok"] = document["ok"] and not self.failed
         if self.jobs is not None:
@@ -156,7 +162,7 @@ def validate(
     jobs: Path | None = None,
     probe_backends: bool = False,
 ) -> CheckReport:
-    """The report of ``rrcli validate PROFILE``: ``profile`` is found as SPEC §1 says (``demo``
+    """The report of ``rrcli validate PROFILE``: ``profile`` is found as ``run`` finds it (``demo``
     is the built-in pool; None: $RRCLI_PROFILE, ./rrcli.toml, the XDG profile, as ``run``).
     The backends are probed only when the profile has no errors."""
     report = validate_profile(

@@ -1,5 +1,5 @@
-"""What happens to one job: route, attempt, retry on the same backend, write the result once
-(SPEC §6-§7).
+"""What happens to one job: route, attempt, retry on the same backend, write the result
+once.
 
 ``Engine.worker`` is one of the run's ``concurrency`` coroutines, all pulling from one job
 iterator (``Engine.submit``: one job a program hands in). Each HTTP attempt becomes one frozen
@@ -212,9 +212,13 @@ class Engine:
         return self._cached_call(self.cache, job, messages, turn, excluded)
 
     async def _cached_call(
-        self, cache: ResponseCache, job: Job, messages: list[dict[str, Any]], turn: int,
+        self,
+        cache: ResponseCache,
+        job: Job,
+        messages: list[dict[str, Any]],
+        turn: int,
         excluded: frozenset[str],
-    ) -> CallOutcome:  # fmt: skip
+    ) -> CallOutcome:
         hit, keys = cache.lookup(job, messages, turn, excluded, self.keyed)
         if hit is not None:
             self.traces.call(hit, None)
@@ -293,10 +297,24 @@ class Engine:
                     error, echo, number - before, ended - first_try, failover
                 )
             attempt = Attempt(  # positional: keywords would cost 2 % of a zero-latency run
-                job.id, job.session, turn, number, backend, lease.binding, call.stream,
-                job.endpoint, ts_start, started, ended, started - queued, estimate, reply, error,
-                decision, backoff,
-            )  # fmt: skip
+                job.id,
+                job.session,
+                turn,
+                number,
+                backend,
+                lease.binding,
+                call.stream,
+                job.endpoint,
+                ts_start,
+                started,
+                ended,
+                started - queued,
+                estimate,
+                reply,
+                error,
+                decision,
+                backoff,
+            )
             await self._observe(attempt, provider.server_address, lease)
             if backoff is not None:
                 await self._back_off(lease, attempt, backoff)
@@ -316,9 +334,13 @@ class Engine:
         return self._request(job, messages, backend, None, False)
 
     def _request(
-        self, job: Job, messages: list[dict[str, Any]], backend: Backend, key: str | None = None,
+        self,
+        job: Job,
+        messages: list[dict[str, Any]],
+        backend: Backend,
+        key: str | None = None,
         count: bool = True,
-    ) -> Call:  # fmt: skip
+    ) -> Call:
         """The call as sent to ``backend``: its params under the job's (the job wins), merged
         once, ``key`` the prompt_cache_key unless they name one; streamed with --stream, the
         job's ``stream`` or the backend's ``stream = true`` unless its endpoint has no streamed

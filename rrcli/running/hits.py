@@ -37,9 +37,14 @@ def read_ahead(engine: Engine, jobs: Iterator[Job | InvalidJob]) -> Iterator[Any
         return jobs
     forget = engine.router.forget if engine.session_binding else None
     hits = CachedHits(
-        engine.traces, engine.results, engine.summary, engine.control, engine.rules,
-        engine.keep_response, forget,
-    )  # fmt: skip
+        engine.traces,
+        engine.results,
+        engine.summary,
+        engine.control,
+        engine.rules,
+        engine.keep_response,
+        forget,
+    )
     return engine.cache.ahead(jobs, engine.keyed, hits)
 
 

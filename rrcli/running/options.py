@@ -1,4 +1,4 @@
-"""What a run is asked to do, and SPEC §1's defaults for what it is not told.
+"""What a run is asked to do, and the defaults for what it is not told.
 
 The library and the CLI share these rules: ``rrcli.run(profile, RunOptions(jobs=Path("x.jsonl")))``
 writes ``x.results.jsonl`` and ``x.traces.jsonl`` in the working folder exactly as
@@ -30,7 +30,7 @@ class RunOptions:
     ``jobs``: the jobs file (a path, or its name as a str); None reads standard input; any other
     iterable is the jobs themselves, one dict a job as a line of the file would hold it, read
     as the run goes. ``prompts``, when given, are the jobs instead. ``out`` and ``traces``:
-    None is SPEC §1's default, filled in by ``with_defaults``: ``<jobs stem>.results.jsonl``
+    None is the default, filled in by ``with_defaults``: ``<jobs stem>.results.jsonl``
     and ``<jobs stem>.traces.jsonl`` in the working folder (stem ``stdin`` for standard input;
     a ``.gz`` or ``.zst`` suffix is not part of the stem);
     with ``prompts`` or job dicts, results go to ``on_result`` or else ``out`` or else standard
@@ -110,7 +110,7 @@ class RunOptions:
         return None if self.out is None or self.out == STDOUT else self.out
 
     def with_defaults(self) -> RunOptions:
-        """These options with SPEC §1's default outputs filled in; applying it twice changes
+        """These options with the default outputs filled in; applying it twice changes
         nothing more."""
         if self.prompts or self.job_dicts is not None:
             return self

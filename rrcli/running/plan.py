@@ -102,9 +102,12 @@ class Plan:
 
     def output_note(self) -> str:
         """The line under the plan: where each call's output estimate came from."""
-        parts = {"job": "the job's max tokens", "backend": "the backend's params",
-                 "model": "the cap rrcli sends or the model's most output",
-                 "default": f"the default of {UNCAPPED_OUTPUT:,} (no cap set)"}  # fmt: skip
+        parts = {
+            "job": "the job's max tokens",
+            "backend": "the backend's params",
+            "model": "the cap rrcli sends or the model's most output",
+            "default": f"the default of {UNCAPPED_OUTPUT:,} (no cap set)",
+        }
         counted = [f"{n:,} from {parts[k]}" for k, n in self.output_from.items() if n]
         note = "at most: output estimated at each call's cap, the most it may cost: " + (
             "; ".join(counted) or "no call"
@@ -136,8 +139,13 @@ async def plan(profile: Profile, options: RunOptions) -> Plan:
         refuse_unfit(options.job_path, options.fmt)  # as run refuses them
     with ExitStack() as stack:
         source, stream = open_jobs(options, stack)
-        jobs = select_jobs(iter_jobs(stream, source), done=None, summary=summary,
-                       shard=options.shard, limit=options.limit)  # fmt: skip
+        jobs = select_jobs(
+            iter_jobs(stream, source),
+            done=None,
+            summary=summary,
+            shard=options.shard,
+            limit=options.limit,
+        )
         for job in jobs:
             if isinstance(job, InvalidJob):
                 result.invalid += 1

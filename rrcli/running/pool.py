@@ -127,9 +127,19 @@ class Pool:
         results = CallbackWriter(on_result) if on_result is not None else None
         providers = make_providers(profile, keys, profile.seed)
         self._engine = Engine(
-            profile, False, None, router, providers, results, traces, summary, control, rng,
-            options.keep_response, cache,
-        )  # fmt: skip
+            profile,
+            False,
+            None,
+            router,
+            providers,
+            results,
+            traces,
+            summary,
+            control,
+            rng,
+            options.keep_response,
+            cache,
+        )
         self._flusher = asyncio.create_task(_flush_periodically(self._engine))
 
     async def close(self) -> None:

@@ -6,7 +6,7 @@ out.
 ``concurrency`` workers (engine.py) over one streaming job iterator: no task per job, no queue,
 so memory stays flat however long the file. Results and traces are flushed every FLUSH_INTERVAL.
 
-Interruption (SPEC §1): ``RunControl.stop()`` (first Ctrl-C) stops dispatching and lets calls in
+Interruption: ``RunControl.stop()`` (first Ctrl-C) stops dispatching and lets calls in
 flight finish for up to DRAIN_TIMEOUT; ``RunControl.cancel()`` (second Ctrl-C) cancels them.
 Either way the outputs are flushed and stay consistent: a job has a result line only when it
 ended, so ``--resume`` runs the rest.
@@ -73,7 +73,7 @@ async def run(
 ) -> RunSummary:
     """Run every selected job of ``options.jobs`` (or of ``queue``, or of the shared queue
     ``options.queue`` names) across ``profile``'s pool, writing results and traces where
-    ``options`` says, SPEC §1's defaults filled in (``RunOptions.with_defaults``).
+    ``options`` says, the default outputs filled in (``RunOptions.with_defaults``).
 
     Raises UsageError (nothing sent) when the outputs cannot be prepared, a key or a budget's
     price is missing, or the jobs are not JSON Lines. ``on_start`` is called once the router
@@ -155,9 +155,19 @@ async def _run_open(
     results, traces = open_outputs(options, summary.run_id, stack, sender, shared, closed)
     traces.run(profile, None if shared is None else shared.label)
     engine = Engine(
-        profile, options.stream, options.on_text, router, providers, results, traces,
-        summary, control, rng, options.keep_response, cache,
-    )  # fmt: skip
+        profile,
+        options.stream,
+        options.on_text,
+        router,
+        providers,
+        results,
+        traces,
+        summary,
+        control,
+        rng,
+        options.keep_response,
+        cache,
+    )
     if router.budget is not None:
         engine.caps = output_caps(profile)[0]
     engine.origins.update(resume.responses.items() if resume is not None else ())
@@ -384,7 +394,7 @@ def run_sync(
     handle_signals: bool = True,
     control: RunControl | None = None,
 ) -> RunSummary:
-    """``run`` in a fresh event loop; Ctrl-C drains, a second Ctrl-C cancels (SPEC §1).
+    """``run`` in a fresh event loop; Ctrl-C drains, a second Ctrl-C cancels.
     ``control``: the run's switch, for a caller that shows or drives it (the live display)."""
     control = control or RunControl()
 

@@ -41,13 +41,67 @@ __all__ = [
 
 # the vocabulary of simulated output text
 WORDS = (
-    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
-    "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango",
-    "uniform", "victor", "whiskey", "xray", "yankee", "zulu", "amber", "basil", "cedar", "dune",
-    "ember", "fern", "grove", "harbor", "island", "jade", "kelp", "lagoon", "meadow", "nectar",
-    "orchid", "pebble", "quartz", "river", "sage", "tide", "umber", "valley", "willow", "yarrow",
-    "zephyr", "acorn", "birch", "clover", "drift", "elm", "frost", "glade", "heath", "iris",
-)  # fmt: skip
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
+    "uniform",
+    "victor",
+    "whiskey",
+    "xray",
+    "yankee",
+    "zulu",
+    "amber",
+    "basil",
+    "cedar",
+    "dune",
+    "ember",
+    "fern",
+    "grove",
+    "harbor",
+    "island",
+    "jade",
+    "kelp",
+    "lagoon",
+    "meadow",
+    "nectar",
+    "orchid",
+    "pebble",
+    "quartz",
+    "river",
+    "sage",
+    "tide",
+    "umber",
+    "valley",
+    "willow",
+    "yarrow",
+    "zephyr",
+    "acorn",
+    "birch",
+    "clover",
+    "drift",
+    "elm",
+    "frost",
+    "glade",
+    "heath",
+    "iris",
+)
 VARIANTS = 64  # distinct replies: a checksum of the prompt modulo this
 OK, ERROR, RATE_LIMITED = 0, 1, 2
 
@@ -113,8 +167,16 @@ class SimBehaviour:
     """
 
     __slots__ = (
-        "_cut", "_limit", "_pieces", "_rng", "_texts", "instant", "may_fail", "prefix", "settings"
-    )  # fmt: skip
+        "_cut",
+        "_limit",
+        "_pieces",
+        "_rng",
+        "_texts",
+        "instant",
+        "may_fail",
+        "prefix",
+        "settings",
+    )
 
     def __init__(self, settings: SimSettings, rng: random.Random) -> None:
         self.settings = settings

@@ -32,14 +32,30 @@ __all__ = ["CompletionsWire", "EmbeddingsWire", "ModerationsWire", "unit_vector"
 
 DEFAULT_DIMENSIONS = 256
 _CATEGORIES = (
-    "harassment", "harassment/threatening", "hate", "hate/threatening", "illicit",
-    "illicit/violent", "self-harm", "self-harm/instructions", "self-harm/intent", "sexual",
-    "sexual/minors", "violence", "violence/graphic",
-)  # fmt: skip
+    "harassment",
+    "harassment/threatening",
+    "hate",
+    "hate/threatening",
+    "illicit",
+    "illicit/violent",
+    "self-harm",
+    "self-harm/instructions",
+    "self-harm/intent",
+    "sexual",
+    "sexual/minors",
+    "violence",
+    "violence/graphic",
+)
 _IMAGE_CATEGORIES = frozenset(
-    ("self-harm", "self-harm/instructions", "self-harm/intent", "sexual", "violence",
-     "violence/graphic")
-)  # fmt: skip
+    (
+        "self-harm",
+        "self-harm/instructions",
+        "self-harm/intent",
+        "sexual",
+        "violence",
+        "violence/graphic",
+    )
+)
 
 
 def inputs(value: Any, name: str) -> list[tuple[str, int]]:

@@ -18,8 +18,15 @@ from rrcli.errors import UsageError
 from rrcli.stats.text import cost_cell
 
 __all__ = [
-    "COLUMNS", "DEFAULT", "Column", "defaults_for", "key_cell", "pick", "plain_table", "short",
-]  # fmt: skip
+    "COLUMNS",
+    "DEFAULT",
+    "Column",
+    "defaults_for",
+    "key_cell",
+    "pick",
+    "plain_table",
+    "short",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Trace lines (SPEC §5) → numpy columns, fast, never failing on a bad line.
+"""Trace lines → numpy columns, fast, never failing on a bad line.
 
 Why it exists apart from stats.py: reading is the hot path (1,000,000 lines in about a second)
 and has its own rules — what is malformed, how timestamps parse — while stats.py only does

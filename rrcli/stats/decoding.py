@@ -1,4 +1,4 @@
-"""Trace lines (SPEC §5) → the small typed records stats reads, decoded a block at a time.
+"""Trace lines → the small typed records stats reads, decoded a block at a time.
 
 Why it exists apart from columns.py: which fields are read and how they are typed decides what
 is malformed, and the decoder is most of the time ``rrcli stats`` takes. A trace names the same
@@ -35,10 +35,21 @@ _ABSENT = {"endpoint": "chat"}
 # or null in a line (an older or a hand-written trace). Kept in the schema's order, which is the
 # writer's: msgspec matches each key fastest when it comes where the struct expects it.
 _REQUIRED = ("run_id", "deployment", "outcome", "ts_start", "ts_end")
-_READ = _REQUIRED + tuple(KEY_FIELDS.values()) + (
-    "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens",
-    "usage_estimated", "cost_usd", "cost_estimated", "stream",
-)  # fmt: skip
+_READ = (
+    _REQUIRED
+    + tuple(KEY_FIELDS.values())
+    + (
+        "latency_ms",
+        "ttft_ms",
+        "input_tokens",
+        "output_tokens",
+        "cached_input_tokens",
+        "usage_estimated",
+        "cost_usd",
+        "cost_estimated",
+        "stream",
+    )
+)
 #: the string fields whose values a trace repeats, decoded as the values seen once learned
 _LEARNED = ("run_id", "deployment", "model", "endpoint", "error_type")
 _MOST_VALUES = 256  # a field naming more values than this is decoded as plain text from then on

@@ -128,9 +128,12 @@ def _slices(counts: np.ndarray, offsets: np.ndarray) -> list[tuple[int, int, int
 
 
 def _ranked_in_groups(
-    codes: np.ndarray, values: np.ndarray, counts: np.ndarray, offsets: np.ndarray,
+    codes: np.ndarray,
+    values: np.ndarray,
+    counts: np.ndarray,
+    offsets: np.ndarray,
     ranks: np.ndarray,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """``values`` in group order, where each group's value at each of its ``ranks`` (a row per
     group with calls) is the one ``values[np.lexsort((values, codes))]`` has there: with few
     groups each group's slice is partitioned at its ranks (what ``numpy.percentile`` does, a
@@ -206,7 +209,7 @@ def group_rows(
     empty: bool = False,
     price_cached: np.ndarray | None = None,
 ) -> list[tuple[int, dict[str, Any]]]:
-    """(code, its SPEC §10 fields) of each of the ``n`` groups that has calls (with ``empty``,
+    """(code, its summary fields) of each of the ``n`` groups that has calls (with ``empty``,
     of every group), each number computed for all groups at once. ``price_in``/``price_out``:
     USD per million tokens of each call, NaN when unpriced; ``price_cached`` the same for its
     cached input (None: as input); ``total``: the calls a share is of. Answers from the response
@@ -276,10 +279,27 @@ def _money(
 
 
 def _row(
-    calls, ok, retried, errors, cached, latency, ttft, tpot, tokens_in, tokens_out, guessed,
-    spent, priced, estimated, held, saved, peak, busy, total,
-) -> dict[str, Any]:  # fmt: skip
-    """One group's SPEC §10 fields from its numbers (NaN: no sample, no price)."""
+    calls,
+    ok,
+    retried,
+    errors,
+    cached,
+    latency,
+    ttft,
+    tpot,
+    tokens_in,
+    tokens_out,
+    guessed,
+    spent,
+    priced,
+    estimated,
+    held,
+    saved,
+    peak,
+    busy,
+    total,
+) -> dict[str, Any]:
+    """One group's summary fields from its numbers (NaN: no sample, no price)."""
     return {
         "calls": int(calls),
         "ok": int(ok),

@@ -1,12 +1,12 @@
-"""Summaries of trace files (SPEC §5, §10): the numbers behind ``rrcli stats``, as plain data.
+"""Summaries of trace files: the numbers behind ``rrcli stats``, as plain data.
 
 Why it exists: a run leaves one call record per HTTP attempt; users want to know which deployment
 was slow, which one threw 429s, how evenly the strategy spread the load and what it cost, out of
-millions of records, in seconds. No rich and no click here: ``summarize`` returns the JSON shape of
-SPEC §10 and the CLI renders it. Reading lines into columns is ``_tracecols``'s job; this module is
-the arithmetic on the columns.
+millions of records, in seconds. No rich and no click here: ``summarize`` returns the JSON shape
+of ``stats --json`` and the CLI renders it. Reading lines into columns is ``_tracecols``'s job; this
+module is the arithmetic on the columns.
 
-Definitions (where SPEC §10 is silent):
+Definitions:
 - a call answered by the response cache (outcome ``cached``) counts in ``cached`` only: not in
   ``calls``, ``share``, latency, tokens, cost, throughput or peak in flight (no HTTP call was
   made);
@@ -68,7 +68,7 @@ def summarize(
     timeline_bins: int | None = None,
     workers: int | None = None,
 ) -> dict[str, Any]:
-    """Summarise trace files or binary streams into the ``--json`` shape of SPEC §10.
+    """Summarise trace files or binary streams into the ``--json`` shape of ``rrcli stats``.
 
     ``by``: one of BY_FIELDS. ``run``: run ids (or unique prefixes) to keep. ``since``: keep runs
     that started at or after it — a datetime, an RFC 3339 time or an age like ``2h`` before
@@ -245,7 +245,7 @@ def _groups(reader, cols, prices, runs, sent: int) -> list[dict[str, Any]]:
 
 
 def _total(cols: Columns, prices, sent: int) -> dict[str, Any]:
-    """The SPEC §10 fields of all calls together: one group."""
+    """The summary fields of all calls together: one group."""
     everyone = np.zeros(len(cols.t0), np.int32)
     price_in, price_out, price_cached = prices
     [(_, row)] = group_rows(

@@ -1,4 +1,4 @@
-"""A summary's money as text (SPEC §13): a group's cost with its priced share, and the lines
+"""A summary's money as text: a group's cost with its priced share, and the lines
 under the table (the cost, the calls whose usage was estimated). A call without a price is
 never shown as free: a cost covers the priced calls and says what share of the calls they are.
 Plain strings, no numpy: the renderer draws them."""
