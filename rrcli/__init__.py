@@ -43,7 +43,7 @@ __all__ = [
 
 _LAZY = {
     "CallError": "rrcli.errors",
-    "Pool": "rrcli.running.pool",
+    "Pool": "rrcli.pool.pool",
     "PoolTransport": "rrcli.serve.transport",
     "ProfileError": "rrcli.errors",
     "ProviderError": "rrcli.errors",

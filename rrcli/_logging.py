@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from rrcli import logs
 
 if TYPE_CHECKING:
+    from rrcli.engine.summary import RunSummary
     from rrcli.routing.router import Router
-    from rrcli.running.summary import RunSummary
 
 __all__ = ["ProgressLines", "configure_logging", "log_level"]
 

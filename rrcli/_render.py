@@ -25,12 +25,12 @@ from rrcli.stats.text import cost_line, estimated_line
 if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
     from rrcli.config.profile import Profile
+    from rrcli.engine.summary import RunSummary
     from rrcli.routing.control import RunControl
     from rrcli.routing.lease import BackendState
     from rrcli.routing.router import Router
     from rrcli.running.checks import CheckReport
     from rrcli.running.plan import Plan
-    from rrcli.running.summary import RunSummary
 
 #: the live display's deployments: (label, state) each
 Rows = list[tuple[str, "BackendState"]]

@@ -21,7 +21,8 @@ interrupted)::
         ├── StreamBrokenError       a stream that ended before it completed
         ├── ResponseTooLargeError   a body past the backend's max_response_bytes
         ├── RedirectError           a 3xx: never followed (credentials would travel with it)
-        └── UntranslatableError     the request cannot be written in the backend's API: not sent
+        ├── UntranslatableError     the request cannot be written in the backend's API: not sent
+        └── Cancelled               the call was cancelled while it was sent (traced, then raised)
 
 Retryability is a property of the error (``transient``, ``retry_after``), decided where the error
 is made, so the runner has no if-chain of statuses (httpx's ``_exceptions.py`` draws its tree the
@@ -34,11 +35,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
+    from asyncio import CancelledError
+
     from rrcli.diagnostic import Diagnostic
 
 __all__ = [
     "CacheError",
     "CallError",
+    "Cancelled",
     "GateUnavailableError",
     "InvalidResponseError",
     "NoBackendError",
@@ -214,3 +218,15 @@ class UntranslatableError(ProviderError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, type="untranslatable", transient=False)
+
+
+class Cancelled(ProviderError):
+    """A call cancelled while it was sent (its client left, a second Ctrl-C): its attempt is
+    traced ``cancelled``, then ``cancel`` is raised again. ``type`` is the reason the canceller
+    gave (``Task.cancel(msg)``, such as ``client_disconnected``), else ``cancelled``."""
+
+    def __init__(self, cancel: CancelledError) -> None:
+        given = cancel.args[0] if cancel.args else None
+        reason = given if type(given) is str and given else "cancelled"
+        super().__init__(f"the call was cancelled: {reason}", type=reason, transient=False)
+        self.cancel = cancel

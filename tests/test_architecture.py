@@ -127,13 +127,23 @@ MAY_IMPORT = {
         "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens",
         "rrcli.providers.registry", "rrcli.providers.vocabulary", "rrcli.records", "rrcli.routing",
     },
+    "rrcli.engine": {
+        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
+        "rrcli.records", "rrcli.routing", "rrcli.fleet",
+    },
+    # the front-ends: each imports the engine, none another, but serve, which is over the pool
     "rrcli.running": {
         "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
-        "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.otel",
+        "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.otel", "rrcli.engine",
+    },
+    "rrcli.pool": {
+        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
+        "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.engine",
     },
     "rrcli.serve": {
         "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
-        "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.otel", "rrcli.running",
+        "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.otel", "rrcli.engine",
+        "rrcli.pool",
     },
     "rrcli.stats": {"rrcli.errors", "rrcli.records", "rrcli.tokens"},
     "rrcli.otel": {"rrcli.errors", "rrcli.config", "rrcli.records"},
@@ -164,6 +174,21 @@ def test_imports_point_one_way(module):
         return
     assert part(module) in MAY_IMPORT, f"{module}: a new part; add it to docs and MAY_IMPORT"
     assert [] == sorted(t for t in closure(module) if not allowed(part(module), t))
+
+
+#: The front-ends over the one engine, and the one front-end each may stand on.
+FRONT_ENDS = {"rrcli.running": set(), "rrcli.pool": set(), "rrcli.serve": {"rrcli.pool"}}
+
+
+@pytest.mark.parametrize(
+    "module", sorted(m for m in GRAPH if part(m) in [*FRONT_ENDS, "rrcli.engine"])
+)
+def test_front_ends_import_the_engine_never_each_other(module):
+    """A front-end (the batch runner, the pool, the gateway) reaches no other front-end, even
+    through others or lazily (the gateway stands on the pool); the engine reaches none."""
+    own = part(module)
+    others = set(FRONT_ENDS) - {own} - FRONT_ENDS.get(own, set())
+    assert [] == sorted(t for t in closure(module) if part(t) in others)
 
 
 def typed_direct(module: str) -> set[str]:
@@ -259,12 +284,14 @@ MAY_DO = {
     "rrcli.sim": {"network", "dns", "event loop"},
     "rrcli.routing": {"network", "dns", "event loop"},
     "rrcli.fleet": {"network", "dns", "event loop"},
+    "rrcli.engine": {"network", "dns", "event loop"},
+    "rrcli.pool": {"network", "dns", "event loop"},
     "rrcli.running": {"network", "dns", "event loop"},
     # the span process of --otlp (otel.live), started by the run
     "rrcli.running.telemetry": {"network", "dns", "event loop", "processes"},
     "rrcli.running.runner": {"network", "dns", "event loop", "processes"},
-    "rrcli.running.pool": {"network", "dns", "event loop", "processes"},  # the runner's set-up
-    "rrcli.serve": {"network", "dns", "event loop", "processes"},  # the pool's
+    "rrcli.pool.pool": {"network", "dns", "event loop", "processes"},  # the runner's set-up
+    "rrcli.serve": {"network", "dns", "event loop"},
     "rrcli.running.outputs": {"network", "dns", "event loop", "processes"},
     "rrcli.running.plan": {"network", "dns", "event loop", "processes"},
     "rrcli.otel": {"network", "processes"},
@@ -302,7 +329,7 @@ def test_each_part_does_only_its_io(module):
     [
         ("httpx2", {"rrcli.providers", "rrcli.sim"}),
         ("rich", {"rrcli._render"}),
-        ("structlog", {"rrcli.logs", "rrcli._logging", "rrcli.running.quiet"}),
+        ("structlog", {"rrcli.logs", "rrcli._logging", "rrcli.engine.quiet"}),
         ("click", {"rrcli.cli", "rrcli._commands"}),
         ("redis", {"rrcli.fleet"}),
         ("starlette", {"rrcli.sim", "rrcli.serve"}),

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from runkit import popen, read_jsonl, rrcli, write_jobs, write_profile
 
 from rrcli.config.profile import Backend, SimSettings
+from rrcli.engine.cached import ResponseCache, _decode, _encode
 from rrcli.providers.base import Reply
 from rrcli.records._jsonl import dumps_line
 from rrcli.records.attempt import CallOutcome, cached_attempt
@@ -22,7 +23,6 @@ from rrcli.records.cache import CacheFile
 from rrcli.records.jobs import parse_job
 from rrcli.records.result_line import cached_chat_line, result_line
 from rrcli.records.trace import TraceWriter
-from rrcli.running.cached import ResponseCache, _decode, _encode
 
 SIM = {"id": "s", "provider": "sim", "model": "sim", "sim": {"latency_ms": 0}}
 BACKENDS = (

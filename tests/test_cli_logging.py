@@ -32,8 +32,8 @@ from rrcli import _render
 from rrcli._logging import configure_logging, log_level
 from rrcli.logs import get_logger
 from rrcli.config.load import demo_profile_path, load_profile
-from rrcli.running.engine import RunSummary
-from rrcli.running.runner import make_router
+from rrcli.engine.engine import RunSummary
+from rrcli.engine.assembly import make_router
 
 configure_logging(level=log_level(verbose=False, quiet=False, tty=True))
 router, _ = make_router(load_profile(demo_profile_path(), environ={}), random.Random(0), local=True)

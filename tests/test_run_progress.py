@@ -12,7 +12,7 @@ from runkit import Terminal, popen, read_jsonl, rrcli, write_jobs
 from test_queue import lines_in, queue_profile, wait_for
 from test_redis_gate import _server
 
-from rrcli.running.summary import RunSummary
+from rrcli.engine.summary import RunSummary
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

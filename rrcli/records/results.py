@@ -35,6 +35,7 @@ from rrcli.records.origins import ResponseOrigins
 
 __all__ = [
     "FORMATS",
+    "CallbackWriter",
     "ResultSink",
     "ResultWriter",
     "ResumeState",
@@ -54,6 +55,17 @@ class ResultSink(Protocol):
     def write(self, result: dict[str, Any], *, body: dict[str, Any] | None = None) -> None: ...
 
     def flush(self) -> None: ...
+
+
+class CallbackWriter:
+    """Hands each result to a callback (``--prompt`` prints answers instead of JSON lines; a
+    pool hands its caller each call's record)."""
+
+    def __init__(self, callback: Callable[[dict[str, Any]], None]) -> None:
+        self.write = lambda result, body=None: callback(result)
+
+    def flush(self) -> None:
+        pass
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,7 +66,7 @@ def _hit(
     endpoint: Any,
     ts: float,
 ) -> Attempt:
-    """The attempt of a call of turn 0 the response cache answered at ``ts`` (running.cached),
+    """The attempt of a call of turn 0 the response cache answered at ``ts`` (engine.cached),
     ``reply`` the stored answer's fields."""
     answer: Any = _Stored(reply)
     return cached_attempt(job_id, session, 0, backend, answer, stream, endpoint, ts, 0.0)

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rrcli.config.profile import Backend
+from rrcli.engine.engine import Engine
+from rrcli.engine.summary import RunSummary
 from rrcli.providers.base import Call
 from rrcli.records.jobs import InvalidJob, Job
 from rrcli.records.result_line import cached_chat_line
@@ -24,8 +26,6 @@ from rrcli.records.results import ResultSink
 from rrcli.records.trace import TraceWriter
 from rrcli.routing.control import RunControl
 from rrcli.routing.serving import RouteRules
-from rrcli.running.engine import Engine
-from rrcli.running.summary import RunSummary
 
 __all__ = ["CachedHits", "read_ahead"]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rrcli.config.profile import MAX_IN_FLIGHT
+from rrcli.engine.options import EngineOptions
 from rrcli.errors import UsageError
 from rrcli.fleet.names import check_queue_name, worker_name
 
@@ -103,6 +104,22 @@ class RunOptions:
     def job_dicts(self) -> Iterable[Mapping[str, Any]] | None:
         """The jobs given as dicts, when they were."""
         return None if self.jobs is None or isinstance(self.jobs, Path) else self.jobs
+
+    @property
+    def engine_options(self) -> EngineOptions:
+        """What of these options the engine reads."""
+        return EngineOptions(
+            traces=self.traces,
+            out=self.out,
+            resume=self.resume,
+            max_cost=self.max_cost,
+            cache=self.cache,
+            cache_mode=self.cache_mode,
+            queue=self.queue,
+            stream=self.stream,
+            keep_response=self.keep_response,
+            seed=self.seed,
+        )
 
     @property
     def out_file(self) -> Path | None:

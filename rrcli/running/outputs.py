@@ -7,14 +7,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import ExitStack, closing
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from rrcli.engine.summary import RunSummary
 from rrcli.records.claim import STDIN, OutputClaim, refuse_same_files
-from rrcli.records.results import ResultSink, ResultWriter, ResumeState, prepare_output
+from rrcli.records.results import (
+    CallbackWriter,
+    ResultSink,
+    ResultWriter,
+    ResumeState,
+    prepare_output,
+)
 from rrcli.records.trace import TraceWriter
 from rrcli.routing.control import Halt, RunControl
 from rrcli.running.options import RunOptions
-from rrcli.running.summary import RunSummary
 from rrcli.running.telemetry import JobEnds
 
 if TYPE_CHECKING:
@@ -23,7 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OUTPUT_CLOSED",
-    "CallbackWriter",
     "open_outputs",
     "output_closed",
     "prepare_results",
@@ -31,16 +36,6 @@ __all__ = [
 ]
 
 OUTPUT_CLOSED = 141  # exit status when the results' reader went away: 128 + SIGPIPE, as a shell
-
-
-class CallbackWriter:
-    """Hands each result to a callback (``--prompt`` prints answers instead of JSON lines)."""
-
-    def __init__(self, callback: Callable[[dict[str, Any]], None]) -> None:
-        self.write = lambda result, body=None: callback(result)
-
-    def flush(self) -> None:
-        pass
 
 
 def refuse_clobbering(options: RunOptions) -> None:

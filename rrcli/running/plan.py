@@ -31,6 +31,9 @@ from pathlib import Path
 
 from rrcli.config.prices import pool_prices
 from rrcli.config.profile import Backend, Profile
+from rrcli.engine.assembly import make_router
+from rrcli.engine.money import sent_cap
+from rrcli.engine.summary import RunSummary
 from rrcli.errors import UsageError
 from rrcli.records.formatfit import refuse_unfit
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
@@ -38,9 +41,7 @@ from rrcli.records.spend import Outputs, earlier_outputs
 from rrcli.routing.costs import NO_OUTPUT
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
-from rrcli.running.money import sent_cap
-from rrcli.running.runner import RunOptions, make_router
-from rrcli.running.summary import RunSummary
+from rrcli.running.options import RunOptions
 from rrcli.running.workers import open_jobs, select_jobs
 from rrcli.tokens import UNCAPPED_OUTPUT, estimate_input_tokens, estimate_value_tokens, output_cap
 

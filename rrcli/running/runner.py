@@ -4,7 +4,8 @@ out.
 ``run`` prepares the outputs (outputs.py: refusing to clobber, repairing a torn line on
 ``--resume``), builds the router over the gates and one provider per backend, and starts
 ``concurrency`` workers (engine.py) over one streaming job iterator: no task per job, no queue,
-so memory stays flat however long the file. Results and traces are flushed every FLUSH_INTERVAL.
+so memory stays flat however long the file. Results and traces are flushed every FLUSH_INTERVAL
+(engine/assembly.py).
 
 Interruption: ``RunControl.stop()`` (first Ctrl-C) stops dispatching and lets calls in
 flight finish for up to DRAIN_TIMEOUT; ``RunControl.cancel()`` (second Ctrl-C) cancels them.
@@ -25,24 +26,29 @@ from dataclasses import dataclass
 from typing import Any
 
 from rrcli.config.profile import Profile
+from rrcli.engine.assembly import (
+    close_engine,
+    flush_periodically,
+    make_providers,
+    make_router,
+    open_response_cache,
+    resolve_keys,
+)
+from rrcli.engine.engine import Engine
+from rrcli.engine.money import budget_prices, final_halt, make_budget, output_caps
+from rrcli.engine.quiet import quiet_unless_configured
+from rrcli.engine.summary import RunSummary
 from rrcli.logs import get_logger
-from rrcli.providers import make_provider
 from rrcli.records.formatfit import refuse_unfit, unfit_invalid
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.records.results import ResumeState
 from rrcli.records.trace import new_run_id
 from rrcli.routing.control import RunControl
 from rrcli.routing.router import Router
-from rrcli.running.cached import ResponseCache, open_cache
-from rrcli.running.engine import Engine
-from rrcli.running.failures import log_repeated
 from rrcli.running.hits import read_ahead
 from rrcli.running.lookahead import Lookahead
-from rrcli.running.money import budget_prices, final_halt, make_budget, output_caps
 from rrcli.running.options import RunOptions
 from rrcli.running.outputs import open_outputs, output_closed, prepare_results, refuse_clobbering
-from rrcli.running.quiet import quiet_unless_configured
-from rrcli.running.summary import RunSummary
 from rrcli.running.telemetry import close_sender, open_sender, otlp_url
 from rrcli.running.workers import (
     JobFeed,
@@ -58,7 +64,6 @@ __all__ = ["RunControl", "RunOptions", "RunSummary", "SharedQueue", "run", "run_
 
 log = get_logger("rrcli")
 
-FLUSH_INTERVAL = 0.2  # seconds between flushes of results and traces
 DRAIN_TIMEOUT = 30.0  # seconds the first Ctrl-C lets calls in flight finish
 
 
@@ -81,8 +86,10 @@ async def run(
     quiet_unless_configured()
     options = options.with_defaults()
     environ = os.environ if environ is None else environ
-    keys = _keys(profile, environ)  # UsageError if one is unset
-    prices = budget_prices(profile, options)  # UsageError: a budget with an unpriced backend
+    keys = resolve_keys(profile, environ)  # UsageError if one is unset
+    prices = budget_prices(
+        profile, options.engine_options
+    )  # UsageError: a budget with an unpriced backend
     start = _Start(keys, prices, otlp_url(options.otlp, environ), control or RunControl(), on_start)
     if queue is None and options.queue is not None:
         from rrcli.fleet.queue import RedisQueue
@@ -146,7 +153,9 @@ async def _run_open(
     summary = RunSummary(new_run_id(), total=total)
     if shared is not None:
         summary.queue, summary.queue_finished = shared.label["name"], shared.finished
-    cache = _open_cache(profile, options, summary, stack)  # CacheError: exit 2, nothing sent
+    cache = open_response_cache(
+        profile, options.engine_options, summary, stack
+    )  # CacheError: exit 2, nothing sent
     resume = prepare_results(options, stack)
     router, gates = await _routing(profile, options, start, rng, resume)
     providers = make_providers(profile, start.keys, seed)
@@ -183,7 +192,7 @@ async def _run_open(
         await _drive(engine, jobs, run_concurrency(options, profile), reader)
     finally:
         _ended(summary, control, router, None if reader or shared else jobs)  # type: ignore[arg-type]
-        await _close(engine, gates)
+        await close_engine(engine, gates)
         await close_sender(sender)
     return summary
 
@@ -197,25 +206,12 @@ async def _routing(
 ) -> tuple[Router, Any]:
     """The run's router and gates, its budget on them, and the sessions a resumed file bound."""
     router, gates = make_router(profile, rng)
-    router.budget = await make_budget(profile, options, start.prices, start.control, gates)
+    router.budget = await make_budget(
+        profile, options.engine_options, start.prices, start.control, gates
+    )
     if resume is not None and resume.sessions:
         router.restore_bindings(resume.sessions)
     return router, gates
-
-
-def _keys(profile: Profile, environ: Mapping[str, str]) -> dict[str, str | None]:
-    """Each backend's key (UsageError if one is unset), with a warning naming each key's
-    variable (never its value) that has whitespace around it."""
-    keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}
-    for backend in profile.backends:
-        if backend.credentials.padded(environ):
-            log.warning(
-                "rrcli.key_whitespace",
-                backend=backend.id,
-                variable=backend.credentials.api_key_env or "credentials.api_key",
-                fix="the key is sent without the whitespace; remove it from the variable",
-            )
-    return keys
 
 
 def _ended(
@@ -246,87 +242,12 @@ def _selected(
     return select_jobs(lines, done=done, summary=summary, shard=options.shard, limit=options.limit)
 
 
-def _open_cache(
-    profile: Profile, options: RunOptions, summary: RunSummary, stack: ExitStack
-) -> ResponseCache | None:
-    """The response cache, if the run has one; at the end its writes are waited for, its hits
-    counted in ``summary`` and logged."""
-    cache = open_cache(profile, options)
-    if cache is None:
-        return None
-
-    def close() -> None:
-        cache.file.close()
-        summary.cached = cache.hits
-        log.info(
-            "rrcli.cache_closed",
-            path=str(cache.file.path),
-            hits=cache.hits,
-            stored=cache.file.stored,
-            lost=cache.file.lost,
-        )
-
-    stack.callback(close)
-    return cache
-
-
-def make_providers(
-    profile: Profile, keys: Mapping[str, str | None], seed: int | None
-) -> dict[str, Any]:
-    """One provider (one HTTP client) per backend, each with its own key."""
-    return {
-        b.id: make_provider(b, keys[b.id], retry=profile.retry, seed=seed) for b in profile.backends
-    }
-
-
 def run_concurrency(options: RunOptions, profile: Profile) -> int:
     """Workers of the run: --concurrency, else the profile's; one while text streams to the
     terminal, so answers never interleave."""
     if options.on_text is not None:
         return 1
     return options.concurrency or profile.effective_concurrency
-
-
-async def _close(engine: Engine, gates: Mapping[str, Any]) -> None:
-    """The run's end, however it ended: the run_end record, outputs flushed, connections and
-    shared leases given back, the end logged."""
-    summary, budget = engine.summary, engine.router.budget
-    halted = None if summary.halted is None else summary.halted.reason
-    engine.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record(), halted)
-    if budget is not None:
-        await budget.ledger.close()
-    engine.traces.flush()  # first: a result on disk has its calls' records on disk
-    if engine.results is not None:
-        engine.results.flush()
-    for provider in engine.providers.values():
-        await provider.aclose()
-    await _close_gates(gates)
-    log_repeated(summary.failures)
-    log.info(
-        "rrcli.run_finished", run_id=summary.run_id, interrupted=summary.interrupted, **summary.jobs
-    )
-
-
-def make_router(
-    profile: Profile, rng: random.Random, *, local: bool = False
-) -> tuple[Router, Mapping[str, Any]]:
-    """The router and the gates under it; ``local`` forces in-process gates (--dry-run)."""
-    if profile.gate.kind == "redis" and not local:
-        from rrcli.fleet.redis_gate import make_redis_gates
-
-        gates = make_redis_gates(profile, rng=rng)  # GateUnavailableError: exit 2, nothing sent
-    else:
-        from rrcli.routing.gate import make_gates
-
-        gates = make_gates(profile, clock=time.monotonic)
-    return Router(profile, gates, rng=rng, clock=time.monotonic, sleep=asyncio.sleep), gates
-
-
-async def _close_gates(gates: Mapping[str, Any]) -> None:
-    """Shared gates hold connections and leases: give them back (local gates hold nothing)."""
-    close = getattr(gates, "close", None)
-    if close is not None:
-        await close()
 
 
 async def _drive(
@@ -349,7 +270,7 @@ async def _drive(
         filling = feed.pull(read_ahead(engine, jobs)) if reader is None else feed.read(jobs, reader)
     everything = asyncio.ensure_future(filling)
     control._cancel = everything.cancel
-    flusher = asyncio.create_task(_flush_periodically(engine))
+    flusher = asyncio.create_task(flush_periodically(engine))
     try:
         await _until_done(everything, control, engine.router)
     finally:
@@ -375,14 +296,6 @@ async def _until_done(everything: asyncio.Future[Any], control: RunControl, rout
             log.info("rrcli.stopping", calls_in_flight=in_flight, drain_s=DRAIN_TIMEOUT)
         elif deadline is not None and time.monotonic() >= deadline:
             everything.cancel()
-
-
-async def _flush_periodically(engine: Engine) -> None:
-    while True:
-        await asyncio.sleep(FLUSH_INTERVAL)
-        engine.traces.flush()  # first: a result on disk has its calls' records on disk
-        if engine.results is not None:
-            engine.results.flush()
 
 
 def run_sync(

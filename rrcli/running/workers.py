@@ -29,11 +29,11 @@ from typing import Any, BinaryIO, NoReturn, Protocol
 
 import orjson
 
+from rrcli.engine.summary import RunSummary
 from rrcli.errors import UsageError
 from rrcli.records.jobs import InvalidJob, Job, open_jobs_file, shard_of
 from rrcli.routing.control import RunControl
 from rrcli.running.options import RunOptions
-from rrcli.running.summary import RunSummary
 
 __all__ = [
     "BUFFERED_JOBS",

@@ -23,8 +23,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from rrcli.errors import CallError
+from rrcli.pool.pool import CLIENT_LEFT, Pool, answer
 from rrcli.records.attempt import CallOutcome
-from rrcli.running.pool import CLIENT_LEFT, Pool, answer
 from rrcli.serve.counting import count_tokens
 from rrcli.serve.dispatch import ON_GONE, Json, Routes, header_of
 from rrcli.serve.gateway import Gateway, read_headers

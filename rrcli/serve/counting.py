@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from rrcli.errors import ProviderError
+from rrcli.pool.pool import Pool
 from rrcli.providers.anthropic import AnthropicProvider
-from rrcli.running.pool import Pool
 from rrcli.tokens import estimate_input_tokens, estimate_value_tokens
 
 __all__ = ["count_tokens", "estimate"]

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rrcli.running.pool import Pool
+from rrcli.pool.pool import Pool
 from rrcli.serve.metrics import Metrics
 from rrcli.serve.sessions import HEADERS, Idle
 

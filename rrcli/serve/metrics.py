@@ -25,8 +25,8 @@ from prometheus_client.core import (
 )
 
 if TYPE_CHECKING:
+    from rrcli.pool.pool import Pool
     from rrcli.routing.lease import BackendState
-    from rrcli.running.pool import Pool
 
 __all__ = ["CONTENT_TYPE", "Activity", "Metrics"]
 

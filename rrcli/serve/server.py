@@ -27,7 +27,7 @@ import uvicorn
 from rrcli.config.profile import Profile
 from rrcli.errors import RRCLIError, UsageError
 from rrcli.logs import get_logger
-from rrcli.running.pool import Pool
+from rrcli.pool.pool import Pool
 from rrcli.serve.app import build_app
 from rrcli.serve.gateway import Gateway, Settings, pool_name
 from rrcli.serve.protocol import BoundedHttpTools

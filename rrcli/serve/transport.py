@@ -16,8 +16,8 @@ forgotten at the next request.
 
 from __future__ import annotations
 
+from rrcli.pool.pool import Pool
 from rrcli.providers.asgi import StreamingASGITransport
-from rrcli.running.pool import Pool
 from rrcli.serve.app import build_app
 from rrcli.serve.gateway import Gateway, Settings
 

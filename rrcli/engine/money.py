@@ -20,8 +20,8 @@ from rrcli.routing.costs import NO_OUTPUT
 from rrcli.tokens import output_cap
 
 if TYPE_CHECKING:
-    from rrcli.running.options import RunOptions
-    from rrcli.running.summary import RunSummary
+    from rrcli.engine.options import EngineOptions
+    from rrcli.engine.summary import RunSummary
 
 __all__ = ["budget_prices", "final_halt", "make_budget", "output_caps", "sent_cap", "with_cap"]
 
@@ -36,7 +36,7 @@ def final_halt(budget: Budget, summary: RunSummary, rest: Iterator[object] | Non
     return budget.halt(budget.refused + left)
 
 
-def budget_prices(profile: Profile, options: RunOptions) -> dict[str, Price] | None:
+def budget_prices(profile: Profile, options: EngineOptions) -> dict[str, Price] | None:
     """The prices a budget reserves at, by backend id; None when the run has no budget
     (``--max-cost``, else the profile's ``[budget] max_cost_usd``). Raises UsageError when a
     backend has no price: checked before anything is sent or written."""
@@ -49,13 +49,13 @@ def budget_prices(profile: Profile, options: RunOptions) -> dict[str, Price] | N
     return {bid: price for bid, price in prices.items() if price is not None}
 
 
-def _limit(profile: Profile, options: RunOptions) -> float | None:
+def _limit(profile: Profile, options: EngineOptions) -> float | None:
     return options.max_cost if options.max_cost is not None else profile.budget.max_cost_usd
 
 
 async def make_budget(
     profile: Profile,
-    options: RunOptions,
+    options: EngineOptions,
     prices: Mapping[str, Price] | None,
     control: RunControl,
     gates: Mapping[str, Any],

@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from rrcli.config.profile import CACHE_MODES, Backend, Profile
+from rrcli.engine.options import EngineOptions
 from rrcli.errors import UsageError
 from rrcli.providers.base import Call, Reply
 from rrcli.records.attempt import Attempt, CallOutcome, cached_attempt
 from rrcli.records.jobs import InvalidJob, Job
-from rrcli.running.options import RunOptions
 
 if TYPE_CHECKING:
     from rrcli.records.cache import CacheFile
@@ -262,7 +262,7 @@ def _hit(
     )
 
 
-def open_cache(profile: Profile, options: RunOptions) -> ResponseCache | None:
+def open_cache(profile: Profile, options: EngineOptions) -> ResponseCache | None:
     """The run's cache: ``--cache``, else the profile's ``[cache] path``, in ``--cache-mode``
     (else the profile's mode, else ``readwrite``); None when there is none or the mode is
     ``off``. CacheError (exit 2, nothing sent) when the file cannot be used."""

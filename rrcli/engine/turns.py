@@ -15,7 +15,7 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from rrcli.errors import ProviderError
+from rrcli.errors import Cancelled, ProviderError
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.records.attempt import Decision
 from rrcli.routing.costs import NO_OUTPUT
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 __all__ = [
     "MOVES",
     "REQUEST_TEXT",
-    "Cancelled",
     "Echo",
     "assistant_message",
     "bounded",
@@ -72,18 +71,6 @@ def echo_for(stream: bool, on_text: Callable[[str], None] | None, deployment: st
         return Echo(on_text)
     request = REQUEST_TEXT.get()
     return None if request is None else Echo(partial(request, deployment))
-
-
-class Cancelled(ProviderError):
-    """A call cancelled while it was sent (its client left, a second Ctrl-C): its attempt is
-    traced ``cancelled``, then ``cancel`` is raised again. ``type`` is the reason the canceller
-    gave (``Task.cancel(msg)``, such as ``client_disconnected``), else ``cancelled``."""
-
-    def __init__(self, cancel: asyncio.CancelledError) -> None:
-        given = cancel.args[0] if cancel.args else None
-        reason = given if type(given) is str and given else "cancelled"
-        super().__init__(f"the call was cancelled: {reason}", type=reason, transient=False)
-        self.cancel = cancel
 
 
 async def sent(

@@ -7,7 +7,7 @@ iterator (``Engine.submit``: one job a program hands in). Each HTTP attempt beco
 gates). On a transient failure the slot is released, the policy's delay slept, and a slot on the
 SAME backend taken again; with ``failover`` a spent budget routes the call among the backends not
 yet tried. A job ends as one ``CallOutcome``, its result line's only input: one failing job never
-cancels its siblings. With --cache, a call the cache answers (running/cached.py) is traced and never
+cancels its siblings. With --cache, a call the cache answers (engine/cached.py) is traced and never
 routed. ``runner.py`` sets the run up around the workers (outputs, signals, flushing)."""
 
 from __future__ import annotations
@@ -22,7 +22,25 @@ from typing import Any
 from msgspec import structs
 
 from rrcli.config.profile import Backend, Profile
-from rrcli.errors import NoBackendError, ProviderError
+from rrcli.engine.cached import ANSWERED, ResponseCache
+from rrcli.engine.failures import log_failure
+from rrcli.engine.money import with_cap
+from rrcli.engine.quiet import debug_logged
+from rrcli.engine.summary import RunSummary
+from rrcli.engine.turns import (
+    MOVES,
+    REQUEST_TEXT,
+    Echo,
+    assistant_message,
+    bounded,
+    decide,
+    echo_for,
+    join_paused,
+    paused_call,
+    refused,
+    sent,
+)
+from rrcli.errors import Cancelled, NoBackendError, ProviderError
 from rrcli.logs import get_logger
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.providers.registry import UNSTREAMED
@@ -41,25 +59,6 @@ from rrcli.routing.lease import Lease
 from rrcli.routing.retry import RetryPolicy
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
-from rrcli.running.cached import ANSWERED, ResponseCache
-from rrcli.running.failures import log_failure
-from rrcli.running.money import with_cap
-from rrcli.running.quiet import debug_logged
-from rrcli.running.summary import RunSummary
-from rrcli.running.turns import (
-    MOVES,
-    REQUEST_TEXT,
-    Cancelled,
-    Echo,
-    assistant_message,
-    bounded,
-    decide,
-    echo_for,
-    join_paused,
-    paused_call,
-    refused,
-    sent,
-)
 from rrcli.tokens import estimate_prompt_tokens, output_cap
 
 __all__ = ["Engine", "ResultSink"]
@@ -86,7 +85,7 @@ class Engine:
     rng: random.Random
     keep_response: bool = False
     cache: ResponseCache | None = None  # --cache
-    caps: dict[str, int] = field(default_factory=dict)  # a budget's output caps (running.money)
+    caps: dict[str, int] = field(default_factory=dict)  # a budget's output caps (engine.money)
     policy: RetryPolicy = field(init=False)
     session_binding: bool = field(init=False)
     rules: RouteRules = field(init=False)
@@ -206,7 +205,7 @@ class Engine:
     ) -> Awaitable[CallOutcome]:
         """One call of a job, awaited: answered by the response cache when it holds the answer
         (traced, never routed), else routed and sent, its ok answer then stored
-        (running/cached.py). Without a cache the routed call itself: no coroutine between."""
+        (engine/cached.py). Without a cache the routed call itself: no coroutine between."""
         if self.cache is None:
             return self._routed(job, messages, turn, excluded)
         return self._cached_call(self.cache, job, messages, turn, excluded)

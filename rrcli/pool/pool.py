@@ -25,28 +25,28 @@ from typing import Any
 
 from rrcli.config.load import load_profile
 from rrcli.config.profile import Profile
+from rrcli.engine.assembly import (
+    close_engine,
+    flush_periodically,
+    make_providers,
+    make_router,
+    open_response_cache,
+    resolve_keys,
+)
+from rrcli.engine.engine import Engine
+from rrcli.engine.money import budget_prices, make_budget
+from rrcli.engine.options import EngineOptions
+from rrcli.engine.quiet import quiet_unless_configured
+from rrcli.engine.summary import RunSummary
 from rrcli.errors import CallError
 from rrcli.records.attempt import CallOutcome
 from rrcli.records.claim import OutputClaim
 from rrcli.records.jobs import Job, job_from_dict
 from rrcli.records.result_line import result_line
+from rrcli.records.results import CallbackWriter
 from rrcli.records.trace import TraceWriter, new_run_id
 from rrcli.routing.control import Halted, RunControl
 from rrcli.routing.down import NoHealthyBackend
-from rrcli.running.engine import Engine
-from rrcli.running.money import budget_prices, make_budget
-from rrcli.running.options import RunOptions
-from rrcli.running.outputs import CallbackWriter
-from rrcli.running.quiet import quiet_unless_configured
-from rrcli.running.runner import (
-    _close,
-    _flush_periodically,
-    _keys,
-    _open_cache,
-    make_providers,
-    make_router,
-)
-from rrcli.running.summary import RunSummary
 
 __all__ = ["CLIENT_LEFT", "Pool", "Texts"]
 
@@ -77,9 +77,8 @@ class Pool:
     ) -> None:
         self.profile = profile
         self._environ = os.environ if environ is None else environ
-        self._options = RunOptions(
-            traces=traces, max_cost=max_cost, on_result=on_result, keep_response=keep_response
-        )
+        self._options = EngineOptions(traces=traces, max_cost=max_cost, keep_response=keep_response)
+        self._on_result = on_result
         self._stack = ExitStack()
         self._engine: Engine | None = None
         self._gates: Mapping[str, Any] = {}
@@ -111,19 +110,19 @@ class Pool:
         router over the gates, one client per backend and the trace file."""
         quiet_unless_configured()
         profile, options, stack = self.profile, self._options, self._stack
-        keys = _keys(profile, self._environ)
+        keys = resolve_keys(profile, self._environ)
         prices = budget_prices(profile, options)
         rng = random.Random(profile.seed)
         summary = RunSummary(new_run_id())
         stack.enter_context(closing(OutputClaim())).take(options.traces, "traces")
-        cache = _open_cache(profile, options, summary, stack)
+        cache = open_response_cache(profile, options, summary, stack)
         control = RunControl()
         router, self._gates = make_router(profile, rng)
         router.budget = await make_budget(profile, options, prices, control, self._gates)
         traces = TraceWriter(options.traces, summary.run_id)
         stack.callback(traces.close)
         traces.run(profile)
-        on_result = options.on_result
+        on_result = self._on_result
         results = CallbackWriter(on_result) if on_result is not None else None
         providers = make_providers(profile, keys, profile.seed)
         self._engine = Engine(
@@ -140,7 +139,7 @@ class Pool:
             options.keep_response,
             cache,
         )
-        self._flusher = asyncio.create_task(_flush_periodically(self._engine))
+        self._flusher = asyncio.create_task(flush_periodically(self._engine))
 
     async def close(self) -> None:
         """The run_end record, the outputs flushed, every connection closed."""
@@ -150,7 +149,7 @@ class Pool:
             self._flusher.cancel()
         engine, self._engine = self._engine, None
         try:
-            await _close(engine, self._gates)
+            await close_engine(engine, self._gates)
         finally:
             self._stack.close()
 
