@@ -191,6 +191,24 @@ def test_front_ends_import_the_engine_never_each_other(module):
     assert [] == sorted(t for t in closure(module) if part(t) in others)
 
 
+def builds(path: Path, name: str) -> bool:
+    """Whether the file calls ``name(...)`` (as a plain name or an attribute)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if called == name:
+                return True
+    return False
+
+
+def test_only_the_engine_builds_an_engine():
+    """Every front-end gets its engine from the one assembly: only modules of rrcli/engine/
+    call ``Engine(...)``."""
+    builders = {module_name(p) for p in MODULES if builds(p, "Engine")}
+    assert set() == {m for m in builders if part(m) != "rrcli.engine"}
+
+
 def typed_direct(module: str) -> set[str]:
     """Our modules ``module`` names in any import, type-only ones included."""
     targets = (ours(name) for name in TYPED_GRAPH[module])

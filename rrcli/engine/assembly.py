@@ -1,34 +1,49 @@
-"""The engine's parts set up and taken down: each backend's key, the response cache, the router
-over its gates, one provider per backend, the periodic flush and the close at the end. The batch
-runner and ``rrcli.Pool`` both build their engine from these."""
+"""The one assembly of the engine every front-end runs on (the batch runner, ``rrcli.Pool``):
+``open_engine`` checks the keys and a budget's prices, opens the response cache, has the
+front-end claim its outputs, builds the gates, the budget over them, the router over both, one
+provider per backend, has the front-end open its outputs, and hands back the ``Engine``, every
+part built whole; ``Engine.close`` takes it down. ``flush_periodically`` flushes its outputs as
+calls end.
+
+The order is the one that keeps a refusal cheap: what can be checked without touching a file
+(a key unset, a budget over an unpriced backend) is checked first, then what can be refused
+before anything is sent (the cache file, the outputs, the shared gate), all before a provider
+opens a connection."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from rrcli.config.profile import Profile
+from rrcli.config.profile import Price, Profile
 from rrcli.engine.cached import ResponseCache, open_cache
 from rrcli.engine.engine import Engine
-from rrcli.engine.failures import log_repeated
+from rrcli.engine.money import budget_prices, make_budget, output_caps
 from rrcli.engine.options import EngineOptions
 from rrcli.engine.summary import RunSummary
 from rrcli.logs import get_logger
 from rrcli.providers import make_provider
+from rrcli.records.origins import ResponseOrigins
+from rrcli.records.results import ResultSink, ResumeState
+from rrcli.records.trace import TraceWriter
+from rrcli.routing.control import RunControl
 from rrcli.routing.router import Router
 
 __all__ = [
     "FLUSH_INTERVAL",
-    "close_engine",
+    "EngineOutputs",
+    "Preflight",
     "flush_periodically",
-    "make_providers",
     "make_router",
-    "open_response_cache",
-    "resolve_keys",
+    "open_engine",
+    "open_gates",
+    "preflight",
 ]
 
 log = get_logger("rrcli")
@@ -36,7 +51,97 @@ log = get_logger("rrcli")
 FLUSH_INTERVAL = 0.2  # seconds between flushes of results and traces
 
 
-def resolve_keys(profile: Profile, environ: Mapping[str, str]) -> dict[str, str | None]:
+class EngineOutputs(Protocol):
+    """A front-end's outputs, as the assembly asks for them: ``claim`` before the gates are
+    built (the files locked, refused if they cannot be written; what a resumed results file
+    already holds, or None), ``open`` once the rest is built (the result sink, None for no
+    result lines, and the trace writer, for the run ``summary.run_id``)."""
+
+    def claim(self) -> ResumeState | None: ...
+
+    def open(self, summary: RunSummary) -> tuple[ResultSink | None, TraceWriter]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Preflight:
+    """What an engine needs that is checked before anything is opened: each backend's key,
+    and a budget's prices (None: no budget)."""
+
+    keys: Mapping[str, str | None]
+    prices: Mapping[str, Price] | None
+
+
+def preflight(
+    profile: Profile, options: EngineOptions, environ: Mapping[str, str] | None = None
+) -> Preflight:
+    """The keys (UsageError if one is unset) and a budget's prices (UsageError: a budget over
+    an unpriced backend); nothing is opened or sent."""
+    keys = _keys(profile, os.environ if environ is None else environ)
+    return Preflight(keys, budget_prices(profile, options))
+
+
+async def open_engine(
+    profile: Profile,
+    options: EngineOptions,
+    *,
+    outputs: EngineOutputs,
+    stack: ExitStack,
+    summary: RunSummary,
+    control: RunControl,
+    checked: Preflight | None = None,
+    environ: Mapping[str, str] | None = None,
+    on_text: Callable[[str], None] | None = None,
+    label: Mapping[str, Any] | None = None,
+) -> Engine:
+    """The engine of ``profile`` as ``options`` ask, writing to ``outputs``; ``stack`` closes
+    the cache and whatever ``outputs`` registered on it, after ``Engine.close``. ``checked``:
+    the front-end's own ``preflight`` (else it is made here, from ``environ``); ``on_text``:
+    every streamed call's text (--prompt --stream); ``label``: the trace's ``run`` record's
+    queue. Raises UsageError (CacheError, OutputExistsError, GateUnavailableError...) with
+    nothing sent."""
+    checked = checked or preflight(profile, options, environ)
+    seed = options.seed if options.seed is not None else profile.seed
+    rng = random.Random(seed)
+    cache = _open_cache(profile, options, summary, stack)
+    resume = outputs.claim()
+    gates = open_gates(profile, rng)
+    budget = await make_budget(profile, options, checked.prices, control, gates)
+    bindings = resume.sessions if resume is not None else None
+    router = Router(
+        profile,
+        gates,
+        rng=rng,
+        clock=time.monotonic,
+        sleep=asyncio.sleep,
+        budget=budget,
+        bindings=bindings,
+    )
+    providers = _providers(profile, checked.keys, seed)
+    results, traces = outputs.open(summary)
+    traces.run(profile, label)
+    origins = ResponseOrigins()
+    if resume is not None:
+        origins.update(resume.responses.items())
+    return Engine(
+        profile=profile,
+        router=router,
+        providers=providers,
+        results=results,
+        traces=traces,
+        summary=summary,
+        control=control,
+        rng=rng,
+        gates=gates,
+        stream=options.stream,
+        on_text=on_text,
+        keep_response=options.keep_response,
+        cache=cache,
+        caps=output_caps(profile)[0] if budget is not None else {},
+        origins=origins,
+    )
+
+
+def _keys(profile: Profile, environ: Mapping[str, str]) -> dict[str, str | None]:
     """Each backend's key (UsageError if one is unset), with a warning naming each key's
     variable (never its value) that has whitespace around it."""
     keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}
@@ -51,7 +156,7 @@ def resolve_keys(profile: Profile, environ: Mapping[str, str]) -> dict[str, str 
     return keys
 
 
-def open_response_cache(
+def _open_cache(
     profile: Profile, options: EngineOptions, summary: RunSummary, stack: ExitStack
 ) -> ResponseCache | None:
     """The response cache, if the run has one; at the end its writes are waited for, its hits
@@ -75,7 +180,7 @@ def open_response_cache(
     return cache
 
 
-def make_providers(
+def _providers(
     profile: Profile, keys: Mapping[str, str | None], seed: int | None
 ) -> dict[str, Any]:
     """One provider (one HTTP client) per backend, each with its own key."""
@@ -84,46 +189,24 @@ def make_providers(
     }
 
 
-def make_router(
-    profile: Profile, rng: random.Random, *, local: bool = False
-) -> tuple[Router, Mapping[str, Any]]:
-    """The router and the gates under it; ``local`` forces in-process gates (--dry-run)."""
+def open_gates(profile: Profile, rng: random.Random, *, local: bool = False) -> Mapping[str, Any]:
+    """The gates of the pool: shared in Redis on a Redis gate (GateUnavailableError: exit 2,
+    nothing sent), else in process; ``local`` forces in-process gates (--dry-run)."""
     if profile.gate.kind == "redis" and not local:
         from rrcli.fleet.redis_gate import make_redis_gates
 
-        gates = make_redis_gates(profile, rng=rng)  # GateUnavailableError: exit 2, nothing sent
-    else:
-        from rrcli.routing.gate import make_gates
+        return make_redis_gates(profile, rng=rng)
+    from rrcli.routing.gate import make_gates
 
-        gates = make_gates(profile, clock=time.monotonic)
+    return make_gates(profile, clock=time.monotonic)
+
+
+def make_router(
+    profile: Profile, rng: random.Random, *, local: bool = False
+) -> tuple[Router, Mapping[str, Any]]:
+    """A router without a budget and the gates under it (--dry-run's plan, a display's test)."""
+    gates = open_gates(profile, rng, local=local)
     return Router(profile, gates, rng=rng, clock=time.monotonic, sleep=asyncio.sleep), gates
-
-
-async def close_engine(engine: Engine, gates: Mapping[str, Any]) -> None:
-    """The run's end, however it ended: the run_end record, outputs flushed, connections and
-    shared leases given back, the end logged."""
-    summary, budget = engine.summary, engine.router.budget
-    halted = None if summary.halted is None else summary.halted.reason
-    engine.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record(), halted)
-    if budget is not None:
-        await budget.ledger.close()
-    engine.traces.flush()  # first: a result on disk has its calls' records on disk
-    if engine.results is not None:
-        engine.results.flush()
-    for provider in engine.providers.values():
-        await provider.aclose()
-    await _close_gates(gates)
-    log_repeated(summary.failures)
-    log.info(
-        "rrcli.run_finished", run_id=summary.run_id, interrupted=summary.interrupted, **summary.jobs
-    )
-
-
-async def _close_gates(gates: Mapping[str, Any]) -> None:
-    """Shared gates hold connections and leases: give them back (local gates hold nothing)."""
-    close = getattr(gates, "close", None)
-    if close is not None:
-        await close()
 
 
 async def flush_periodically(engine: Engine) -> None:

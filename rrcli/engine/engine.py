@@ -22,24 +22,14 @@ from typing import Any
 from msgspec import structs
 
 from rrcli.config.profile import Backend, Profile
+from rrcli.engine.attempts import MOVES, decide, refused, sent
 from rrcli.engine.cached import ANSWERED, ResponseCache
-from rrcli.engine.failures import log_failure
+from rrcli.engine.echo import REQUEST_TEXT, Echo, echo_for
+from rrcli.engine.failures import log_failure, log_repeated
 from rrcli.engine.money import with_cap
 from rrcli.engine.quiet import debug_logged
 from rrcli.engine.summary import RunSummary
-from rrcli.engine.turns import (
-    MOVES,
-    REQUEST_TEXT,
-    Echo,
-    assistant_message,
-    bounded,
-    decide,
-    echo_for,
-    join_paused,
-    paused_call,
-    refused,
-    sent,
-)
+from rrcli.engine.turns import assistant_message, bounded, join_paused, paused_call
 from rrcli.errors import Cancelled, NoBackendError, ProviderError
 from rrcli.logs import get_logger
 from rrcli.providers.base import Call, Provider, Reply
@@ -66,16 +56,17 @@ __all__ = ["Engine", "ResultSink"]
 log = get_logger("rrcli")
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, kw_only=True)
 class Engine:
-    """One run's live state: the router, the providers, the writers and the counters.
-    ``stream``: --stream; ``on_text`` takes text as it arrives (--prompt --stream);
-    ``keep_response``: result lines carry the provider's body; ``cache``: --cache;
-    ``results`` None: no result lines are made (a pool whose caller takes none)."""
+    """One run's live state: the router, the providers, the writers and the counters, built
+    whole by ``engine.assembly.open_engine`` and ended by ``close``.
+    ``stream``: every call streamed; ``on_text`` takes text as it arrives (--prompt --stream);
+    ``keep_response``: result lines carry the provider's body; ``cache``: the response cache;
+    ``results`` None: no result lines are made (a pool whose caller takes none); ``caps``: a
+    budget's output caps (engine.money); ``origins``: the backend that created each Responses
+    answer already known (a resumed file's); ``gates``: the router's, given back at the end."""
 
     profile: Profile
-    stream: bool
-    on_text: Callable[[str], None] | None
     router: Router
     providers: Mapping[str, Provider]
     results: ResultSink | None
@@ -83,14 +74,17 @@ class Engine:
     summary: RunSummary
     control: RunControl
     rng: random.Random
+    gates: Mapping[str, Any] = field(default_factory=dict)
+    stream: bool = False
+    on_text: Callable[[str], None] | None = None
     keep_response: bool = False
-    cache: ResponseCache | None = None  # --cache
-    caps: dict[str, int] = field(default_factory=dict)  # a budget's output caps (engine.money)
+    cache: ResponseCache | None = None
+    caps: Mapping[str, int] = field(default_factory=dict)
+    origins: ResponseOrigins = field(default_factory=ResponseOrigins)
     policy: RetryPolicy = field(init=False)
     session_binding: bool = field(init=False)
     rules: RouteRules = field(init=False)
     health: Health = field(init=False)
-    origins: ResponseOrigins = field(init=False)
     _log_calls: bool = field(init=False)
     _continuations: int = field(init=False)  # [retry] max_continuations
 
@@ -99,9 +93,32 @@ class Engine:
         self.session_binding = self.profile.binding == "session"
         self.rules = RouteRules(self.profile.backends)
         self.health = Health(self.router, self.traces, self.control)
-        self.origins = ResponseOrigins()
         self._log_calls = debug_logged()
         self._continuations = self.profile.retry.max_continuations
+
+    async def close(self) -> None:
+        """The run's end, however it ended: the run_end record, outputs flushed, connections and
+        shared leases given back, the end logged."""
+        summary, budget = self.summary, self.router.budget
+        halted = None if summary.halted is None else summary.halted.reason
+        self.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record(), halted)
+        if budget is not None:
+            await budget.ledger.close()
+        self.traces.flush()  # first: a result on disk has its calls' records on disk
+        if self.results is not None:
+            self.results.flush()
+        for provider in self.providers.values():
+            await provider.aclose()
+        close_gates = getattr(self.gates, "close", None)  # shared gates hold connections, leases
+        if close_gates is not None:
+            await close_gates()
+        log_repeated(summary.failures)
+        log.info(
+            "rrcli.run_finished",
+            run_id=summary.run_id,
+            interrupted=summary.interrupted,
+            **summary.jobs,
+        )
 
     async def worker(self, jobs: Iterator[Job | InvalidJob]) -> None:
         """Jobs one after the other until none is left or the run stops; a job the halted run
@@ -358,7 +375,7 @@ class Engine:
         self, error: ProviderError, echo: Echo | None, retry: int, elapsed: float, failover: bool
     ) -> tuple[float | None, Decision]:
         """(the sleep before retry ``retry`` here, None for a final error or text already
-        printed; what follows the failed attempt: ``turns.decide``)."""
+        printed; what follows the failed attempt: ``attempts.decide``)."""
         printed = echo is not None and echo.printed
         backoff = None if printed else self.policy.delay(retry, error, elapsed)
         return backoff, decide(error, backoff, failover and not printed)

@@ -1,105 +1,25 @@
-"""A job's turns as the API sees them: one call sent (its text echoed as it streams, for
-``--prompt --stream``), a reply written back into the history as its assistant message, the two
-parts of a turn Anthropic paused (``pause_turn``) joined into one reply, and the bound on how
-often one turn may be continued (a server that pauses forever would otherwise draw calls, and a
-request body growing with each, without end).
+"""A job's turns as the API sees them: a reply written back into the history as its assistant
+message, the two parts of a turn Anthropic paused (``pause_turn``) joined into one reply, the call
+that goes on with such a turn, and the bound on how often one turn may be continued (a server that
+pauses forever would otherwise draw calls, and a request body growing with each, without end).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from dataclasses import replace
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rrcli.errors import Cancelled, ProviderError
-from rrcli.providers.base import Call, Provider, Reply
-from rrcli.records.attempt import Decision
-from rrcli.routing.costs import NO_OUTPUT
-from rrcli.routing.down import BackendDown
-from rrcli.tokens import estimate_call_tokens, estimate_value_tokens, output_cap
-
-if TYPE_CHECKING:
-    from rrcli.routing.lease import Lease
-    from rrcli.routing.router import Router
+from rrcli.errors import ProviderError
+from rrcli.providers.base import Call, Reply
+from rrcli.tokens import estimate_call_tokens
 
 __all__ = [
-    "MOVES",
-    "REQUEST_TEXT",
-    "Echo",
     "assistant_message",
     "bounded",
-    "decide",
-    "echo_for",
-    "estimated_usage",
     "join_paused",
     "paused_call",
-    "refused",
-    "sent",
     "too_many_continuations",
 ]
-
-
-class Echo:
-    """--prompt --stream: text printed as it arrives; once any was, the call is never retried."""
-
-    __slots__ = ("_out", "printed")
-
-    def __init__(self, out: Callable[[str], None]) -> None:
-        self._out = out
-        self.printed = False
-
-    def __call__(self, text: str) -> None:
-        self.printed = True
-        self._out(text)
-
-
-#: the text callback of a job a program submitted (``Engine.submit``), set for the task that
-#: awaits it (no parameter through every call): called with the deployment and each piece
-REQUEST_TEXT: ContextVar[Callable[[str, str], None] | None] = ContextVar("rrcli_text", default=None)
-
-
-def echo_for(stream: bool, on_text: Callable[[str], None] | None, deployment: str) -> Echo | None:
-    """Where a streamed attempt's text goes: --prompt --stream's ``on_text``, else the
-    submitted job's callback, told ``deployment``; None for a plain call or no reader."""
-    if not stream:
-        return None
-    if on_text is not None:
-        return Echo(on_text)
-    request = REQUEST_TEXT.get()
-    return None if request is None else Echo(partial(request, deployment))
-
-
-async def sent(
-    provider: Provider, call: Call, echo: Echo | None, estimate: int
-) -> tuple[Reply | None, ProviderError | None, float]:
-    """(the reply, or the error the call ended with; when it ended, monotonic). A reply whose
-    server reported no usage carries an estimate of it (``estimated_usage``), so rates, costs
-    and budgets still count it; ``estimate``: the call's tokens (``estimate_call_tokens``). A
-    cancellation is returned as a ``Cancelled`` error, for the caller to trace and raise."""
-    try:
-        reply, error = await provider.send(call, echo), None
-    except ProviderError as exc:
-        return None, exc, time.monotonic()
-    except asyncio.CancelledError as exc:
-        return None, Cancelled(exc), time.monotonic()
-    if reply.input_tokens is None and reply.output_tokens is None:
-        reply = estimated_usage(reply, call, estimate)
-    return reply, error, time.monotonic()
-
-
-def estimated_usage(reply: Reply, call: Call, estimate: int) -> Reply:
-    """``reply`` with the usage its server did not report estimated, marked ``usage_estimated``:
-    the input as ``estimate`` counted it, the output from its text and tool calls."""
-    given = max(1, estimate - (output_cap(call.params) or 0))
-    if call.endpoint in NO_OUTPUT:
-        return replace(reply, input_tokens=given, usage_estimated=True)
-    made: list[Any] = [reply.output, reply.reasoning_content or "", reply.tool_calls or []]
-    output = estimate_value_tokens(made)
-    return replace(reply, input_tokens=given, output_tokens=output, usage_estimated=True)
 
 
 def assistant_message(reply: Reply) -> dict[str, Any]:
@@ -186,41 +106,8 @@ def too_many_continuations(limit: int, status: int | None) -> ProviderError:
     )
 
 
-#: a call's last decisions here after which it is routed again (its backend down, failover)
-MOVES = ("failover", "retry")
-
-
-def decide(error: ProviderError | None, backoff: float | None, failover: bool) -> Decision:
-    """What follows an attempt: ``failover`` when the backend went down with it, or when this
-    backend's budget is spent on a transient error and another backend may take the call."""
-    if error is None:
-        return "ok"
-    if isinstance(error, Cancelled):
-        return "cancelled"
-    if backoff is not None:
-        return "retry"
-    return "failover" if error.backend_down or (failover and error.transient) else "error"
-
-
 def paused_call(call: Call, reply: Reply, job_input: Any) -> tuple[Call, int]:
     """The call that goes on with an Anthropic paused turn (``reply.continuation`` appended),
     and its estimate, for the input it has grown to."""
     call = replace(call, messages=[*call.messages, reply.continuation], input_tokens=None)
     return call, estimate_call_tokens(call.messages, call.params, job_input)
-
-
-def refused(router: Router, lease: Lease, estimate: int, call: Call) -> Awaitable[bool | None]:
-    """The router's admission of an attempt, awaited: true when, while a retry waited for it,
-    its backend left the pool. A lease holding its slot awaits the router's step itself (only a
-    slot taken again can find its backend gone): no coroutine between."""
-    if lease.held:
-        return router.admit(lease, estimate, call)
-    return _readmitted(router, lease, estimate, call)
-
-
-async def _readmitted(router: Router, lease: Lease, estimate: int, call: Call) -> bool:
-    try:
-        await router.admit(lease, estimate, call)
-    except BackendDown:
-        return True
-    return False

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import ExitStack, closing
 from pathlib import Path
@@ -25,16 +24,8 @@ from typing import Any
 
 from rrcli.config.load import load_profile
 from rrcli.config.profile import Profile
-from rrcli.engine.assembly import (
-    close_engine,
-    flush_periodically,
-    make_providers,
-    make_router,
-    open_response_cache,
-    resolve_keys,
-)
+from rrcli.engine.assembly import flush_periodically, open_engine
 from rrcli.engine.engine import Engine
-from rrcli.engine.money import budget_prices, make_budget
 from rrcli.engine.options import EngineOptions
 from rrcli.engine.quiet import quiet_unless_configured
 from rrcli.engine.summary import RunSummary
@@ -81,7 +72,6 @@ class Pool:
         self._on_result = on_result
         self._stack = ExitStack()
         self._engine: Engine | None = None
-        self._gates: Mapping[str, Any] = {}
         self._flusher: asyncio.Task[None] | None = None
         self._calls = 0
 
@@ -107,37 +97,16 @@ class Pool:
 
     async def open(self) -> None:
         """Check the keys and the budget's prices (UsageError, nothing sent), then build the
-        router over the gates, one client per backend and the trace file."""
+        engine: the router over the gates, one client per backend and the trace file."""
         quiet_unless_configured()
-        profile, options, stack = self.profile, self._options, self._stack
-        keys = resolve_keys(profile, self._environ)
-        prices = budget_prices(profile, options)
-        rng = random.Random(profile.seed)
-        summary = RunSummary(new_run_id())
-        stack.enter_context(closing(OutputClaim())).take(options.traces, "traces")
-        cache = open_response_cache(profile, options, summary, stack)
-        control = RunControl()
-        router, self._gates = make_router(profile, rng)
-        router.budget = await make_budget(profile, options, prices, control, self._gates)
-        traces = TraceWriter(options.traces, summary.run_id)
-        stack.callback(traces.close)
-        traces.run(profile)
-        on_result = self._on_result
-        results = CallbackWriter(on_result) if on_result is not None else None
-        providers = make_providers(profile, keys, profile.seed)
-        self._engine = Engine(
-            profile,
-            False,
-            None,
-            router,
-            providers,
-            results,
-            traces,
-            summary,
-            control,
-            rng,
-            options.keep_response,
-            cache,
+        self._engine = await open_engine(
+            self.profile,
+            self._options,
+            outputs=_Outputs(self._options.traces, self._on_result, self._stack),
+            stack=self._stack,
+            summary=RunSummary(new_run_id()),
+            control=RunControl(),
+            environ=self._environ,
         )
         self._flusher = asyncio.create_task(flush_periodically(self._engine))
 
@@ -149,7 +118,7 @@ class Pool:
             self._flusher.cancel()
         engine, self._engine = self._engine, None
         try:
-            await close_engine(engine, self._gates)
+            await engine.close()
         finally:
             self._stack.close()
 
@@ -232,6 +201,28 @@ class Pool:
         finally:  # a call answered or cancelled is on disk, even if the process is killed next
             engine.traces.flush()
         return outcome
+
+
+class _Outputs:
+    """A pool's outputs: its trace file (claimed for the pool, appended), and each call's
+    record handed to ``on_result`` when there is one."""
+
+    def __init__(
+        self,
+        traces: Path | None,
+        on_result: Callable[[dict[str, Any]], None] | None,
+        stack: ExitStack,
+    ) -> None:
+        self._traces, self._on_result, self._stack = traces, on_result, stack
+
+    def claim(self) -> None:
+        self._stack.enter_context(closing(OutputClaim())).take(self._traces, "traces")
+
+    def open(self, summary: RunSummary) -> tuple[CallbackWriter | None, TraceWriter]:
+        traces = TraceWriter(self._traces, summary.run_id)
+        self._stack.callback(traces.close)
+        on_result = self._on_result
+        return (None if on_result is None else CallbackWriter(on_result)), traces
 
 
 def answer(outcome: CallOutcome) -> dict[str, Any]:

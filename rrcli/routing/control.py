@@ -39,6 +39,11 @@ class RunControl:
         self.halted: Halt | None = None
         self._cancel: Callable[[], None] | None = None
 
+    def on_cancel(self, callback: Callable[[], None] | None) -> None:
+        """What ``cancel()`` calls besides setting its flags (the run's workers cancelled);
+        None: nothing."""
+        self._cancel = callback
+
     def stop(self) -> None:
         self.stopping = True
 

@@ -57,6 +57,8 @@ class Router:
         rng: random.Random,
         clock: Clock,
         sleep: Sleep,
+        budget: Budget | None = None,
+        bindings: Mapping[str, str] | None = None,
     ) -> None:
         self.profile = profile
         self.states: tuple[BackendState, ...] = tuple(
@@ -80,8 +82,8 @@ class Router:
         self._sessions = profile.binding == "session"
         self._max_pause = profile.retry.max_server_pause  # the longest a server may hold a backend
         self._bindings: dict[str, tuple[BackendState, str]] = {}
-        self._saved: dict[str, str] = {}
-        self.budget: Budget | None = None  # the run's budget, when it has one (budget.py)
+        self._saved: dict[str, str] = dict(bindings or {})  # --resume's {session: deployment}
+        self.budget = budget  # the run's budget, when it has one (budget.py)
         self.prices = pool_prices(profile.backends)  # what a call is charged without a budget
         distinct = {id(s.gate): s.gate for s in self.states}.values()
         self._waiting = Waiting(self._sweep, len(distinct), rng, sleep)

@@ -17,32 +17,24 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sized
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rrcli.config.profile import Profile
-from rrcli.engine.assembly import (
-    close_engine,
-    flush_periodically,
-    make_providers,
-    make_router,
-    open_response_cache,
-    resolve_keys,
-)
+from rrcli.engine.assembly import Preflight, flush_periodically, open_engine, preflight
 from rrcli.engine.engine import Engine
-from rrcli.engine.money import budget_prices, final_halt, make_budget, output_caps
+from rrcli.engine.money import final_halt
 from rrcli.engine.quiet import quiet_unless_configured
 from rrcli.engine.summary import RunSummary
 from rrcli.logs import get_logger
 from rrcli.records.formatfit import refuse_unfit, unfit_invalid
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
-from rrcli.records.results import ResumeState
-from rrcli.records.trace import new_run_id
+from rrcli.records.results import ResultSink, ResumeState
+from rrcli.records.trace import TraceWriter, new_run_id
 from rrcli.routing.control import RunControl
 from rrcli.routing.router import Router
 from rrcli.running.hits import read_ahead
@@ -59,6 +51,9 @@ from rrcli.running.workers import (
     planned_total,
     select_jobs,
 )
+
+if TYPE_CHECKING:
+    from rrcli.otel.live import SpanProcess
 
 __all__ = ["RunControl", "RunOptions", "RunSummary", "SharedQueue", "run", "run_sync"]
 
@@ -86,11 +81,8 @@ async def run(
     quiet_unless_configured()
     options = options.with_defaults()
     environ = os.environ if environ is None else environ
-    keys = resolve_keys(profile, environ)  # UsageError if one is unset
-    prices = budget_prices(
-        profile, options.engine_options
-    )  # UsageError: a budget with an unpriced backend
-    start = _Start(keys, prices, otlp_url(options.otlp, environ), control or RunControl(), on_start)
+    checked = preflight(profile, options.engine_options, environ)  # UsageError: a key unset...
+    start = _Start(checked, otlp_url(options.otlp, environ), control or RunControl(), on_start)
     if queue is None and options.queue is not None:
         from rrcli.fleet.queue import RedisQueue
 
@@ -124,11 +116,10 @@ def _job_count(options: RunOptions) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class _Start:
-    """What ``run`` checked before opening anything: the keys, a budget's prices, the --otlp
-    URL, the run's switch and the caller's on_start."""
+    """What ``run`` checked before opening anything: the keys and a budget's prices, the
+    --otlp URL, the run's switch and the caller's on_start."""
 
-    keys: Mapping[str, str | None]
-    prices: Any
+    checked: Preflight
     otlp: str | None
     control: RunControl
     on_start: Callable[[RunSummary, Router], None] | None
@@ -147,39 +138,23 @@ async def _run_open(
     ``reader`` when there is one, or a shared queue): the results made ready, the engine built,
     the workers driven, everything closed."""
     control = start.control
-    seed = options.seed if options.seed is not None else profile.seed
-    rng = random.Random(seed)
     shared = None if isinstance(jobs_in, Iterator) else jobs_in
     summary = RunSummary(new_run_id(), total=total)
     if shared is not None:
         summary.queue, summary.queue_finished = shared.label["name"], shared.finished
-    cache = open_response_cache(
-        profile, options.engine_options, summary, stack
-    )  # CacheError: exit 2, nothing sent
-    resume = prepare_results(options, stack)
-    router, gates = await _routing(profile, options, start, rng, resume)
-    providers = make_providers(profile, start.keys, seed)
-    sender = open_sender(start.otlp, summary.run_id, stack)
-    closed = output_closed(control, summary)
-    results, traces = open_outputs(options, summary.run_id, stack, sender, shared, closed)
-    traces.run(profile, None if shared is None else shared.label)
-    engine = Engine(
+    outputs = _Outputs(options, stack, start.otlp, shared, control)
+    engine = await open_engine(
         profile,
-        options.stream,
-        options.on_text,
-        router,
-        providers,
-        results,
-        traces,
-        summary,
-        control,
-        rng,
-        options.keep_response,
-        cache,
+        options.engine_options,
+        outputs=outputs,
+        stack=stack,
+        summary=summary,
+        control=control,
+        checked=start.checked,
+        on_text=options.on_text,
+        label=None if shared is None else shared.label,
     )
-    if router.budget is not None:
-        engine.caps = output_caps(profile)[0]
-    engine.origins.update(resume.responses.items() if resume is not None else ())
+    router, resume = engine.router, outputs.resume
     if shared is not None:
         shared.attach(engine)
     jobs = jobs_in if shared is not None else _selected(jobs_in, options, resume, summary)
@@ -192,26 +167,39 @@ async def _run_open(
         await _drive(engine, jobs, run_concurrency(options, profile), reader)
     finally:
         _ended(summary, control, router, None if reader or shared else jobs)  # type: ignore[arg-type]
-        await close_engine(engine, gates)
-        await close_sender(sender)
+        await engine.close()
+        await close_sender(outputs.sender)
     return summary
 
 
-async def _routing(
-    profile: Profile,
-    options: RunOptions,
-    start: _Start,
-    rng: random.Random,
-    resume: ResumeState | None,
-) -> tuple[Router, Any]:
-    """The run's router and gates, its budget on them, and the sessions a resumed file bound."""
-    router, gates = make_router(profile, rng)
-    router.budget = await make_budget(
-        profile, options.engine_options, start.prices, start.control, gates
-    )
-    if resume is not None and resume.sessions:
-        router.restore_bindings(resume.sessions)
-    return router, gates
+class _Outputs:
+    """The run's outputs as the engine's assembly asks for them: the results file made ready
+    (``resume``: what it already holds), then the result sink and the trace writer, fed to the
+    span process of --otlp (``sender``) and to a shared queue when there is one."""
+
+    def __init__(
+        self,
+        options: RunOptions,
+        stack: ExitStack,
+        otlp: str | None,
+        shared: SharedQueue | None,
+        control: RunControl,
+    ) -> None:
+        self._options, self._stack, self._otlp = options, stack, otlp
+        self._shared, self._control = shared, control
+        self.resume: ResumeState | None = None
+        self.sender: SpanProcess | None = None
+
+    def claim(self) -> ResumeState | None:
+        self.resume = prepare_results(self._options, self._stack)
+        return self.resume
+
+    def open(self, summary: RunSummary) -> tuple[ResultSink, TraceWriter]:
+        self.sender = open_sender(self._otlp, summary.run_id, self._stack)
+        closed = output_closed(self._control, summary)
+        return open_outputs(
+            self._options, summary.run_id, self._stack, self.sender, self._shared, closed
+        )
 
 
 def _ended(
@@ -269,13 +257,13 @@ async def _drive(
     else:
         filling = feed.pull(read_ahead(engine, jobs)) if reader is None else feed.read(jobs, reader)
     everything = asyncio.ensure_future(filling)
-    control._cancel = everything.cancel
+    control.on_cancel(everything.cancel)
     flusher = asyncio.create_task(flush_periodically(engine))
     try:
         await _until_done(everything, control, engine.router)
     finally:
         flusher.cancel()
-        control._cancel = None
+        control.on_cancel(None)
     try:
         everything.result()
     except asyncio.CancelledError:  # the workers', cancelled by a stop: not this task's
@@ -286,7 +274,7 @@ async def _drive(
 async def _until_done(everything: asyncio.Future[Any], control: RunControl, router: Router) -> None:
     """Wait for the workers. Once stopped (first Ctrl-C) they take no new job and the calls in
     flight get DRAIN_TIMEOUT to finish before they are cancelled; ``cancel`` (second Ctrl-C)
-    cancels them at once (``control._cancel``)."""
+    cancels them at once (``control.on_cancel``)."""
     deadline: float | None = None
     while not everything.done():
         await asyncio.wait([everything], timeout=0.25)
