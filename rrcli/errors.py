@@ -13,6 +13,7 @@ interrupted)::
     │   ├── CacheError              the response cache file cannot be used (corrupt, foreign...)
     │   └── NoBackendError          routing found no backend the call may use (failover tried all)
     ├── CallError                   a program's call through the pool (rrcli.Pool) got no answer
+    ├── EngineClosed                the engine was closed before a call was sent: it never was
     └── ProviderError               one HTTP attempt failed; translated ONCE in providers/base.py
         ├── TransportError          connection refused/reset, DNS, TLS: no response at all
         │   └── TimeoutError_       the attempt's timeout passed
@@ -43,6 +44,7 @@ __all__ = [
     "CacheError",
     "CallError",
     "Cancelled",
+    "EngineClosed",
     "GateUnavailableError",
     "InvalidResponseError",
     "NoBackendError",
@@ -112,7 +114,9 @@ class CallError(RRCLIError):
     ``error``, ``deployment`` and ``attempts``); ``type`` the error's type: the backend's
     (``http_429``, ``timeout``...), ``invalid_job`` for a request no backend can take as
     written, ``budget`` once the pool's budget is spent, ``no_healthy_backend`` when no backend
-    is left. ``status_code``: the status the backend answered, when it answered one;
+    is left, ``closed`` when the pool was closed before the call was sent (it never was) or
+    while it was in flight past the close's timeout (it was cancelled). ``status_code``: the
+    status the backend answered, when it answered one;
     ``retry_after``: the seconds the backend asked to wait, or None."""
 
     def __init__(
@@ -130,6 +134,16 @@ class CallError(RRCLIError):
         self.result = result
         self.status_code = status_code
         self.retry_after = retry_after
+
+
+class EngineClosed(RRCLIError):
+    """The engine was closed (``Engine.stop_sending``) before the call's next attempt was sent:
+    that attempt never is (a pool makes it a ``CallError`` of type ``closed``). ``attempts``:
+    the call's attempts sent before (a retry's), 0 for a call never sent."""
+
+    def __init__(self, message: str, *, attempts: int) -> None:
+        super().__init__(message)
+        self.attempts = attempts
 
 
 class ProviderError(RRCLIError):

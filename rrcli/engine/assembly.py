@@ -92,13 +92,15 @@ async def open_engine(
     environ: Mapping[str, str] | None = None,
     on_text: Callable[[str], None] | None = None,
     label: Mapping[str, Any] | None = None,
+    closable: bool = False,
 ) -> Engine:
     """The engine of ``profile`` as ``options`` ask, writing to ``outputs``; ``stack`` closes
     the cache and whatever ``outputs`` registered on it, after ``Engine.close``. ``checked``:
     the front-end's own ``preflight`` (else it is made here, from ``environ``); ``on_text``:
     every streamed call's text (--prompt --stream); ``label``: the trace's ``run`` record's
-    queue. Raises UsageError (CacheError, OutputExistsError, GateUnavailableError...) with
-    nothing sent."""
+    queue; ``closable``: the engine keeps the tasks whose call is in flight (``sending``), for
+    a front-end that closes with calls in flight. Raises UsageError (CacheError,
+    OutputExistsError, GateUnavailableError...) with nothing sent."""
     checked = checked or preflight(profile, options, environ)
     seed = options.seed if options.seed is not None else profile.seed
     rng = random.Random(seed)
@@ -138,6 +140,7 @@ async def open_engine(
         cache=cache,
         caps=output_caps(profile)[0] if budget is not None else {},
         origins=origins,
+        sending=set() if closable else None,
     )
 
 

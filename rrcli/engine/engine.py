@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from asyncio import current_task
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +31,7 @@ from rrcli.engine.money import with_cap
 from rrcli.engine.quiet import debug_logged
 from rrcli.engine.summary import RunSummary
 from rrcli.engine.turns import assistant_message, bounded, join_paused, paused_call
-from rrcli.errors import Cancelled, NoBackendError, ProviderError
+from rrcli.errors import Cancelled, EngineClosed, NoBackendError, ProviderError
 from rrcli.logs import get_logger
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.providers.registry import UNSTREAMED
@@ -64,7 +65,9 @@ class Engine:
     ``keep_response``: result lines carry the provider's body; ``cache``: the response cache;
     ``results`` None: no result lines are made (a pool whose caller takes none); ``caps``: a
     budget's output caps (engine.money); ``origins``: the backend that created each Responses
-    answer already known (a resumed file's); ``gates``: the router's, given back at the end."""
+    answer already known (a resumed file's); ``gates``: the router's, given back at the end;
+    ``sending``: when kept (a set, for a front-end that closes with calls in flight), the
+    tasks whose call has an attempt sent, from its admission until the call ends or backs off."""
 
     profile: Profile
     router: Router
@@ -81,12 +84,14 @@ class Engine:
     cache: ResponseCache | None = None
     caps: Mapping[str, int] = field(default_factory=dict)
     origins: ResponseOrigins = field(default_factory=ResponseOrigins)
+    sending: set[asyncio.Task[Any]] | None = None
     policy: RetryPolicy = field(init=False)
     session_binding: bool = field(init=False)
     rules: RouteRules = field(init=False)
     health: Health = field(init=False)
     _log_calls: bool = field(init=False)
     _continuations: int = field(init=False)  # [retry] max_continuations
+    _closed: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.policy = RetryPolicy(self.profile.retry, self.rng)
@@ -95,6 +100,13 @@ class Engine:
         self.health = Health(self.router, self.traces, self.control)
         self._log_calls = debug_logged()
         self._continuations = self.profile.retry.max_continuations
+
+    def stop_sending(self) -> frozenset[asyncio.Task[Any]]:
+        """No attempt is sent from now on: a call about to be admitted raises EngineClosed
+        instead. The tasks whose call has an attempt in flight (``sending``, when kept) are
+        returned: they may finish."""
+        self._closed = True
+        return frozenset(self.sending or ())
 
     async def close(self) -> None:
         """The run's end, however it ended: the run_end record, outputs flushed, connections and
@@ -298,52 +310,62 @@ class Engine:
         echo = echo_for(True, self.on_text, backend.id) if call.stream else None
         number, first_try, paused, continued = before, time.monotonic(), None, 0
         attempt: Attempt | None = None
-        while True:
-            number += 1
-            if await refused(self.router, lease, estimate, call):
-                assert attempt is not None  # only a retry waits for its backend's slot again
-                return self._outcome(job, attempt, None)
-            started, ts_start = time.monotonic(), time.time()
-            reply, error, ended = await sent(provider, call, echo, estimate)
-            if reply is not None and reply.continuation is not None:
-                reply, error, continued = bounded(reply, error, continued, self._continuations)
-            backoff, decision = None, "ok"
-            if error is not None:
-                backoff, decision = self._judged(
-                    error, echo, number - before, ended - first_try, failover
+        sending = self.sending
+        try:
+            while True:
+                number += 1
+                if self._closed:
+                    message = "the engine was closed before the call was sent"
+                    raise EngineClosed(message, attempts=number - 1)
+                if await refused(self.router, lease, estimate, call):
+                    assert attempt is not None  # only a retry waits for its backend's slot again
+                    return self._outcome(job, attempt, None)
+                if sending is not None:
+                    sending.add(current_task())
+                started, ts_start = time.monotonic(), time.time()
+                reply, error, ended = await sent(provider, call, echo, estimate)
+                if reply is not None and reply.continuation is not None:
+                    reply, error, continued = bounded(reply, error, continued, self._continuations)
+                backoff, decision = None, "ok"
+                if error is not None:
+                    backoff, decision = self._judged(
+                        error, echo, number - before, ended - first_try, failover
+                    )
+                attempt = Attempt(  # positional: keywords would cost 2 % of a zero-latency run
+                    job.id,
+                    job.session,
+                    turn,
+                    number,
+                    backend,
+                    lease.binding,
+                    call.stream,
+                    job.endpoint,
+                    ts_start,
+                    started,
+                    ended,
+                    started - queued,
+                    estimate,
+                    reply,
+                    error,
+                    decision,
+                    backoff,
                 )
-            attempt = Attempt(  # positional: keywords would cost 2 % of a zero-latency run
-                job.id,
-                job.session,
-                turn,
-                number,
-                backend,
-                lease.binding,
-                call.stream,
-                job.endpoint,
-                ts_start,
-                started,
-                ended,
-                started - queued,
-                estimate,
-                reply,
-                error,
-                decision,
-                backoff,
-            )
-            await self._observe(attempt, provider.server_address, lease)
-            if backoff is not None:
-                await self._back_off(lease, attempt, backoff)
+                await self._observe(attempt, provider.server_address, lease)
+                if backoff is not None:
+                    await self._back_off(lease, attempt, backoff)
+                    queued = time.monotonic()
+                    continue
+                if reply is not None and paused is not None:  # the end of a paused turn
+                    reply = join_paused(paused, reply)
+                if reply is None or reply.continuation is None:
+                    await self.router.release(lease)
+                    return self._outcome(job, attempt, reply)
+                paused = reply  # Anthropic pause_turn: the turn goes on, on this backend and slot
+                call, estimate = paused_call(call, reply, job.input)
                 queued = time.monotonic()
-                continue
-            if reply is not None and paused is not None:  # the end of a paused turn
-                reply = join_paused(paused, reply)
-            if reply is None or reply.continuation is None:
-                await self.router.release(lease)
-                return self._outcome(job, attempt, reply)
-            paused = reply  # Anthropic pause_turn: the turn goes on, on this backend and slot
-            call, estimate = paused_call(call, reply, job.input)
-            queued = time.monotonic()
+        finally:
+            if sending is not None:
+                sending.discard(current_task())
 
     def keyed(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
         """The call as ``_request`` makes it, for its cache key only: its tokens not counted."""
@@ -405,7 +427,10 @@ class Engine:
         return self.router.observe(attempt, lease, charged[0])
 
     async def _back_off(self, lease: Lease, attempt: Attempt, delay: float) -> None:
-        """Give the slot back and sleep before the retry (a waiting job holds no slot)."""
+        """Give the slot back and sleep before the retry (a waiting job holds no slot, and has
+        no attempt in flight)."""
+        if self.sending is not None:
+            self.sending.discard(current_task())
         await self.router.release(lease)
         log.info(
             "rrcli.retry_scheduled",

@@ -29,7 +29,7 @@ from rrcli.engine.engine import Engine
 from rrcli.engine.options import EngineOptions
 from rrcli.engine.quiet import quiet_unless_configured
 from rrcli.engine.summary import RunSummary
-from rrcli.errors import CallError
+from rrcli.errors import CallError, EngineClosed
 from rrcli.records.attempt import CallOutcome
 from rrcli.records.claim import OutputClaim
 from rrcli.records.jobs import Job, job_from_dict
@@ -39,11 +39,17 @@ from rrcli.records.trace import TraceWriter, new_run_id
 from rrcli.routing.control import Halted, RunControl
 from rrcli.routing.down import NoHealthyBackend
 
-__all__ = ["CLIENT_LEFT", "Pool", "Texts"]
+__all__ = ["CLIENT_LEFT", "CLOSED", "CLOSE_TIMEOUT", "Pool", "Texts"]
 
 #: the reason a call is cancelled with when its reader went away: the trace's ``error_type`` of
 #: its ``cancelled`` call record
 CLIENT_LEFT = "client_disconnected"
+
+#: the reason the calls a closing pool ends are cancelled with: their ``CallError``'s type, and
+#: the trace's ``error_type`` of a ``cancelled`` call record
+CLOSED = "closed"
+#: the seconds ``Pool.close`` lets calls in flight finish before it cancels them
+CLOSE_TIMEOUT = 30.0
 
 #: what ``Pool.stream`` yields: pieces of text, then the record (a dict)
 Texts = AsyncIterator[str | dict[str, Any]]
@@ -74,6 +80,8 @@ class Pool:
         self._engine: Engine | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._calls = 0
+        self._open: set[asyncio.Task[CallOutcome]] = set()  # the calls not yet ended
+        self._closing = False
 
     @classmethod
     def from_profile(
@@ -107,16 +115,30 @@ class Pool:
             summary=RunSummary(new_run_id()),
             control=RunControl(),
             environ=self._environ,
+            closable=True,
         )
         self._flusher = asyncio.create_task(flush_periodically(self._engine))
 
-    async def close(self) -> None:
-        """The run_end record, the outputs flushed, every connection closed."""
+    async def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Stop taking calls, then the run_end record, the outputs flushed, every connection
+        closed. A call not yet sent is never sent: it raises CallError of type ``closed``, as
+        does a call made while the pool closes. A call in flight finishes, for up to
+        ``timeout`` seconds, then is cancelled (CallError ``closed`` too); either way its
+        attempt is traced and charged before the run_end record says the spend."""
         if self._engine is None:
+            return
+        engine = self._engine
+        if not self._closing:
+            self._closing = True
+            sending = engine.stop_sending()
+            for task in self._open - sending:
+                task.cancel(CLOSED)
+            await _ended(self._open, timeout)
+        if self._engine is None:  # another close finished it meanwhile
             return
         if self._flusher is not None:
             self._flusher.cancel()
-        engine, self._engine = self._engine, None
+        self._engine = None
         try:
             await engine.close()
         finally:
@@ -194,13 +216,24 @@ class Pool:
             outcome = CallOutcome(job, "invalid")
             engine.finish(outcome)
             return outcome
+        if self._closing:
+            raise _closed(job, 0)
+        # its own task, so that closing the pool can cancel it without cancelling the caller
+        task = asyncio.ensure_future(engine.submit(job, exclude, on_text))
+        self._open.add(task)
         try:
-            outcome = await engine.submit(job, exclude, on_text)
+            return await task
         except (Halted, NoHealthyBackend) as exc:
             raise _refused(engine, job, exc) from None
+        except EngineClosed as exc:
+            raise _closed(job, exc.attempts) from None
+        except asyncio.CancelledError:
+            if not task.cancelled() or not self._closing or _cancelling():
+                raise  # the caller's own cancellation
+            raise _closed(job, None) from None  # its attempts are in the trace
         finally:  # a call answered or cancelled is on disk, even if the process is killed next
+            self._open.discard(task)
             engine.traces.flush()
-        return outcome
 
 
 class _Outputs:
@@ -250,6 +283,39 @@ def _refused(engine: Engine, job: Job, exc: Exception) -> CallError:
     error = {"type": kind, "message": message}
     record = {"id": job.id, "status": "error", "deployment": None, "attempts": 0, "error": error}
     return CallError(message, type=kind, result=record)
+
+
+def _closed(job: Job, attempts: int | None) -> CallError:
+    """The error of a call the pool ended as it closed: not sent (``attempts`` the ones sent
+    before, from a retry), or cancelled in flight (``attempts`` None: the trace has them)."""
+    message = "the pool was closed before the call was answered"
+    error = {"type": CLOSED, "message": message}
+    record = {
+        "id": job.id,
+        "status": "error",
+        "deployment": None,
+        "attempts": attempts,
+        "error": error,
+    }
+    return CallError(message, type=CLOSED, result=record)
+
+
+def _cancelling() -> bool:
+    """Whether the running task itself is being cancelled (not only what it awaits)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+async def _ended(tasks: set[asyncio.Task[Any]], timeout: float) -> None:
+    """Wait for ``tasks`` to end, for up to ``timeout`` seconds; then cancel those left (with
+    CLOSED) and wait for them to be done."""
+    if tasks:
+        await asyncio.wait(set(tasks), timeout=timeout)
+    left = {task for task in tasks if not task.done()}
+    for task in left:
+        task.cancel(CLOSED)
+    if left:
+        await asyncio.wait(left)
 
 
 def _job(
