@@ -8,7 +8,8 @@ gates). On a transient failure the slot is released, the policy's delay slept, a
 SAME backend taken again; with ``failover`` a spent budget routes the call among the backends not
 yet tried. A job ends as one ``CallOutcome``, its result line's only input: one failing job never
 cancels its siblings. With --cache, a call the cache answers (engine/cached.py) is traced and never
-routed. ``runner.py`` sets the run up around the workers (outputs, signals, flushing)."""
+routed. The front-ends get the engine from ``assembly.open_engine`` and drive it: the batch
+runner with its workers, ``rrcli.Pool`` with ``submit``."""
 
 from __future__ import annotations
 

@@ -2,10 +2,10 @@
 out.
 
 ``run`` prepares the outputs (outputs.py: refusing to clobber, repairing a torn line on
-``--resume``), builds the router over the gates and one provider per backend, and starts
-``concurrency`` workers (engine.py) over one streaming job iterator: no task per job, no queue,
-so memory stays flat however long the file. Results and traces are flushed every FLUSH_INTERVAL
-(engine/assembly.py).
+``--resume``), gets its engine from the one assembly (engine/assembly.py: the router over the
+gates, one provider per backend), and starts ``concurrency`` workers (``Engine.worker``) over one
+streaming job iterator: no task per job, no queue, so memory stays flat however long the file.
+Results and traces are flushed every FLUSH_INTERVAL (engine/assembly.py).
 
 Interruption: ``RunControl.stop()`` (first Ctrl-C) stops dispatching and lets calls in
 flight finish for up to DRAIN_TIMEOUT; ``RunControl.cancel()`` (second Ctrl-C) cancels them.
