@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from rrcli.diagnostic import closest
-from rrcli.providers.registry import BATCH_URLS, ENDPOINTS, UNSTREAMED
+from rrcli.registry import BATCH_URLS, ENDPOINTS, UNSTREAMED
 
 __all__ = [
     "BUILDERS",

@@ -25,7 +25,6 @@ from rrcli.config.profile import Backend, Profile
 from rrcli.errors import NoBackendError, ProviderError
 from rrcli.logs import get_logger
 from rrcli.providers.base import Call, Provider, Reply
-from rrcli.providers.registry import UNSTREAMED
 from rrcli.providers.translate import dialect_of
 from rrcli.records.attempt import Attempt, CallOutcome, Decision
 from rrcli.records.jobs import InvalidJob, Job
@@ -33,6 +32,7 @@ from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
 from rrcli.records.results import ResultSink
 from rrcli.records.trace import TraceWriter
+from rrcli.registry import UNSTREAMED
 from rrcli.routing.budget import Unaffordable
 from rrcli.routing.control import Halted, RunControl
 from rrcli.routing.down import NoHealthyBackend

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from rrcli.providers.vocabulary import anthropic_error_type, openai_error_type
+from rrcli.vocabulary import anthropic_error_type, openai_error_type
 
 __all__ = [
     "AnthropicFamily",
