@@ -22,7 +22,7 @@ from typing import Any
 from msgspec import structs
 
 from rrcli.config.profile import Backend, Profile
-from rrcli.errors import NoBackendError, ProviderError
+from rrcli.errors import Halted, NoBackendError, NoHealthyBackend, ProviderError, Unaffordable
 from rrcli.logs import get_logger
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.providers.translate import dialect_of
@@ -33,9 +33,7 @@ from rrcli.records.result_line import result_line
 from rrcli.records.results import ResultSink
 from rrcli.records.trace import TraceWriter
 from rrcli.registry import UNSTREAMED
-from rrcli.routing.budget import Unaffordable
-from rrcli.routing.control import Halted, RunControl
-from rrcli.routing.down import NoHealthyBackend
+from rrcli.routing.control import RunControl
 from rrcli.routing.health import Health
 from rrcli.routing.lease import Lease
 from rrcli.routing.retry import RetryPolicy

@@ -25,14 +25,13 @@ from typing import Any
 
 from rrcli.config.load import load_profile
 from rrcli.config.profile import Profile
-from rrcli.errors import CallError
+from rrcli.errors import CallError, Halted, NoHealthyBackend
 from rrcli.records.attempt import CallOutcome
 from rrcli.records.claim import OutputClaim
 from rrcli.records.jobs import Job, job_from_dict
 from rrcli.records.result_line import result_line
 from rrcli.records.trace import TraceWriter, new_run_id
-from rrcli.routing.control import Halted, RunControl
-from rrcli.routing.down import NoHealthyBackend
+from rrcli.routing.control import RunControl
 from rrcli.running.engine import Engine
 from rrcli.running.money import budget_prices, make_budget
 from rrcli.running.options import RunOptions

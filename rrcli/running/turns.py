@@ -15,11 +15,10 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from rrcli.errors import ProviderError
+from rrcli.errors import BackendDown, ProviderError
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.records.attempt import Decision
 from rrcli.routing.costs import NO_OUTPUT
-from rrcli.routing.down import BackendDown
 from rrcli.tokens import estimate_call_tokens, estimate_value_tokens, output_cap
 
 if TYPE_CHECKING:
