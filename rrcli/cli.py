@@ -16,7 +16,7 @@ from rrcli import __version__
 from rrcli._commands import COMMANDS, profile_option
 from rrcli.config.profile import CACHE_MODES, DEFAULT_PROVIDER
 from rrcli.errors import RRCLIError, UsageError
-from rrcli.providers.registry import NAMES
+from rrcli.registry import NAMES
 
 
 class _Group(click.Group):

@@ -12,8 +12,11 @@ interrupted)::
     │   ├── GateUnavailableError    the shared gate (Redis) cannot be reached at start
     │   ├── CacheError              the response cache file cannot be used (corrupt, foreign...)
     │   └── NoBackendError          routing found no backend the call may use (failover tried all)
+    │       └── NoHealthyBackend    every backend of the pool is down: the run has halted
     ├── CallError                   a program's call through the pool (rrcli.Pool) got no answer
     ├── EngineClosed                the engine was closed before a call was sent: it never was
+    ├── QueueLostError              the shared queue's keys vanished while workers ran
+    ├── QueueFullError              Redis refused a queue write for want of memory
     └── ProviderError               one HTTP attempt failed; translated ONCE in providers/base.py
         ├── TransportError          connection refused/reset, DNS, TLS: no response at all
         │   └── TimeoutError_       the attempt's timeout passed
@@ -24,6 +27,20 @@ interrupted)::
         ├── RedirectError           a 3xx: never followed (credentials would travel with it)
         ├── UntranslatableError     the request cannot be written in the backend's API: not sent
         └── Cancelled               the call was cancelled while it was sent (traced, then raised)
+
+Two more trees hold what rrcli raises and catches itself. None is an ``RRCLIError``, so ``except
+RRCLIError`` never stops one on its way, and none reaches a user as an exception::
+
+    ControlSignal                   a call's course changes: caught by the part that drives it
+    ├── Halted                      a halted run refuses to start an attempt (job left unfinished)
+    ├── Unaffordable                an attempt's worst case alone passes the whole budget
+    ├── WaitEnded                   a wait for a gate slot ended holding nothing: choose again
+    ├── BackendDown                 a retry's backend left the pool while it waited: route again
+    └── RedisDown                   one Redis step could not reach Redis (the hub decides what next)
+
+    BadInput                        an input at fault, answered as data where it was read
+    ├── LineError                   a jobs line's fault: the job is written as invalid
+    └── InvalidSimRequest           a request `rrcli sim` refuses: its 400 body
 
 Retryability is a property of the error (``transient``, ``retry_after``), decided where the error
 is made, so the runner has no if-chain of statuses (httpx's ``_exceptions.py`` draws its tree the
@@ -41,26 +58,38 @@ if TYPE_CHECKING:
     from rrcli.diagnostic import Diagnostic
 
 __all__ = [
+    "BackendDown",
+    "BadInput",
     "CacheError",
     "CallError",
     "Cancelled",
+    "ControlSignal",
     "EngineClosed",
     "GateUnavailableError",
+    "Halted",
     "InvalidResponseError",
+    "InvalidSimRequest",
+    "LineError",
     "NoBackendError",
+    "NoHealthyBackend",
     "OutputBusyError",
     "OutputExistsError",
     "ProfileError",
     "ProviderError",
+    "QueueFullError",
+    "QueueLostError",
     "RRCLIError",
     "RedirectError",
+    "RedisDown",
     "ResponseTooLargeError",
     "StatusError",
     "StreamBrokenError",
     "TimeoutError_",
     "TransportError",
+    "Unaffordable",
     "UntranslatableError",
     "UsageError",
+    "WaitEnded",
 ]
 
 
@@ -107,6 +136,11 @@ class NoBackendError(UsageError):
     the job's final error."""
 
 
+class NoHealthyBackend(NoBackendError):
+    """Every backend of the pool is down: the run has halted, and a call that could not be
+    routed leaves its job without a result line (``--resume`` runs it once fixed)."""
+
+
 class CallError(RRCLIError):
     """A call a program made through the pool (``rrcli.Pool``) that ended without an answer.
 
@@ -144,6 +178,19 @@ class EngineClosed(RRCLIError):
     def __init__(self, message: str, *, attempts: int) -> None:
         super().__init__(message)
         self.attempts = attempts
+
+
+class QueueLostError(RRCLIError):
+    """The queue's keys vanished while workers ran (Redis restarted without persistence)."""
+
+
+class QueueFullError(RRCLIError):
+    """Redis refused a write for want of memory (its ``maxmemory`` reached, nothing evicted):
+    ``what`` says so, ``advice`` what to do while workers run."""
+
+    def __init__(self, what: str, advice: str) -> None:
+        super().__init__(f"{what} — {advice}")
+        self.what = what
 
 
 class ProviderError(RRCLIError):
@@ -244,3 +291,49 @@ class Cancelled(ProviderError):
         reason = given if type(given) is str and given else "cancelled"
         super().__init__(f"the call was cancelled: {reason}", type=reason, transient=False)
         self.cancel = cancel
+
+
+class ControlSignal(Exception):
+    """Base of the exceptions that change a call's course inside rrcli: raised by one part,
+    caught by the part that drives the call, never shown to a user as an exception."""
+
+
+class Halted(ControlSignal):
+    """Raised where a halted run refuses to start an attempt (the budget would pass): the job
+    ends without a result line, so ``--resume`` runs it."""
+
+
+class Unaffordable(ControlSignal):
+    """An attempt whose worst case alone passes the whole limit: no wait makes room for it, so
+    its job is refused before anything is sent (an invalid line; the message names the fix)."""
+
+
+class WaitEnded(ControlSignal):
+    """A wait for a slot ended holding nothing: the gate sent its waiters away
+    (``wake_waiters``), as when the backend they wait for leaves the pool. They choose again."""
+
+
+class BackendDown(ControlSignal):
+    """The backend a retry waited for went down meanwhile: the call is routed again."""
+
+
+class RedisDown(ControlSignal):
+    """Redis could not be reached for one step (translated once, in ``fleet._hub.Hub.guarded``)."""
+
+
+class BadInput(Exception):
+    """Base of the faults found in an input where it is read and answered there as data (an
+    invalid result line, an error body), never shown to a user as an exception."""
+
+
+class LineError(BadInput):
+    """A jobs line's fault; the message names the field and the fix."""
+
+
+class InvalidSimRequest(BadInput):
+    """A request a `rrcli sim` endpoint refuses with a 400: the message, the parameter at fault
+    and the error code, as the API's error body carries them."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.param, self.code = message, param, code

@@ -4,6 +4,7 @@ the kinds of I/O the document allows it; a leading underscore means private to i
 from __future__ import annotations
 
 import ast
+import builtins
 import subprocess
 import sys
 from functools import cache
@@ -90,9 +91,7 @@ def closure(module: str) -> frozenset[str]:
 
 def foreign(module: str) -> set[str]:
     """Foreign modules imported by ``module`` and everything it reaches, transitively."""
-    return {
-        name for m in closure(module) for name in GRAPH[m] if not name.startswith("rrcli")
-    }  # fmt: skip
+    return {name for m in closure(module) for name in GRAPH[m] if not name.startswith("rrcli")}
 
 
 def part(module: str) -> str:
@@ -107,47 +106,110 @@ MAY_IMPORT = {
     "rrcli.diagnostic": set(),
     "rrcli.errors": {"rrcli.diagnostic"},
     "rrcli.tokens": set(),
-    "rrcli.config": {"rrcli.errors", "rrcli.diagnostic", "rrcli.providers.registry"},
+    "rrcli.registry": set(),
+    "rrcli.vocabulary": set(),
+    "rrcli.config": {"rrcli.errors", "rrcli.diagnostic", "rrcli.registry"},
     "rrcli.records": {
-        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.providers.registry",
-        "rrcli.providers.vocabulary",
+        "rrcli.errors",
+        "rrcli.diagnostic",
+        "rrcli.config",
+        "rrcli.registry",
+        "rrcli.vocabulary",
     },
     "rrcli.providers": {
-        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.sim",
+        "rrcli.errors",
+        "rrcli.diagnostic",
+        "rrcli.config",
+        "rrcli.tokens",
+        "rrcli.registry",
+        "rrcli.vocabulary",
     },
     "rrcli.sim": {
-        "rrcli.errors", "rrcli.config", "rrcli.tokens", "rrcli.providers.registry",
-        "rrcli.providers.vocabulary",
+        "rrcli.errors",
+        "rrcli.config",
+        "rrcli.tokens",
+        "rrcli.registry",
+        "rrcli.vocabulary",
+        "rrcli.providers",
     },
     "rrcli.routing": {
-        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
+        "rrcli.errors",
+        "rrcli.diagnostic",
+        "rrcli.config",
+        "rrcli.tokens",
+        "rrcli.registry",
+        "rrcli.vocabulary",
+        "rrcli.providers",
         "rrcli.records",
     },
     "rrcli.fleet": {
-        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens",
-        "rrcli.providers.registry", "rrcli.providers.vocabulary", "rrcli.records", "rrcli.routing",
+        "rrcli.errors",
+        "rrcli.diagnostic",
+        "rrcli.config",
+        "rrcli.tokens",
+        "rrcli.registry",
+        "rrcli.vocabulary",
+        "rrcli.records",
+        "rrcli.routing",
     },
     "rrcli.engine": {
-        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
-        "rrcli.records", "rrcli.routing", "rrcli.fleet",
+        "rrcli.errors",
+        "rrcli.diagnostic",
+        "rrcli.config",
+        "rrcli.tokens",
+        "rrcli.registry",
+        "rrcli.vocabulary",
+        "rrcli.providers",
+        "rrcli.records",
+        "rrcli.routing",
+        "rrcli.fleet",
     },
     # the front-ends: each imports the engine, none another, but serve, which is over the pool
     "rrcli.running": {
-        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
-        "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.otel", "rrcli.engine",
+        "rrcli.errors",
+        "rrcli.diagnostic",
+        "rrcli.config",
+        "rrcli.tokens",
+        "rrcli.registry",
+        "rrcli.vocabulary",
+        "rrcli.providers",
+        "rrcli.records",
+        "rrcli.routing",
+        "rrcli.fleet",
+        "rrcli.otel",
+        "rrcli.engine",
     },
     "rrcli.pool": {
-        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
-        "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.engine",
+        "rrcli.errors",
+        "rrcli.diagnostic",
+        "rrcli.config",
+        "rrcli.tokens",
+        "rrcli.registry",
+        "rrcli.vocabulary",
+        "rrcli.providers",
+        "rrcli.records",
+        "rrcli.routing",
+        "rrcli.fleet",
+        "rrcli.engine",
     },
     "rrcli.serve": {
-        "rrcli.errors", "rrcli.diagnostic", "rrcli.config", "rrcli.tokens", "rrcli.providers",
-        "rrcli.records", "rrcli.routing", "rrcli.fleet", "rrcli.otel", "rrcli.engine",
+        "rrcli.errors",
+        "rrcli.diagnostic",
+        "rrcli.config",
+        "rrcli.tokens",
+        "rrcli.registry",
+        "rrcli.vocabulary",
+        "rrcli.providers",
+        "rrcli.records",
+        "rrcli.routing",
+        "rrcli.fleet",
+        "rrcli.otel",
+        "rrcli.engine",
         "rrcli.pool",
     },
     "rrcli.stats": {"rrcli.errors", "rrcli.records", "rrcli.tokens"},
     "rrcli.otel": {"rrcli.errors", "rrcli.config", "rrcli.records"},
-}  # fmt: skip
+}
 #: Every part logs through ``rrcli.logs``, which imports nothing of rrcli's.
 MAY_IMPORT["rrcli.logs"] = set()
 for _allowed in MAY_IMPORT.values():
@@ -240,17 +302,14 @@ def test_no_import_circles():
     assert [] == circles
 
 
-#: Modules that are pure data every layer may read (they import nothing of rrcli's): a layer of
-#: their own below the part they sit in.
-DATA_LAYERS = {"rrcli.providers.registry", "rrcli.providers.vocabulary"}
-
-
-def layer(module: str) -> str:
-    return module if module in DATA_LAYERS else part(module)
+#: Top-level modules of pure data every part below the top may read (what each provider is; the
+#: words the APIs share): they import nothing of rrcli's, so a part reading them imports no other.
+DATA_LAYERS = {"rrcli.registry", "rrcli.vocabulary"}
 
 
 def test_data_layers_import_nothing_of_ours():
-    """The pure-data modules counted as layers of their own import nothing of rrcli's."""
+    """The pure-data modules at the top of the package import nothing of rrcli's, type-only
+    imports included."""
     assert {} == {m: typed_direct(m) for m in DATA_LAYERS if typed_direct(m)}
 
 
@@ -261,8 +320,8 @@ def test_no_circles_between_parts():
     for module in TYPED_GRAPH:
         if part(module) in TOP:
             continue
-        others = {layer(t) for t in typed_direct(module)} - {layer(module), "rrcli"}
-        edges.setdefault(layer(module), set()).update(others)
+        others = {part(t) for t in typed_direct(module)} - {part(module), "rrcli"}
+        edges.setdefault(part(module), set()).update(others)
     assert [] == sorted(p for p in edges if p in reach(edges, p))
 
 
@@ -287,7 +346,8 @@ MAY_DO = {
     "rrcli.errors": set(),
     "rrcli.logs": set(),
     "rrcli.tokens": set(),
-    "rrcli.providers.registry": set(),
+    "rrcli.registry": set(),
+    "rrcli.vocabulary": set(),
     "rrcli.providers.translate": set(),
     "rrcli.providers._to_anthropic": set(),
     "rrcli.providers._anthropic_sayable": set(),
@@ -415,3 +475,57 @@ def test_library_api_is_exported():
     for name in rrcli.__all__:
         assert getattr(rrcli, name) is not None, name
     assert sorted(rrcli.__all__) == rrcli.__all__
+
+
+def exception_classes() -> dict[str, list[str]]:
+    """Every exception class defined in rrcli, by name → the modules that define one of that
+    name: a class whose base is a builtin exception, an exception class of rrcli's, or a foreign
+    class named like one (``...Error``, ``...Exception``), found by reading the source."""
+    bases: dict[str, set[str]] = {}
+    homes: dict[str, list[str]] = {}
+    for path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                names = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
+                bases.setdefault(node.name, set()).update(names)
+                homes.setdefault(node.name, []).append(module_name(path))
+    known = {name for name in dir(builtins) if _is_exception(getattr(builtins, name))}
+    grown = True
+    while grown:
+        found = {
+            name
+            for name, of in bases.items()
+            if any(b in known or b.endswith(("Error", "Exception")) for b in of)
+        }
+        grown = not found <= known
+        known |= found
+    return {name: homes[name] for name in sorted(known & set(homes))}
+
+
+def _is_exception(value: object) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseException)
+
+
+def test_every_exception_is_in_the_one_tree():
+    """Every exception class rrcli defines is defined in rrcli/errors.py, the one tree its
+    docstring draws (control-flow signals included, on their own branches)."""
+    outside = {
+        name: [m for m in modules if m != "rrcli.errors"]
+        for name, modules in exception_classes().items()
+    }
+    assert {} == {name: modules for name, modules in outside.items() if modules}
+
+
+def test_the_error_tree_drawn_is_the_one_defined():
+    """The docstring of rrcli/errors.py names every exception class the module defines, and its
+    ``__all__`` exports each."""
+    import rrcli.errors
+
+    defined = sorted(
+        name
+        for name, value in vars(rrcli.errors).items()
+        if _is_exception(value) and value.__module__ == "rrcli.errors"
+    )
+    drawn = rrcli.errors.__doc__ or ""
+    assert defined == sorted(rrcli.errors.__all__)
+    assert [] == [name for name in defined if f" {name} " not in drawn]

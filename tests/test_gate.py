@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from rrcli.config.profile import Backend, GateSettings, Profile
-from rrcli.routing.gate import PROBE_INITIAL, Aimd, LocalGate, WaitEnded, aimd_step, make_gates
+from rrcli.errors import WaitEnded
+from rrcli.routing.gate import PROBE_INITIAL, Aimd, LocalGate, aimd_step, make_gates
 from tests.test_gate_fakes import FakeTime
 
 

@@ -27,7 +27,7 @@ import orjson
 import pytest
 from runkit import read_jsonl, rrcli, write_profile
 
-from rrcli.providers.registry import info
+from rrcli.registry import info
 
 
 def _proxy_command() -> list[str] | None:

@@ -20,9 +20,9 @@ import redis
 from structlog.testing import capture_logs
 
 from rrcli.config.profile import Backend, GateSettings, Profile
-from rrcli.errors import GateUnavailableError
+from rrcli.errors import GateUnavailableError, WaitEnded
 from rrcli.fleet.redis_gate import make_redis_gates
-from rrcli.routing.gate import WaitEnded, make_gates
+from rrcli.routing.gate import make_gates
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from rrcli.config.starter import starter_profile
-from rrcli.providers.registry import NAMES, info, server_address
-from rrcli.providers.vocabulary import (
+from rrcli.registry import NAMES, info, server_address
+from rrcli.vocabulary import (
     anthropic_stop_reason,
     finish_reason_from_anthropic,
     openai_finish_reason,
@@ -99,8 +99,8 @@ def test_the_registry_the_table_and_the_records_load_no_http_client() -> None:
     writer and the trace writer loads no HTTP client: validation and --help stay light."""
     modules = (
         "rrcli.providers",
-        "rrcli.providers.registry",
-        "rrcli.providers.vocabulary",
+        "rrcli.registry",
+        "rrcli.vocabulary",
         "rrcli.records.results",
         "rrcli.records.trace",
         "rrcli.config.starter",

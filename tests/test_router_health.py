@@ -9,8 +9,7 @@ import asyncio
 import pytest
 
 from rrcli.config.profile import STRATEGIES
-from rrcli.errors import NoBackendError
-from rrcli.routing.down import BackendDown, NoHealthyBackend
+from rrcli.errors import BackendDown, NoBackendError, NoHealthyBackend
 from tests.test_router import _ids, _profile, _router, _run, _settle
 
 

@@ -19,8 +19,8 @@ from rrcli.config.profile import Backend, RetrySettings, SimSettings
 from rrcli.errors import StatusError
 from rrcli.providers import make_provider
 from rrcli.providers.base import Call
-from rrcli.providers.sim import SimProvider
 from rrcli.sim.behaviour import SimBehaviour, pacing
+from rrcli.sim.provider import SimProvider
 
 ROOT = Path(__file__).resolve().parents[1]
 RETRY = RetrySettings()

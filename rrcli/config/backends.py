@@ -21,7 +21,7 @@ from rrcli.config.profile import (
 from rrcli.config.redaction import looks_like_key
 from rrcli.config.schema import PRICE, SIM, as_floats
 from rrcli.config.walk import Checker, unsendable
-from rrcli.providers.registry import ProviderInfo, info
+from rrcli.registry import ProviderInfo, info
 
 __all__ = ["build_backend"]
 

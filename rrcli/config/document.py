@@ -42,7 +42,7 @@ from rrcli.config.schema import (
 from rrcli.config.urls import endpoint_url
 from rrcli.config.walk import Checker
 from rrcli.diagnostic import Diagnostic
-from rrcli.providers.registry import info
+from rrcli.registry import info
 
 __all__ = ["check_document"]
 

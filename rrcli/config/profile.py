@@ -16,7 +16,7 @@ from typing import Any
 
 from rrcli.config.redaction import MASK, looks_like_key, redacted_headers, redacted_url
 from rrcli.errors import UsageError
-from rrcli.providers.registry import REGISTRY
+from rrcli.registry import REGISTRY
 
 __all__ = [
     "BINDINGS",

@@ -24,7 +24,7 @@ from rrcli.config.profile import (
     MAX_SERVER_PAUSE,
     STRATEGIES,
 )
-from rrcli.providers.registry import ENDPOINTS, NAMES, REGISTRY
+from rrcli.registry import ENDPOINTS, NAMES, REGISTRY
 
 __all__ = [
     "BACKEND",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rrcli.errors import UsageError
-from rrcli.providers.registry import info
+from rrcli.registry import info
 
 __all__ = ["starter_profile", "starter_text", "write_starter"]
 

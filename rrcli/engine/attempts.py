@@ -11,11 +11,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from rrcli.engine.echo import Echo
-from rrcli.errors import Cancelled, ProviderError
+from rrcli.errors import BackendDown, Cancelled, ProviderError
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.records.attempt import Decision
 from rrcli.routing.costs import NO_OUTPUT
-from rrcli.routing.down import BackendDown
 from rrcli.tokens import estimate_value_tokens, output_cap
 
 if TYPE_CHECKING:

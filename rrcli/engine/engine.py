@@ -32,10 +32,17 @@ from rrcli.engine.money import with_cap
 from rrcli.engine.quiet import debug_logged
 from rrcli.engine.summary import RunSummary
 from rrcli.engine.turns import assistant_message, bounded, join_paused, paused_call
-from rrcli.errors import Cancelled, EngineClosed, NoBackendError, ProviderError
+from rrcli.errors import (
+    Cancelled,
+    EngineClosed,
+    Halted,
+    NoBackendError,
+    NoHealthyBackend,
+    ProviderError,
+    Unaffordable,
+)
 from rrcli.logs import get_logger
 from rrcli.providers.base import Call, Provider, Reply
-from rrcli.providers.registry import UNSTREAMED
 from rrcli.providers.translate import dialect_of
 from rrcli.records.attempt import Attempt, CallOutcome, Decision
 from rrcli.records.jobs import InvalidJob, Job
@@ -43,9 +50,8 @@ from rrcli.records.origins import ResponseOrigins
 from rrcli.records.result_line import result_line
 from rrcli.records.results import ResultSink
 from rrcli.records.trace import TraceWriter
-from rrcli.routing.budget import Unaffordable
-from rrcli.routing.control import Halted, RunControl
-from rrcli.routing.down import NoHealthyBackend
+from rrcli.registry import UNSTREAMED
+from rrcli.routing.control import RunControl
 from rrcli.routing.health import Health
 from rrcli.routing.lease import Lease
 from rrcli.routing.retry import RetryPolicy

@@ -12,8 +12,8 @@ from rrcli.config.models import cap_param, media_tokens, output_ceiling
 from rrcli.config.prices import pool_prices, unpriced_budget
 from rrcli.config.profile import Backend, Price, Profile
 from rrcli.errors import UsageError
-from rrcli.providers.registry import ANTHROPIC_MAX_TOKENS
 from rrcli.records.spend import traces_cost
+from rrcli.registry import ANTHROPIC_MAX_TOKENS
 from rrcli.routing.budget import Budget, Ledger, LocalLedger
 from rrcli.routing.control import Halt, RunControl
 from rrcli.routing.costs import NO_OUTPUT

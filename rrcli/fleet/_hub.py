@@ -28,14 +28,13 @@ from typing import Any, Protocol
 
 from rrcli.config.profile import GateSettings
 from rrcli.config.redaction import redacted_url
-from rrcli.errors import GateUnavailableError
+from rrcli.errors import GateUnavailableError, RedisDown
 from rrcli.fleet import _scripts as lua
 from rrcli.logs import get_logger
 
 __all__ = [
     "BACKOFF_INITIAL",
     "Hub",
-    "RedisDown",
     "ScopeGate",
     "check_reachable",
     "import_redis",
@@ -59,10 +58,6 @@ class ScopeGate(Protocol):
 
     def wake(self) -> None: ...
     async def release(self) -> None: ...
-
-
-class RedisDown(Exception):
-    """Redis could not be reached for one step (translated once, in ``Hub.guarded``)."""
 
 
 def import_redis() -> Any:

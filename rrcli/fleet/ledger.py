@@ -28,7 +28,8 @@ import contextlib
 from collections.abc import Mapping
 
 from rrcli.config.profile import GateSettings, Profile
-from rrcli.fleet._hub import Hub, RedisDown
+from rrcli.errors import RedisDown
+from rrcli.fleet._hub import Hub
 from rrcli.fleet._scripts import Script
 
 __all__ = ["KEEP_S", "RedisLedger", "budget_hub"]

@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 
 from rrcli.config.profile import QueueSettings
-from rrcli.errors import UsageError
-from rrcli.fleet.queue_store import QueueFullError, QueueStore
+from rrcli.errors import QueueFullError, UsageError
+from rrcli.fleet.queue_store import QueueStore
 from rrcli.logs import get_logger
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs, open_jobs_file, parse_job
 from rrcli.records.traceschema import rfc3339

@@ -14,7 +14,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from rrcli.errors import RRCLIError
+from rrcli.errors import QueueFullError, QueueLostError
 from rrcli.fleet import _queue_scripts as lua
 from rrcli.fleet._hub import (
     BACKOFF_INITIAL,
@@ -27,24 +27,11 @@ from rrcli.fleet._hub import (
 from rrcli.fleet._scripts import Script
 from rrcli.logs import get_logger
 
-__all__ = ["QueueFullError", "QueueLostError", "QueueStore"]
+__all__ = ["QueueStore"]
 
 log = get_logger("rrcli.fleet.queue")
 
 SOCKET_TIMEOUT = 10.0  # seconds; longer than any blocking read
-
-
-class QueueLostError(RRCLIError):
-    """The queue's keys vanished while workers ran (Redis restarted without persistence)."""
-
-
-class QueueFullError(RRCLIError):
-    """Redis refused a write for want of memory (its ``maxmemory`` reached, nothing evicted):
-    ``what`` says so, ``advice`` what to do while workers run."""
-
-    def __init__(self, what: str, advice: str) -> None:
-        super().__init__(f"{what} — {advice}")
-        self.what = what
 
 
 class QueueStore:

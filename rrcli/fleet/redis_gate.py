@@ -31,17 +31,11 @@ import time
 from collections.abc import Awaitable, Callable
 
 from rrcli.config.profile import Profile
+from rrcli.errors import RedisDown, WaitEnded
 from rrcli.fleet import _scripts as lua
-from rrcli.fleet._hub import (
-    BACKOFF_INITIAL,
-    Hub,
-    RedisDown,
-    check_reachable,
-    import_redis,
-    redacted_url,
-)
+from rrcli.fleet._hub import BACKOFF_INITIAL, Hub, check_reachable, import_redis, redacted_url
 from rrcli.logs import get_logger
-from rrcli.routing.gate import PROBE_INITIAL, PROBE_MAX, Gcra, WaitEnded
+from rrcli.routing.gate import PROBE_INITIAL, PROBE_MAX, Gcra
 from rrcli.routing.scopes import ScopeLimits, scope_limits
 
 __all__ = ["RedisGate", "RedisGates", "make_redis_gates", "redacted_url"]

@@ -29,15 +29,14 @@ from rrcli.engine.engine import Engine
 from rrcli.engine.options import EngineOptions
 from rrcli.engine.quiet import quiet_unless_configured
 from rrcli.engine.summary import RunSummary
-from rrcli.errors import CallError, EngineClosed
+from rrcli.errors import CallError, EngineClosed, Halted, NoHealthyBackend
 from rrcli.records.attempt import CallOutcome
 from rrcli.records.claim import OutputClaim
 from rrcli.records.jobs import Job, job_from_dict
 from rrcli.records.result_line import result_line
 from rrcli.records.results import CallbackWriter
 from rrcli.records.trace import TraceWriter, new_run_id
-from rrcli.routing.control import Halted, RunControl
-from rrcli.routing.down import NoHealthyBackend
+from rrcli.routing.control import RunControl
 
 __all__ = ["CLIENT_LEFT", "CLOSED", "CLOSE_TIMEOUT", "Pool", "Texts"]
 

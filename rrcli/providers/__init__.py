@@ -1,5 +1,5 @@
 """Provider adapters behind one small contract (``base.py``), listed in one registry
-(``registry.py``).
+(``rrcli.registry``, which names each adapter by module and class).
 
 ``make_provider`` is the only door: the runner never names an adapter class. Importing this
 package loads no HTTP client; the adapter is imported when a run makes its provider.
@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from rrcli.config.redaction import MIN_SECRET, is_secret_header, url_secrets
-from rrcli.providers.registry import info
+from rrcli.registry import info
 
 if TYPE_CHECKING:
     from rrcli.config.profile import Backend, RetrySettings

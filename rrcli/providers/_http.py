@@ -49,9 +49,9 @@ from rrcli.providers.base import (
 )
 from rrcli.providers.peer import guard_connections
 from rrcli.providers.ratelimit import rate_limit_pause
-from rrcli.providers.registry import info, server_address
-from rrcli.providers.vocabulary import tool_arguments, tool_call
+from rrcli.registry import info, server_address
 from rrcli.tokens import MAX_USAGE_TOKENS
+from rrcli.vocabulary import tool_arguments, tool_call
 
 __all__ = [
     "HTTPProvider",

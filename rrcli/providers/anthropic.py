@@ -33,9 +33,9 @@ from rrcli.providers.base import (
     timed_out,
     translate_transport_error,
 )
-from rrcli.providers.registry import ANTHROPIC_MAX_TOKENS
 from rrcli.providers.translate import answer_from_forced_tool, to_anthropic
-from rrcli.providers.vocabulary import finish_reason_from_anthropic, tool_call
+from rrcli.registry import ANTHROPIC_MAX_TOKENS
+from rrcli.vocabulary import finish_reason_from_anthropic, tool_call
 
 __all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "AnthropicProvider"]
 

@@ -30,7 +30,7 @@ from rrcli.providers._http import (
 )
 from rrcli.providers._sse import SSEEvent
 from rrcli.providers.base import Call, Reply, invalid_response, stream_error
-from rrcli.providers.registry import count_inputs
+from rrcli.registry import count_inputs
 
 __all__ = ["ENDPOINT_APIS", "EndpointAPI", "endpoint_request"]
 

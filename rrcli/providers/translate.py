@@ -30,7 +30,7 @@ import orjson
 from rrcli.providers import _anthropic_sayable, _to_openai
 from rrcli.providers._to_anthropic import answer_name, to_anthropic
 from rrcli.providers._to_openai import to_openai
-from rrcli.providers.registry import info
+from rrcli.registry import info
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Call, Reply

@@ -17,12 +17,12 @@ from typing import Any
 import orjson
 
 from rrcli.diagnostic import closest
-from rrcli.providers.registry import BATCH_URLS, ENDPOINTS, UNSTREAMED
+from rrcli.errors import LineError
+from rrcli.registry import BATCH_URLS, ENDPOINTS, UNSTREAMED
 
 __all__ = [
     "BUILDERS",
     "INPUT_FIELDS",
-    "LineError",
     "check_sendable",
     "raw_id",
     "shape",
@@ -59,10 +59,6 @@ _INT_RANGE = range(-(1 << 63), 1 << 64)  # the integers JSON encoders and APIs t
 #: a line's (messages, turns, params, stream, endpoint, input): a chat job's input is None, a
 #: non-chat job's messages and turns are empty
 Parts = tuple[tuple[dict[str, Any], ...], tuple[str, ...], dict[str, Any], bool | None, str, Any]
-
-
-class LineError(Exception):
-    """A line's fault; the message names the field and the fix."""
 
 
 def type_name(value: object) -> str:

@@ -9,7 +9,7 @@ nothing present is changed. A job served by the other API (or the simulated prov
 built from its result line, which holds everything the provider said in OpenAI's shape: text,
 tool calls (as ``tool_use`` blocks for Anthropic), refusal, reasoning (a ``thinking`` block),
 logprobs, every choice, cached and reasoning token counts, the system fingerprint. Finish reasons
-are put in each API's words by ``providers.vocabulary``.
+are put in each API's words by ``rrcli.vocabulary``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from rrcli.providers.vocabulary import anthropic_stop_reason, openai_finish_reason
+from rrcli.vocabulary import anthropic_stop_reason, openai_finish_reason
 
 __all__ = ["anthropic_body", "openai_body"]
 

@@ -26,16 +26,9 @@ from typing import Any, BinaryIO
 import msgspec
 import orjson
 
-from rrcli.errors import UsageError
+from rrcli.errors import LineError, UsageError
 from rrcli.records._compressed import compressed_as, open_jobs_file
-from rrcli.records._jobshapes import (
-    BUILDERS,
-    LineError,
-    check_sendable,
-    raw_id,
-    shape,
-    type_name,
-)
+from rrcli.records._jobshapes import BUILDERS, check_sendable, raw_id, shape, type_name
 
 __all__ = [
     "MAX_LINE_BYTES",

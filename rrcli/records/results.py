@@ -27,11 +27,11 @@ from typing import Any, Protocol
 import orjson
 
 from rrcli.errors import OutputExistsError, UsageError
-from rrcli.providers.vocabulary import anthropic_error_type, openai_error_type
 from rrcli.records._jsonl import LineFile, dumps_line, open_error
 from rrcli.records.bodies import anthropic_body, openai_body
 from rrcli.records.jobs import KeySet, job_key
 from rrcli.records.origins import ResponseOrigins
+from rrcli.vocabulary import anthropic_error_type, openai_error_type
 
 __all__ = [
     "FORMATS",

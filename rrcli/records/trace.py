@@ -24,10 +24,10 @@ import orjson
 
 from rrcli import __version__
 from rrcli.config.prices import price_of
-from rrcli.providers.registry import server_address
 from rrcli.records._jsonl import LineFile
 from rrcli.records.attempt import Attempt, cached_attempt
 from rrcli.records.traceschema import CALL_FIELDS, JOB_COUNTS, rfc3339
+from rrcli.registry import server_address
 
 if TYPE_CHECKING:
     from rrcli.config.profile import Backend, Price, Profile

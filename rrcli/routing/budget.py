@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from rrcli.config.models import MEDIA
 from rrcli.config.profile import Price
-from rrcli.routing.control import Halt, Halted, RunControl
+from rrcli.errors import Halted, Unaffordable
+from rrcli.routing.control import Halt, RunControl
 from rrcli.routing.costs import NO_OUTPUT, Charge, attempt_ceiling, attempt_cost, over_limit
 from rrcli.tokens import MediaTokens, output_cap
 
@@ -36,15 +37,10 @@ if TYPE_CHECKING:
     from rrcli.records.attempt import Attempt
     from rrcli.routing.lease import Lease
 
-__all__ = ["Budget", "Ledger", "LocalLedger", "Unaffordable"]
+__all__ = ["Budget", "Ledger", "LocalLedger"]
 
 _EPSILON = 1e-12  # USD: float sums that equal the limit do not pass it
 POLL_S = 0.05  # seconds between a waiting attempt's looks at a shared ledger
-
-
-class Unaffordable(Exception):
-    """An attempt whose worst case alone passes the whole limit: no wait makes room for it, so
-    its job is refused before anything is sent (an invalid line; the message names the fix)."""
 
 
 class Ledger(Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Halt", "Halted", "RunControl"]
+__all__ = ["Halt", "RunControl"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,11 +21,6 @@ class Halt:
     code: int
     reason: str
     message: str
-
-
-class Halted(Exception):
-    """Raised where a halted run refuses to start an attempt (the budget would pass): the job
-    ends without a result line, so ``--resume`` runs it."""
 
 
 class RunControl:

@@ -1,27 +1,19 @@
-"""Why a routing decision finds no backend: the whole pool down, the job's own backends down,
-failover's tries spent, or every weight 0; and the retry whose backend went down while it
-waited. The router raises these; ``health`` takes backends down."""
+"""Why a routing decision finds no backend: the whole pool down (``NoHealthyBackend``), the
+job's own backends down, failover's tries spent, or every weight 0 (``NoBackendError``), each
+error of ``rrcli.errors`` with the sentence that says which. The router raises them; ``health``
+takes backends down."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from rrcli.errors import NoBackendError
+from rrcli.errors import NoBackendError, NoHealthyBackend
 
 if TYPE_CHECKING:
     from rrcli.routing.lease import BackendState
 
-__all__ = ["BackendDown", "NoHealthyBackend", "no_backend"]
-
-
-class NoHealthyBackend(NoBackendError):
-    """Every backend of the pool is down: the run has halted, and a call that could not be
-    routed leaves its job without a result line (``--resume`` runs it once fixed)."""
-
-
-class BackendDown(Exception):
-    """The backend a retry waited for went down meanwhile: the call is routed again."""
+__all__ = ["no_backend"]
 
 
 def no_backend(

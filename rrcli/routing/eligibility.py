@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 
 from rrcli.config.profile import Backend
-from rrcli.providers.registry import info
 from rrcli.providers.translate import DIALECTS, unexpressible
+from rrcli.registry import info
 
 __all__ = ["Eligibility", "eligible_backends"]
 

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from rrcli.errors import WaitEnded
 from rrcli.logs import get_logger
 from rrcli.routing.scopes import scope_limits
 
@@ -37,7 +38,6 @@ __all__ = [
     "Gcra",
     "LocalGate",
     "Sleep",
-    "WaitEnded",
     "aimd_step",
     "make_gates",
 ]
@@ -46,11 +46,6 @@ Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
 log = get_logger()
-
-
-class WaitEnded(Exception):
-    """A wait for a slot ended holding nothing: the gate sent its waiters away
-    (``wake_waiters``), as when the backend they wait for leaves the pool. They choose again."""
 
 
 class Gate(Protocol):

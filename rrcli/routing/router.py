@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from rrcli.config.prices import pool_prices
 from rrcli.config.profile import Profile
-from rrcli.errors import ProviderError
+from rrcli.errors import BackendDown, ProviderError, WaitEnded
 from rrcli.logs import get_logger
 from rrcli.routing.costs import UNPRICED, Charge, attempt_cost
-from rrcli.routing.down import BackendDown, no_backend
-from rrcli.routing.gate import Clock, Gate, Sleep, WaitEnded
+from rrcli.routing.down import no_backend
+from rrcli.routing.gate import Clock, Gate, Sleep
 from rrcli.routing.lease import BackendState, Lease
 from rrcli.routing.prompts import Prepared, Prompt
 from rrcli.routing.strategies import CacheAware, Candidate, FirstAvailable, make_strategy

@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rrcli.config.profile import Backend
-from rrcli.providers.registry import ENDPOINTS
 from rrcli.providers.translate import dialect_of
 from rrcli.records.jobs import Job
+from rrcli.registry import ENDPOINTS
 from rrcli.routing.eligibility import Eligibility
 
 __all__ = ["RouteRules", "Serving", "refusal", "serving_backends"]

@@ -17,13 +17,13 @@ from typing import Any
 
 import orjson
 
-from rrcli.providers.vocabulary import (
+from rrcli.records.bodies import anthropic_body, openai_body
+from rrcli.vocabulary import (
     anthropic_error_type,
     anthropic_stop_reason,
     openai_error_type,
     openai_finish_reason,
 )
-from rrcli.records.bodies import anthropic_body, openai_body
 
 __all__ = ["ANTHROPIC", "OPENAI", "AnthropicWire", "OpenAIWire", "Wire"]
 

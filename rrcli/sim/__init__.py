@@ -1,1 +1,2 @@
-"""The simulated backend: the behaviour model (no I/O) and the `rrcli sim` HTTP server."""
+"""The simulated backend: the behaviour model (no I/O), the `rrcli sim` HTTP server, and the
+in-process ``sim`` provider (``provider.py``, the registry's adapter for ``provider = "sim"``)."""

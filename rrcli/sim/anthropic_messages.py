@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rrcli.providers.vocabulary import anthropic_stop_reason
 from rrcli.sim.replies import chat_reply
 from rrcli.sim.wire import AnthropicFamily, sse
+from rrcli.vocabulary import anthropic_stop_reason
 
 __all__ = ["AnthropicWire"]
 

@@ -23,10 +23,11 @@ from typing import Any
 
 import orjson
 
+from rrcli.errors import InvalidSimRequest
 from rrcli.sim.behaviour import VARIANTS
 from rrcli.sim.openai_chat import FINGERPRINT, openai_usage
 from rrcli.sim.replies import text_tokens
-from rrcli.sim.wire import Invalid, OpenAIFamily, sse
+from rrcli.sim.wire import OpenAIFamily, sse
 
 __all__ = ["CompletionsWire", "EmbeddingsWire", "ModerationsWire", "unit_vector"]
 
@@ -60,7 +61,7 @@ _IMAGE_CATEGORIES = frozenset(
 
 def inputs(value: Any, name: str) -> list[tuple[str, int]]:
     """A request's inputs as (text, tokens): a string, a token array, or a non-empty list of
-    either (a token array's text is its JSON). Raises Invalid for anything else."""
+    either (a token array's text is its JSON). Raises InvalidSimRequest for anything else."""
     if isinstance(value, str) and value:
         return [(value, text_tokens(value))]
     if _tokens(value):
@@ -68,9 +69,11 @@ def inputs(value: Any, name: str) -> list[tuple[str, int]]:
     if isinstance(value, list) and value and all(isinstance(v, str) or _tokens(v) for v in value):
         return [p for v in value for p in inputs(v, name)]
     if value is None:
-        raise Invalid(f"Missing required parameter: '{name}'.", name, "missing_required_parameter")
+        raise InvalidSimRequest(
+            f"Missing required parameter: '{name}'.", name, "missing_required_parameter"
+        )
     message = f"'{name}' must be a non-empty string, a token array or a list of them"
-    raise Invalid(message, name, "invalid_value")
+    raise InvalidSimRequest(message, name, "invalid_value")
 
 
 def _tokens(value: Any) -> bool:
@@ -94,10 +97,12 @@ class EmbeddingsWire(OpenAIFamily):
         texts = inputs(body.get("input"), "input")
         dimensions = body.get("dimensions", DEFAULT_DIMENSIONS)
         if type(dimensions) is not int or not 0 < dimensions <= 65_536:
-            raise Invalid("'dimensions' must be a positive integer", "dimensions", "invalid_value")
+            raise InvalidSimRequest(
+                "'dimensions' must be a positive integer", "dimensions", "invalid_value"
+            )
         encoding = body.get("encoding_format", "float")
         if encoding not in ("float", "base64"):
-            raise Invalid("'encoding_format' must be float or base64", "encoding_format")
+            raise InvalidSimRequest("'encoding_format' must be float or base64", "encoding_format")
         return {
             "id": sim.next_id("emb-sim"),
             "model": sim.config.model or body.get("model") or "sim-embedding",

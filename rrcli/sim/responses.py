@@ -23,8 +23,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rrcli.errors import InvalidSimRequest
 from rrcli.sim.replies import chat_reply
-from rrcli.sim.wire import Invalid, OpenAIFamily, sse
+from rrcli.sim.wire import OpenAIFamily, sse
 
 __all__ = ["ResponseIds", "ResponsesWire"]
 
@@ -55,7 +56,9 @@ def _as_chat(body: dict[str, Any]) -> dict[str, Any]:
     elif isinstance(given, list) and given:
         items = list(given)
     else:
-        raise Invalid("Missing required parameter: 'input'.", "input", "missing_required_parameter")
+        raise InvalidSimRequest(
+            "Missing required parameter: 'input'.", "input", "missing_required_parameter"
+        )
     if isinstance(body.get("instructions"), str):
         items.insert(0, {"role": "system", "content": body["instructions"]})
     text = body.get("text")
@@ -77,7 +80,7 @@ class ResponsesWire(OpenAIFamily):
     def reply(self, sim: Any, body: dict[str, Any], modes: str) -> dict[str, Any]:
         previous = body.get("previous_response_id")
         if previous is not None and previous not in sim.responses:
-            raise Invalid(
+            raise InvalidSimRequest(
                 f"Previous response with id '{previous}' not found.",
                 "previous_response_id",
                 "previous_response_not_found",

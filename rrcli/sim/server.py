@@ -57,7 +57,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from rrcli.errors import UsageError
+from rrcli.errors import InvalidSimRequest, UsageError
 from rrcli.sim.anthropic_messages import AnthropicWire
 from rrcli.sim.behaviour import (
     ERROR,
@@ -71,7 +71,7 @@ from rrcli.sim.endpoints import CompletionsWire, EmbeddingsWire, ModerationsWire
 from rrcli.sim.openai_chat import OpenAIChatWire
 from rrcli.sim.responses import ResponseIds, ResponsesWire
 from rrcli.sim.seen import Counters, Received
-from rrcli.sim.wire import AnthropicFamily, Invalid, OpenAIFamily, Wire, override_headers
+from rrcli.sim.wire import AnthropicFamily, OpenAIFamily, Wire, override_headers
 
 __all__ = ["build_app", "check_host", "listen", "serve", "uvicorn_server"]
 
@@ -237,7 +237,7 @@ class _SimAPI:
         state = self.state
         try:
             reply = wire.reply(self, body, modes)
-        except Invalid as exc:
+        except InvalidSimRequest as exc:
             return self.error(wire, 400, exc.message, code=exc.code, param=exc.param)
         response_headers = {wire.request_id_header: reply["id"]}
         if "x-sim-ratelimit" in headers or "x-sim-response-headers" in headers:

@@ -4,9 +4,10 @@ OpenAI family's credentials, errors and rate-limit headers.
 Each endpoint is a ``Wire``: ``reply`` builds the reply (a dict: id, model, pieces, usage
 counts...) from the request body, ``plain`` its JSON body, and a stream is ``head``, the ``first``
 events before the text, ``deltas`` for the pieces ``start:end``, ``tail``, or a mid-stream
-``error_event``. A request the endpoint refuses raises ``Invalid`` (a 400 in the API's error
-shape). The family decides the credential header, the error body and the rate-limit headers.
-Pure bytes and dicts: the server applies the behaviour (timing, errors, caps), this only spells it.
+``error_event``. A request the endpoint refuses raises ``errors.InvalidSimRequest`` (a 400 in
+the API's error shape). The family decides the credential header, the error body and the
+rate-limit headers. Pure bytes and dicts: the server applies the behaviour (timing, errors,
+caps), this only spells it.
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ from typing import Any, ClassVar
 
 import orjson
 
-from rrcli.providers.vocabulary import anthropic_error_type, openai_error_type
+from rrcli.vocabulary import anthropic_error_type, openai_error_type
 
 __all__ = [
     "AnthropicFamily",
-    "Invalid",
     "OpenAIFamily",
     "Wire",
     "override_headers",
@@ -55,15 +55,6 @@ def _exhausted(spec: str) -> dict[str, float]:
         if kind.strip() in ("requests", "tokens") and ms.strip():
             out[kind.strip()] = float(ms) / 1000.0
     return out
-
-
-class Invalid(Exception):
-    """A request the endpoint refuses with a 400: the message, the parameter at fault and the
-    error code, as the API's error body carries them."""
-
-    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message, self.param, self.code = message, param, code
 
 
 class Wire:

@@ -7,7 +7,7 @@ draw when errors are configured, one checksum, one Reply). Its behaviour model
 same translation as real ones. A request with ``tools`` is answered as the server answers it:
 a call of the first tool (or the one ``tool_choice`` names) with the same arguments built from
 its schema; nothing else the server can say (choices, logprobs, JSON answers) is simulated here.
-It serves every endpoint (``_sim_endpoints``).
+It serves every endpoint (``_provider_endpoints``).
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from collections.abc import Awaitable, Callable
 
 from rrcli.config.profile import Backend, RetrySettings, SimSettings
 from rrcli.errors import ProviderError
-from rrcli.providers._sim_endpoints import endpoint_reply
 from rrcli.providers.base import Call, Reply, error_from_status
-from rrcli.providers.registry import server_address
-from rrcli.providers.vocabulary import tool_call
+from rrcli.registry import server_address
 from rrcli.sim import replies
+from rrcli.sim._provider_endpoints import endpoint_reply
 from rrcli.sim.behaviour import ERROR, SimBehaviour, last_user_text, pacing
 from rrcli.sim.replies import after_tool_result, chosen_tool, fragments
 from rrcli.tokens import estimate_input_tokens, rendered_prompt
+from rrcli.vocabulary import tool_call
 
 __all__ = ["SimProvider"]
 

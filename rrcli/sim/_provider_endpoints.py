@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from rrcli.providers.base import Call, Reply
-from rrcli.providers.registry import count_inputs
+from rrcli.registry import count_inputs
 from rrcli.sim.behaviour import SimBehaviour
 from rrcli.sim.endpoints import DEFAULT_DIMENSIONS, unit_vector
 from rrcli.tokens import estimate_value_tokens

@@ -9,7 +9,8 @@ result's finish reason and error into each API's words with the other functions 
 A tool call is written in OpenAI's shape whichever API (or endpoint) made it (``tool_call``), its
 arguments a JSON object's text (``tool_arguments``).
 
-Pure data and functions: the results writer imports this module without loading the HTTP client.
+Pure data and functions importing nothing of rrcli's: the results writer, the providers and the
+simulator read it without loading the HTTP client.
 """
 
 from __future__ import annotations

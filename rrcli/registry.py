@@ -1,9 +1,10 @@
 """What each provider is, in one place: its name, adapter, defaults, auth header and endpoints.
 
 Profile defaults, validation, ``rrcli init``, the runner and the trace all read this table; none
-keeps a copy. It is pure data (no HTTP client is imported here): the adapter is named by module
-and class, and ``make_provider`` imports it only when a run needs it, so ``rrcli validate`` and
-``rrcli --help`` stay light.
+keeps a copy. It is pure data importing nothing of rrcli's, so every part may read it (config
+and providers alike): the adapter is named by module and class (``"module:Class"``), and
+``providers.make_provider`` imports it only when a run needs it, so ``rrcli validate`` and
+``rrcli --help`` stay light and the registry never imports the adapters it names.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ REGISTRY: dict[str, ProviderInfo] = {
     ),
     "sim": ProviderInfo(
         name="sim",
-        adapter="rrcli.providers.sim:SimProvider",
+        adapter="rrcli.sim.provider:SimProvider",
         default_base_url="sim://local",
         default_model="sim-small",
         auth_header=None,
