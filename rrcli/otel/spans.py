@@ -106,7 +106,7 @@ def _server(address: str | None) -> dict[str, Any]:
     return {"server.address": host.strip("[]"), "server.port": int(port)}
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class _Job:
     """A job whose calls have been seen: what its parent span needs."""
 
@@ -198,7 +198,18 @@ class SpanMaker:
         job = self._jobs.get(key)
         if job is None:
             trace_id, span_id = span_ids(run_id, job_id)
-            job = _Job(run_id, job_id, trace_id, span_id, start, end, 0, "", model, operation)
+            job = _Job(
+                run_id=run_id,
+                job_id=job_id,
+                trace_id=trace_id,
+                span_id=span_id,
+                start=start,
+                end=end,
+                calls=0,
+                outcome="",
+                model=model,
+                operation=operation,
+            )
             self._jobs[key] = job
         job.start = min(job.start, start)
         return job
