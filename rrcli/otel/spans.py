@@ -181,14 +181,14 @@ class SpanMaker:
         status = Status(StatusCode.ERROR, record.get("error_type")) if failed else Status()
         return self._span(
             f"{operation} {model}",
-            trace_id,
-            span_id,
-            parent,
-            attributes,
-            start,
-            end,
-            SpanKind.CLIENT,
-            status,
+            trace_id=trace_id,
+            span_id=span_id,
+            parent_id=parent,
+            attributes=attributes,
+            start=start,
+            end=end,
+            kind=SpanKind.CLIENT,
+            status=status,
         )
 
     def _job(
@@ -241,19 +241,20 @@ class SpanMaker:
         status = Status(StatusCode.ERROR) if job.outcome == "error" else Status()
         return self._span(
             JOB_SPAN,
-            job.trace_id,
-            job.span_id,
-            None,
-            attributes,
-            job.start,
-            job.end,
-            SpanKind.INTERNAL,
-            status,
+            trace_id=job.trace_id,
+            span_id=job.span_id,
+            parent_id=None,
+            attributes=attributes,
+            start=job.start,
+            end=job.end,
+            kind=SpanKind.INTERNAL,
+            status=status,
         )
 
     def _span(
         self,
         name: str,
+        *,
         trace_id: int,
         span_id: int,
         parent_id: int | None,
