@@ -71,8 +71,24 @@ def phase_write(results: Path, traces: Path, n: int) -> tuple[int, float]:
     with ResultWriter(results, append=False) as out, TraceWriter(traces, "bench") as trace:
         for i in range(n):
             job_id = f"job-{i}"
-            attempt = Attempt(job_id, job_id, 0, 1, backend, None, False, "chat", t0 + i * 1e-4,
-                              0.0, 0.08, 0.0004, 44, reply, None, "ok")  # fmt: skip
+            attempt = Attempt(
+                job_id=job_id,
+                session=job_id,
+                turn=0,
+                number=1,
+                backend=backend,
+                binding=None,
+                stream=False,
+                endpoint="chat",
+                ts_start=t0 + i * 1e-4,
+                started=0.0,
+                ended=0.08,
+                queue_s=0.0004,
+                estimate=44,
+                reply=reply,
+                error=None,
+                decision="ok",
+            )
             trace.call(attempt, None)
             out.write(
                 {

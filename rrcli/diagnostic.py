@@ -26,7 +26,7 @@ def closest(word: str, known: Iterable[str], *, cutoff: float = CLOSE) -> str | 
     return by_folded[found[0]] if found else None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Diagnostic:
     """One problem found in a profile. ``path`` is the key path (``backends[2].credentials``).
 

@@ -56,8 +56,24 @@ def _attempt(
     reply = None if error is not None else Reply("ok", http_status=200)
     decision = "ok" if error is None else "error"
     ended = latency_ms / 1000.0
-    return Attempt("j", "j", 0, 1, state.backend, None, False, "chat", 0.0, 0.0, ended, 0.0, 0,
-                   reply, error, decision)  # fmt: skip
+    return Attempt(
+        job_id="j",
+        session="j",
+        turn=0,
+        number=1,
+        backend=state.backend,
+        binding=None,
+        stream=False,
+        endpoint="chat",
+        ts_start=0.0,
+        started=0.0,
+        ended=ended,
+        queue_s=0.0,
+        estimate=0,
+        reply=reply,
+        error=error,
+        decision=decision,
+    )
 
 
 def _run(main: Coroutine[object, object, T]) -> T:

@@ -85,3 +85,16 @@ def test_more_groups_than_few_give_the_same_numbers_as_each_group_alone():
         covered = {x for a, b in spans for x in range(a, b)}
         np.testing.assert_array_equal(np.percentile(values[mine], WHICH), percentiles[g])
         assert (expected_peak, float(len(covered))) == (int(peak[g]), float(busy[g]))
+
+
+def test_whole_milliseconds_too_far_apart_for_one_key_give_the_brute_force_sweep():
+    """Whole-millisecond times spanning more than the integer key holds for the groups (ranked
+    among all the times instead) give each group the peak and busy time a brute-force sweep of
+    its calls gives."""
+    far = 2.0**51
+    codes = np.array([0, 0, 1, 1, 1, 2048, 2048, 2048], np.int32)
+    t0 = np.array([-far, far, 5.0, 8.0, far, 3.0, 4.0, 4.0])
+    t1 = np.array([10.0 - far, far + 4, 9.0, 12.0, far + 1, 5.0, 6.0, 7.0])
+    peak, busy = group_sweep(codes, t0, t1, 2049)
+    expected = ([1, 2, 3], [14.0, 8.0, 4.0])
+    assert expected == (peak[[0, 1, 2048]].tolist(), busy[[0, 1, 2048]].tolist())

@@ -156,11 +156,11 @@ def validate_profile(
         return ValidationReport(source, (_syntax_diagnostic(exc, source),), None, readable=False)
     if not data:
         diag = Diagnostic(
-            "error",
-            "",
-            "the profile is empty",
-            "add at least one [[backends]] table (rrcli init writes a starter profile)",
-            source,
+            severity="error",
+            path="",
+            message="the profile is empty",
+            fix="add at least one [[backends]] table (rrcli init writes a starter profile)",
+            source=source,
             code="empty",
         )
         return ValidationReport(source, (diag,), None, readable=False)
@@ -194,7 +194,10 @@ def read_profile_text(path: Path) -> tuple[str, Diagnostic | None]:
     """The file's text, or ONE diagnostic saying why it cannot be a profile (never raises)."""
 
     def unusable(message: str, fix: str, code: str) -> tuple[str, Diagnostic]:
-        return "", Diagnostic("error", "", message, fix, str(path), code=code)
+        problem = Diagnostic(
+            severity="error", path="", message=message, fix=fix, source=str(path), code=code
+        )
+        return "", problem
 
     try:
         if path.is_dir():
@@ -232,13 +235,13 @@ def _syntax_diagnostic(exc: tomllib.TOMLDecodeError, source: str) -> Diagnostic:
     if "end of document" in text and line is None:
         message = text
     return Diagnostic(
-        "error",
-        "",
-        f"not valid TOML: {message}",
-        "fix the TOML syntax at that place (strings need quotes, tables need [brackets])",
-        source,
-        line,
-        column,
+        severity="error",
+        path="",
+        message=f"not valid TOML: {message}",
+        fix="fix the TOML syntax at that place (strings need quotes, tables need [brackets])",
+        source=source,
+        line=line,
+        column=column,
         code="toml_syntax",
     )
 
@@ -246,11 +249,11 @@ def _syntax_diagnostic(exc: tomllib.TOMLDecodeError, source: str) -> Diagnostic:
 def _shape_diagnostic(shape: tuple[int, str], source: str) -> Diagnostic:
     line, message = shape
     return Diagnostic(
-        "error",
-        "",
-        f"not a profile rrcli reads: {message}",
-        "no profile needs this; check that the file is the profile you meant",
-        source,
-        line,
+        severity="error",
+        path="",
+        message=f"not a profile rrcli reads: {message}",
+        fix="no profile needs this; check that the file is the profile you meant",
+        source=source,
+        line=line,
         code="toml_shape",
     )

@@ -53,7 +53,16 @@ class Checker:
         line = line_for(self.lines, path)
         self.bad.add(path)
         self.diagnostics.append(
-            Diagnostic(severity, path, message, fix, self.source, line, None, code, backend_id)
+            Diagnostic(
+                severity=severity,
+                path=path,
+                message=message,
+                fix=fix,
+                source=self.source,
+                line=line,
+                code=code,
+                backend_id=backend_id,
+            )
         )
 
     def reported(self, path: str) -> bool:

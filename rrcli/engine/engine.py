@@ -338,24 +338,24 @@ class Engine:
                     backoff, decision = self._judged(
                         error, echo, number - before, ended - first_try, failover
                     )
-                attempt = Attempt(  # positional: keywords would cost 2 % of a zero-latency run
-                    job.id,
-                    job.session,
-                    turn,
-                    number,
-                    backend,
-                    lease.binding,
-                    call.stream,
-                    job.endpoint,
-                    ts_start,
-                    started,
-                    ended,
-                    started - queued,
-                    estimate,
-                    reply,
-                    error,
-                    decision,
-                    backoff,
+                attempt = Attempt(
+                    job_id=job.id,
+                    session=job.session,
+                    turn=turn,
+                    number=number,
+                    backend=backend,
+                    binding=lease.binding,
+                    stream=call.stream,
+                    endpoint=job.endpoint,
+                    ts_start=ts_start,
+                    started=started,
+                    ended=ended,
+                    queue_s=started - queued,
+                    estimate=estimate,
+                    reply=reply,
+                    error=error,
+                    decision=decision,
+                    backoff_s=backoff,
                 )
                 await self._observe(attempt, provider.server_address, lease)
                 if backoff is not None:

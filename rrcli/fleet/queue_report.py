@@ -32,7 +32,7 @@ READ_AHEAD = 1000  # result lines fetched in one round trip
 READS_ONLY = frozenset({"env_unset"})  # only Redis is read: a backend's key need not be set
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Progress:
     """Where queue ``name`` stands: ``jobs`` in it (those loaded so far while ``state`` is
     ``loading``), ``done`` (a result stored), ``pending`` (delivered, not yet done: by worker
@@ -146,14 +146,14 @@ def _progress(client: Any, name: str, url: str) -> Progress:
     jobs = int(meta.get("total") or meta.get("loaded_to") or 0)
     done = int(client.hlen(keys["results"]))
     return Progress(
-        name,
-        state,
-        meta.get("source", ""),
-        jobs,
-        done,
-        int(summary["pending"]),
-        by_worker,
-        tuple(workers),
+        name=name,
+        state=state,
+        source=meta.get("source", ""),
+        jobs=jobs,
+        done=done,
+        pending=int(summary["pending"]),
+        by_worker=by_worker,
+        workers=tuple(workers),
     )
 
 

@@ -106,7 +106,7 @@ def _server(address: str | None) -> dict[str, Any]:
     return {"server.address": host.strip("[]"), "server.port": int(port)}
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class _Job:
     """A job whose calls have been seen: what its parent span needs."""
 
@@ -181,14 +181,14 @@ class SpanMaker:
         status = Status(StatusCode.ERROR, record.get("error_type")) if failed else Status()
         return self._span(
             f"{operation} {model}",
-            trace_id,
-            span_id,
-            parent,
-            attributes,
-            start,
-            end,
-            SpanKind.CLIENT,
-            status,
+            trace_id=trace_id,
+            span_id=span_id,
+            parent_id=parent,
+            attributes=attributes,
+            start=start,
+            end=end,
+            kind=SpanKind.CLIENT,
+            status=status,
         )
 
     def _job(
@@ -198,7 +198,18 @@ class SpanMaker:
         job = self._jobs.get(key)
         if job is None:
             trace_id, span_id = span_ids(run_id, job_id)
-            job = _Job(run_id, job_id, trace_id, span_id, start, end, 0, "", model, operation)
+            job = _Job(
+                run_id=run_id,
+                job_id=job_id,
+                trace_id=trace_id,
+                span_id=span_id,
+                start=start,
+                end=end,
+                calls=0,
+                outcome="",
+                model=model,
+                operation=operation,
+            )
             self._jobs[key] = job
         job.start = min(job.start, start)
         return job
@@ -230,19 +241,20 @@ class SpanMaker:
         status = Status(StatusCode.ERROR) if job.outcome == "error" else Status()
         return self._span(
             JOB_SPAN,
-            job.trace_id,
-            job.span_id,
-            None,
-            attributes,
-            job.start,
-            job.end,
-            SpanKind.INTERNAL,
-            status,
+            trace_id=job.trace_id,
+            span_id=job.span_id,
+            parent_id=None,
+            attributes=attributes,
+            start=job.start,
+            end=job.end,
+            kind=SpanKind.INTERNAL,
+            status=status,
         )
 
     def _span(
         self,
         name: str,
+        *,
         trace_id: int,
         span_id: int,
         parent_id: int | None,

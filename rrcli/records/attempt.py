@@ -33,7 +33,7 @@ __all__ = ["Attempt", "CallOutcome", "Decision", "cached_attempt"]
 Decision = Literal["ok", "retry", "failover", "error", "cached", "cancelled"]
 
 
-class Attempt(msgspec.Struct, frozen=True):
+class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     """One HTTP attempt and what was decided after it (or a cached answer standing for one:
     decision ``cached``, zero latency, no error)."""
 
@@ -95,22 +95,22 @@ def cached_attempt(
     """The attempt a stored answer makes on ``backend`` at ``ts_start`` (epoch; ``now``
     monotonic): no HTTP call, zero latency, no queue, decision ``cached``."""
     return Attempt(
-        job_id,
-        session,
-        turn,
-        1,
-        backend,
-        None,
-        stream,
-        endpoint,
-        ts_start,
-        now,
-        now,
-        0.0,
-        0,
-        reply,
-        None,
-        "cached",
+        job_id=job_id,
+        session=session,
+        turn=turn,
+        number=1,
+        backend=backend,
+        binding=None,
+        stream=stream,
+        endpoint=endpoint,
+        ts_start=ts_start,
+        started=now,
+        ended=now,
+        queue_s=0.0,
+        estimate=0,
+        reply=reply,
+        error=None,
+        decision="cached",
     )
 
 

@@ -57,7 +57,7 @@ _DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0000000000")
 _LONG_RUN = b"0" * 19
 
 
-class Job(msgspec.Struct, frozen=True):
+class Job(msgspec.Struct, frozen=True, kw_only=True):
     """One valid line of the jobs file.
 
     ``id`` is the id as the user wrote it (str or int; ``line-N`` when absent) and results echo it
@@ -202,19 +202,19 @@ def _parse(obj: object, n: int, wide: bool) -> Job:
         raise LineError(f"metadata must be an object, got {type_name(metadata)}")
     custom_id = obj.get("custom_id")
     return Job(
-        raw,
-        key,
-        n,
-        kind,
-        messages,
-        turns,
-        params,
-        session,
-        metadata,
-        custom_id,
-        stream,
-        endpoint,
-        value,
+        id=raw,
+        key=key,
+        line=n,
+        kind=kind,
+        messages=messages,
+        turns=turns,
+        params=params,
+        session=session,
+        metadata=metadata,
+        custom_id=custom_id,
+        stream=stream,
+        endpoint=endpoint,
+        input=value,
     )
 
 

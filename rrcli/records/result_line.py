@@ -4,7 +4,7 @@ their order are written. ``results.ResultWriter`` then encodes the line in the c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rrcli.records.jobs import InvalidJob, Job
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rrcli.providers.base import Reply
     from rrcli.records.attempt import Attempt, CallOutcome
 
-__all__ = ["cached_chat_line", "result_line"]
+__all__ = ["cached_chat_line", "chat_line", "result_line"]
 
 
 def result_line(outcome: CallOutcome, keep_response: bool = False) -> dict[str, Any]:
@@ -40,12 +40,22 @@ def result_line(outcome: CallOutcome, keep_response: bool = False) -> dict[str, 
     attempt, reply, turns = outcome.attempt, outcome.reply, outcome.turns
     if outcome.status == "error":
         line = _error_line(outcome, job)
-    elif job.endpoint != "chat":
-        assert attempt is not None and reply is not None
-        return _endpoint_line(job, outcome, attempt, reply, keep_response)
     else:
         assert attempt is not None and reply is not None
-        line = _chat_line(job, outcome, attempt, reply, keep_response)
+        if job.endpoint != "chat":
+            return _endpoint_line(job, outcome, attempt, reply, keep_response)
+        if not turns:
+            return chat_line(
+                job,
+                attempt.backend,
+                reply,
+                attempts=attempt.number,
+                latency_ms=attempt.latency_ms,
+                cached=attempt.decision == "cached",
+                session=outcome.session,
+                keep_response=keep_response,
+            )
+        line = _session_line(job, outcome, attempt, reply)
     if outcome.session is not None:
         line["session"] = outcome.session
     if turns:
@@ -65,11 +75,69 @@ def _invalid_line(job: InvalidJob) -> dict[str, Any]:
     return line
 
 
-def _chat_line(
-    job: Job, outcome: CallOutcome, attempt: Attempt, reply: Reply, keep_response: bool
+def chat_line(
+    job: Job,
+    backend: Backend,
+    answer: Reply | dict[str, Any],
+    *,
+    attempts: int,
+    latency_ms: float,
+    cached: bool,
+    session: str | None,
+    keep_response: bool,
 ) -> dict[str, Any]:
-    """The ``ok`` line of a chat job, up to ``metadata`` and the bulky fields after it; a
-    session's sums come from its turns."""
+    """The ``ok`` line of a chat job that is one call (not a session), answered by ``backend``:
+    the one builder of it, for a call the engine made and for an answer the response cache
+    gave. ``answer``: a Reply, or a stored answer's fields (a dict; one absent is None), read
+    alike (``_reader``)."""
+    get = _reader(answer)
+    line: dict[str, Any] = {
+        "id": job.id,
+        "status": "ok",
+        "deployment": backend.id,
+        "model": backend.model,
+        "output": get("output"),
+    }
+    _answer(line, get)
+    line["finish_reason"] = get("finish_reason")
+    line["usage"] = _tokens(get)
+    line["attempts"] = attempts
+    line["latency_ms"] = latency_ms
+    if cached:
+        line["cached"] = True
+    for name in ("request_id", "system_fingerprint"):
+        if (value := get(name)) is not None:
+            line[name] = value
+    line["metadata"] = job.metadata or {}
+    _details(line, get, keep_response)
+    if session is not None:
+        line["session"] = session
+    return line
+
+
+def cached_chat_line(
+    job: Job, backend: Backend, stored: dict[str, Any], session: str | None, keep_response: bool
+) -> dict[str, Any]:
+    """``chat_line`` of a chat job that is not a session, answered by the response cache on
+    ``backend`` from the stored answer's fields, without a Reply, an Attempt or a CallOutcome
+    (a cached rerun writes nothing else, and building them cost more than the line): one
+    attempt, zero latency, cached, as ``records.attempt.cached_attempt`` makes it.
+    ``session``: the line's (``CallOutcome.session``)."""
+    return chat_line(
+        job,
+        backend,
+        stored,
+        attempts=1,
+        latency_ms=0.0,
+        cached=True,
+        session=session,
+        keep_response=keep_response,
+    )
+
+
+def _session_line(job: Job, outcome: CallOutcome, attempt: Attempt, reply: Reply) -> dict[str, Any]:
+    """The ``ok`` line of a chat session up to ``metadata``: the sums of its turns, its last
+    turn's output, finish reason and deployment (each turn's own fields are in ``turns``)."""
     turns = outcome.turns
     line: dict[str, Any] = {
         "id": job.id,
@@ -77,65 +145,16 @@ def _chat_line(
         "deployment": attempt.backend.id,
         "model": attempt.backend.model,
         "output": reply.output,
+        "finish_reason": reply.finish_reason,
+        "usage": _usage(turns),
+        "attempts": _attempts(turns),
+        "latency_ms": _latency_ms(turns),
     }
-    if not turns:
-        _answer(line, reply)
-    line["finish_reason"] = reply.finish_reason
-    line["usage"] = _usage(turns) if turns else _tokens(reply)
-    line["attempts"] = _attempts(turns) if turns else attempt.number  # outcome.attempts
-    line["latency_ms"] = _latency_ms(turns) if turns else attempt.latency_ms
-    if _cached(outcome) if turns else attempt.decision == "cached":
+    if _cached(outcome):
         line["cached"] = True
     if reply.request_id is not None:
         line["request_id"] = reply.request_id
-    if reply.system_fingerprint is not None and not turns:
-        line["system_fingerprint"] = reply.system_fingerprint
     line["metadata"] = job.metadata or {}
-    if not turns:
-        _details(line, reply, keep_response)
-    return line
-
-
-def cached_chat_line(
-    job: Job, backend: Backend, reply: Mapping[str, Any], session: str | None, keep_response: bool
-) -> dict[str, Any]:
-    """``_chat_line``'s line of a chat job that is not a session, answered by the response
-    cache on ``backend``, from the stored answer's fields (``reply``; one absent is None)
-    without a Reply, an Attempt or a CallOutcome: a cached rerun writes nothing else, and
-    building them cost more than the line. ``session``: the line's (``CallOutcome.session``)."""
-    get = reply.get
-    line: dict[str, Any] = {
-        "id": job.id,
-        "status": "ok",
-        "deployment": backend.id,
-        "model": backend.model,
-        "output": reply["output"],
-    }
-    if (refusal := get("refusal")) is not None:
-        line["refusal"] = refusal
-    if (tool_calls := get("tool_calls")) is not None:
-        line["tool_calls"] = tool_calls
-    line["finish_reason"] = get("finish_reason")
-    usage = {"input_tokens": get("input_tokens"), "output_tokens": get("output_tokens")}
-    for name in ("cached_input_tokens", "reasoning_tokens"):
-        if (count := get(name)) is not None:
-            usage[name] = count
-    if get("usage_estimated"):
-        usage["usage_estimated"] = True
-    line["usage"], line["attempts"], line["latency_ms"], line["cached"] = usage, 1, 0.0, True
-    for name in ("request_id", "system_fingerprint"):
-        if (value := get(name)) is not None:
-            line[name] = value
-    line["metadata"] = job.metadata or {}
-    if reasoning := get("reasoning_content"):
-        line["reasoning_content"] = reasoning
-    for name in ("logprobs", "choices"):
-        if (value := get(name)) is not None:
-            line[name] = value
-    if keep_response and (body := get("body")) is not None:
-        line["response"] = body
-    if session is not None:
-        line["session"] = session
     return line
 
 
@@ -176,11 +195,11 @@ def _endpoint_line(
         line["usage"] = {"input_tokens": reply.input_tokens}
     else:
         line["output"] = reply.output
-        _answer(line, reply)
+        _answer(line, _reader(reply))
         line["finish_reason"] = reply.finish_reason
         if job.endpoint == "responses":
             line["response_id"] = reply.response_id
-        line["usage"] = _tokens(reply)
+        line["usage"] = _tokens(_reader(reply))
     line["attempts"] = outcome.attempts
     line["latency_ms"] = attempt.latency_ms
     if _cached(outcome):
@@ -188,7 +207,7 @@ def _endpoint_line(
     if reply.request_id is not None:
         line["request_id"] = reply.request_id
     line["metadata"] = job.metadata or {}
-    _details(line, reply, keep_response)
+    _details(line, _reader(reply), keep_response)
     if outcome.session is not None:
         line["session"] = outcome.session
     return line
@@ -202,34 +221,40 @@ def _cached(outcome: CallOutcome) -> bool:
     return outcome.attempt is not None and outcome.attempt.decision == "cached"
 
 
-def _answer(entry: dict[str, Any], reply: Reply) -> None:
+def _reader(answer: Reply | dict[str, Any]) -> Callable[[str], Any]:
+    """How a line reads an answer's fields by name: a Reply's attributes, a stored answer's
+    keys (the cache keeps only the fields that are not None)."""
+    return answer.get if type(answer) is dict else answer.__getattribute__
+
+
+def _answer(entry: dict[str, Any], get: Callable[[str], Any]) -> None:
     """The answer's fields that sit next to its output: a refusal, the tool calls."""
-    if reply.refusal is not None:
-        entry["refusal"] = reply.refusal
-    if reply.tool_calls is not None:
-        entry["tool_calls"] = reply.tool_calls
+    if (refusal := get("refusal")) is not None:
+        entry["refusal"] = refusal
+    if (tool_calls := get("tool_calls")) is not None:
+        entry["tool_calls"] = tool_calls
 
 
-def _details(entry: dict[str, Any], reply: Reply, keep_response: bool) -> None:
+def _details(entry: dict[str, Any], get: Callable[[str], Any], keep_response: bool) -> None:
     """The answer's fields that follow the line's metadata: reasoning, logprobs, every choice,
     with ``keep_response`` the body."""
-    if reply.reasoning_content:
-        entry["reasoning_content"] = reply.reasoning_content
-    if reply.logprobs is not None:
-        entry["logprobs"] = reply.logprobs
-    if reply.choices is not None:
-        entry["choices"] = reply.choices
-    if keep_response and reply.body is not None:
-        entry["response"] = reply.body
+    if reasoning := get("reasoning_content"):
+        entry["reasoning_content"] = reasoning
+    for name in ("logprobs", "choices"):
+        if (value := get(name)) is not None:
+            entry[name] = value
+    if keep_response and (body := get("body")) is not None:
+        entry["response"] = body
 
 
-def _tokens(reply: Reply) -> dict[str, int | None]:
-    usage = {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens}
-    if reply.cached_input_tokens is not None:
-        usage["cached_input_tokens"] = reply.cached_input_tokens
-    if reply.reasoning_tokens is not None:
-        usage["reasoning_tokens"] = reply.reasoning_tokens
-    if reply.usage_estimated:
+def _tokens(get: Callable[[str], Any]) -> dict[str, int | None]:
+    """The ``usage`` of one answer: ``input_tokens, output_tokens, cached_input_tokens?,
+    reasoning_tokens?, usage_estimated?``."""
+    usage = {"input_tokens": get("input_tokens"), "output_tokens": get("output_tokens")}
+    for name in ("cached_input_tokens", "reasoning_tokens"):
+        if (count := get(name)) is not None:
+            usage[name] = count
+    if get("usage_estimated"):
         usage["usage_estimated"] = True
     return usage
 
@@ -239,7 +264,7 @@ def _usage(turns: tuple[CallOutcome, ...]) -> dict[str, int]:
     cached and reasoning counts only when some turn reported them)."""
     usage = {"input_tokens": 0, "output_tokens": 0}
     for turn in turns:
-        for name, value in _tokens(turn.reply).items():  # type: ignore[arg-type]
+        for name, value in _tokens(_reader(turn.reply)).items():  # type: ignore[arg-type]
             if name != "usage_estimated":
                 usage[name] = usage.get(name, 0) + (value or 0)
     if any(turn.reply is not None and turn.reply.usage_estimated for turn in turns):
@@ -267,13 +292,14 @@ def _turn(turn: CallOutcome, keep_response: bool) -> dict[str, Any]:
     response?``."""
     reply, attempt = turn.reply, turn.attempt
     assert reply is not None and attempt is not None
+    get = _reader(reply)
     entry: dict[str, Any] = {"output": reply.output}
-    _answer(entry, reply)
+    _answer(entry, get)
     entry["deployment"] = attempt.backend.id
-    entry["usage"] = _tokens(reply)
+    entry["usage"] = _tokens(get)
     if _cached(turn):
         entry["cached"] = True
     if reply.system_fingerprint is not None:
         entry["system_fingerprint"] = reply.system_fingerprint
-    _details(entry, reply, keep_response)
+    _details(entry, get, keep_response)
     return entry

@@ -6,8 +6,8 @@ cache's lookup, a Reply, an Attempt and a CallOutcome before its two lines are w
 every job is a hit, that machinery is most of the run (a rerun of 100,000 jobs ran at 19,000
 jobs a CPU second). Here a hit costs its route rules (a job its rules narrow goes the long way),
 its call record filled into a template (``TraceWriter.cached``) and its result line built from
-the stored answer's fields (``cached_chat_line``): the same bytes as the engine's path writes,
-which stays for every other job (sessions, other endpoints, a run being stopped).
+the stored answer's fields by the builder the engine's path uses (``cached_chat_line``, over
+``chat_line``), which stays for every other job (sessions, other endpoints, a run being stopped).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import contextlib
 import gc
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from typing import IO, Any
 
@@ -57,7 +57,7 @@ class RunInfo:
     interrupted: bool | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Columns:
     """Call records as columns, one entry per call. Codes index a TraceReader's ``run_ids``,
     ``deployments`` and ``keys``; outcome is 0 ok, 1 retry, 2 error, 3 cached; NaN is a null
@@ -81,7 +81,15 @@ class Columns:
 
     def take(self, index: np.ndarray) -> Columns:
         """The rows at ``index`` (an integer or boolean array)."""
-        return Columns(*(getattr(self, name)[index] for name in self.__slots__))
+        return Columns(**{name: getattr(self, name)[index] for name in self.__slots__})
+
+    @staticmethod
+    def joined(blocks: list[Columns]) -> Columns:
+        """The rows of every block, in order."""
+        if len(blocks) == 1:
+            return blocks[0]
+        names = Columns.__slots__
+        return Columns(**{n: np.concatenate([getattr(b, n) for b in blocks]) for n in names})
 
 
 class TraceReader:
@@ -96,7 +104,7 @@ class TraceReader:
         shared = {"run": self.run_ids, "deployment": self.deployments}
         self.keys: dict[Any, int] = shared.get(by, {})
         self.malformed = 0
-        self._blocks: list[tuple[np.ndarray, ...]] = []
+        self._blocks: list[Columns] = []
         self._decoder = decoder or BlockDecoder()
 
     def read(self, stream: IO[bytes], size: int | None = None) -> None:
@@ -134,8 +142,15 @@ class TraceReader:
         keys = {"run": runs, "deployment": deployments}.get(self.by)
         if keys is None:
             keys = _remap(self.keys, other.keys)
-        for run, deployment, key, *rest in other._blocks:
-            self._blocks.append((runs[run], deployments[deployment], keys[key], *rest))
+        for theirs in other._blocks:
+            self._blocks.append(
+                replace(
+                    theirs,
+                    run=runs[theirs.run],
+                    deployment=deployments[theirs.deployment],
+                    key=keys[theirs.key],
+                )
+            )
         for run_id, theirs in other.runs.items():
             mine = self.run_info(run_id)
             if mine.start_ms is None:
@@ -148,13 +163,9 @@ class TraceReader:
     def columns(self) -> Columns:
         """Every call read so far."""
         if not self._blocks:
-            ints = [np.zeros(0, np.int32)] * 3
-            flags = [np.zeros(0, bool)] * 2
-            empty = (np.zeros(0, np.int8), np.zeros(0, bool), *[np.zeros(0)] * 8, *flags)
-            return Columns(*ints, *empty)
-        if len(self._blocks) > 1:
-            self._blocks = [tuple(map(np.concatenate, zip(*self._blocks, strict=True)))]
-        return Columns(*self._blocks[0])
+            return _no_calls()
+        self._blocks = [Columns.joined(self._blocks)]
+        return self._blocks[0]
 
     def run_info(self, run_id: str) -> RunInfo:
         """The RunInfo of ``run_id``, made on first sight."""
@@ -202,27 +213,34 @@ class TraceReader:
 
         t0, t1 = timestamps(values("ts_start") + values("ts_end")).reshape(2, n)
         numbers = np.array([floats(values(name)) for name in _NUMBERS])
-        cols = [
-            codes(self.run_ids, values("run_id")),
-            codes(self.deployments, values("deployment")),
-            None,
-            small_codes(_OUTCOME_CHARS, values("outcome")).view(np.int8),
-            flags(values("stream")),
-            t0,
-            t1,
-            *numbers,
-            _charges(values("cost_usd")),
-            flags(values("cost_estimated")),
-            flags(values("usage_estimated")),
-        ]
-        cols[2] = {"run": cols[0], "deployment": cols[1]}.get(self.by)
-        if cols[2] is None:
-            cols[2] = codes(self.keys, values(KEY_FIELDS[self.by]))
+        run = codes(self.run_ids, values("run_id"))
+        deployment = codes(self.deployments, values("deployment"))
+        key = {"run": run, "deployment": deployment}.get(self.by)
+        if key is None:
+            key = codes(self.keys, values(KEY_FIELDS[self.by]))
+        latency, ttft, tokens_in, tokens_out, tokens_cached = numbers
+        block = Columns(
+            run=run,
+            deployment=deployment,
+            key=key,
+            outcome=small_codes(_OUTCOME_CHARS, values("outcome")).view(np.int8),
+            stream=flags(values("stream")),
+            t0=t0,
+            t1=t1,
+            latency=latency,
+            ttft=ttft,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            tokens_cached=tokens_cached,
+            cost=_charges(values("cost_usd")),
+            cost_estimated=flags(values("cost_estimated")),
+            usage_estimated=flags(values("usage_estimated")),
+        )
         good = _sane(t0, t1, numbers)
         if not good.all():
             self.malformed += int(n - good.sum())
-            cols = [c[good] for c in cols]
-        self._blocks.append(tuple(cols))
+            block = block.take(good)
+        self._blocks.append(block)
 
     def _meta(self, record: object) -> None:
         if type(record) not in (Run, RunEnd):
@@ -252,6 +270,28 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def _no_calls() -> Columns:
+    """The columns of no call, each of its type."""
+    ints, none, flag = np.zeros(0, np.int32), np.zeros(0), np.zeros(0, bool)
+    return Columns(
+        run=ints,
+        deployment=ints,
+        key=ints,
+        outcome=np.zeros(0, np.int8),
+        stream=flag,
+        t0=none,
+        t1=none,
+        latency=none,
+        ttft=none,
+        tokens_in=none,
+        tokens_out=none,
+        tokens_cached=none,
+        cost=none,
+        cost_estimated=flag,
+        usage_estimated=flag,
+    )
 
 
 def _charges(values: list[float | None]) -> np.ndarray:

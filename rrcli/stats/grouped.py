@@ -4,16 +4,18 @@ Why it exists: a trace may name 50,000 deployments (or models, or runs). Summari
 with its own numpy calls cost about 0.3 ms a group, fixed overhead that dwarfed the work (45 s
 for 50,000 one-call groups). Here each number is computed for all groups in a few whole-array
 operations: calls are sorted once by (group, value), and a group is a slice of the sorted
-arrays. Sorting is most of the cost: with up to FEW_GROUPS groups (the usual three deployments,
-and the total, one group) calls are put in group order by a radix sort of their small codes and
-each group's slice is sorted on its own (for a percentile, only partitioned at the ranks it
-needs), several times faster than one sort on two keys; more groups take the whole-array
-sort. Every function takes ``codes`` (the group of each call, 0 to ``n`` − 1) and returns one
-entry per group. All times are milliseconds.
+arrays. Sorting is most of the cost. For a percentile, with up to FEW_GROUPS groups (the usual
+three deployments, and the total, one group) calls are put in group order by a radix sort of
+their small codes and each group's slice is only partitioned at the ranks it needs, several
+times faster than one sort on two keys; more groups take the whole-array sort. Peak in flight
+and busy time take one sort of integer events that hold the group and the time at once, for
+any number of groups. Every function takes ``codes`` (the group of each call, 0 to ``n`` − 1)
+and returns one entry per group. All times are milliseconds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import isnan
 from typing import Any
 
@@ -75,39 +77,71 @@ def group_sweep(
     codes: np.ndarray, t0: np.ndarray, t1: np.ndarray, n: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per group, the peak of calls in flight and the busy time (the length of the union of its
-    calls' intervals), the intervals half-open [t0, t1).
+    calls' intervals), the intervals half-open [t0, t1) with t0 <= t1: one sort of events, for
+    any number of groups and any times.
 
-    Times become ranks among all of them (ties kept equal), so ``group × ranks + rank`` orders
-    every call by group, then time, in one exact integer key. Within a group, with starts S and
-    ends E sorted: just after S[i], i + 1 calls have started and those with an end <= S[i] are
-    gone; the group is idle after E[j] when no later start is <= E[j], until S[j + 1].
+    Each end and start is one integer event ``(group × width + tick) × 2``, plus 1 for a start
+    (``_ticks``: the times as integers in their order). Sorted, the events run group by group,
+    each group's in time order, and at one time ends come before starts: a call that ends then
+    is gone when one that starts then comes in. After each event the calls in flight are the
+    running sum of +1 a start, −1 an end (each group's sum ends at 0, so earlier groups add
+    nothing); a group's peak is its largest. A group is idle from an event after which that sum
+    is not above 0 to its next event; its busy time is the span from its first event to its last
+    less those gaps, summed in time order.
     """
     peak, busy = np.zeros(n, np.int64), np.zeros(n)
-    if not len(t0):
+    calls = len(t0)
+    if not calls:
         return peak, busy
-    counts = group_sums(codes, n).astype(np.int64)
-    if np.count_nonzero(counts) <= FEW_GROUPS:
-        return _sweep_each(codes, t0, t1, counts)
-    times, ranks = np.unique(np.concatenate((t0, t1)), return_inverse=True)
-    width = len(times) + 1
-    group = codes.astype(np.int64) * width
-    starts = np.sort(group + ranks[: len(t0)], kind="stable")  # nearly sorted: timsort's case
-    ends = np.sort(group + ranks[len(t0) :], kind="stable")
-    first = (np.cumsum(counts) - counts)[counts > 0]
-    # ends of earlier groups sort before every start of this one and offset both counts alike
-    in_flight = np.arange(1, len(starts) + 1) - np.searchsorted(ends, starts, "right")
-    peak[counts > 0] = np.maximum.reduceat(in_flight, first)
-    start_ms, end_ms = times[starts % width], times[ends % width]
-    owner = starts // width
-    last = np.zeros(len(starts), bool)
-    last[np.cumsum(counts[counts > 0]) - 1] = True
-    idle = (np.searchsorted(starts, ends, "right") == np.arange(1, len(ends) + 1)) & ~last
-    nxt = np.flatnonzero(idle) + 1
-    gaps = group_sums(owner[idle], n, start_ms[nxt] - end_ms[idle])
-    span = np.zeros(n)
-    span[counts > 0] = end_ms[np.cumsum(counts[counts > 0]) - 1] - start_ms[first]
-    busy = span - gaps
+    events, width, time_of = _ticks(t0, t1, n)
+    if n > 1:
+        group = codes.astype(np.int64) * width
+        events[:calls] += group
+        events[calls:] += group
+        del group
+    events <<= 1
+    events[calls:] += 1
+    events.sort(kind="stable")  # timsort: a trace is written about in time order
+    step = (events & 1).astype(np.int8)
+    step *= 2
+    step -= 1  # +1 a start, -1 an end
+    in_flight = np.cumsum(step, dtype=np.int32)
+    del step
+    counts = 2 * group_sums(codes, n).astype(np.int64)
+    some = counts > 0
+    last = np.cumsum(counts)[some] - 1
+    first = last - counts[some] + 1
+    peak[some] = np.maximum.reduceat(in_flight, first)
+    idle = in_flight <= 0
+    idle[last] = False  # a group's last event: no gap follows it in the group
+    after = np.flatnonzero(idle)
+    del idle, in_flight
+    events >>= 1  # group × width + tick
+    owner, tick = np.divmod(events[after], width)
+    gaps = time_of(events[after + 1] % width) - time_of(tick)
+    busy[some] = time_of(events[last] % width) - time_of(events[first] % width)
+    busy -= group_sums(owner, n, gaps)
     return peak, busy
+
+
+def _ticks(
+    t0: np.ndarray, t1: np.ndarray, n: int
+) -> tuple[np.ndarray, int, Callable[[np.ndarray], np.ndarray]]:
+    """The calls' ends then their starts as integer ticks in the order of their times (equal
+    times, equal ticks), every tick below ``width``, and the time of a tick. Whole milliseconds
+    (a trace's canonical form) are their own ticks, counted from the earliest; other times, or
+    too wide a span for ``n`` groups of ticks in 62 bits, are ranked among all the times."""
+    if _whole(t0) and _whole(t1):
+        lo = float(t0.min())
+        width = int(float(t1.max()) - lo) + 1
+        if n * width < 2**61:
+            calls = len(t0)
+            ticks = np.empty(2 * calls, np.int64)
+            np.subtract(t1, lo, out=ticks[:calls], casting="unsafe")
+            np.subtract(t0, lo, out=ticks[calls:], casting="unsafe")
+            return ticks, width, lambda tick: tick + lo
+    times, ranks = np.unique(np.concatenate((t1, t0)), return_inverse=True)
+    return ranks.astype(np.int64, copy=False), len(times), times.__getitem__
 
 
 def _in_group_order(codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -146,56 +180,9 @@ def _ranked_in_groups(
     return ordered
 
 
-def _sweep_each(
-    codes: np.ndarray, t0: np.ndarray, t1: np.ndarray, counts: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """``group_sweep`` one group at a time: the same numbers, summed in the same order."""
-    peak, busy = np.zeros(len(counts), np.int64), np.zeros(len(counts))
-    order = _in_group_order(codes, counts)
-    starts, ends = t0[order], t1[order]
-    sweep = _sweep_events if _whole(t0) and _whole(t1) else _sweep_sorted
-    for g, a, b in _slices(counts, np.cumsum(counts) - counts):
-        peak[g], busy[g] = sweep(starts[a:b], ends[a:b])
-    return peak, busy
-
-
 def _whole(times: np.ndarray) -> bool:
     """Whether every time is a whole millisecond well inside int64 (a trace's canonical form)."""
     return bool(np.array_equal(np.floor(times), times) and (np.abs(times) < 2.0**52).all())
-
-
-def _sweep_events(s: np.ndarray, e: np.ndarray) -> tuple[int, float]:
-    """One group's peak in flight and busy time from whole-millisecond times: every start and
-    end as one integer event (2t + 1 a start, 2t an end, so at a tie ends come first, as the
-    intervals are half-open), sorted once; the calls in flight after each event are a running
-    sum, and the group is busy between two events where that sum is above 0. Integer sums of
-    whole milliseconds: exactly what ``_sweep_sorted`` gives."""
-    n = len(s)
-    events = np.empty(2 * n, np.int64)
-    np.multiply(e, 2.0, out=events[:n], casting="unsafe")
-    np.multiply(s, 2.0, out=events[n:], casting="unsafe")
-    events[n:] += 1
-    events.sort()  # equal events are alike: no order among them matters
-    step = (events & 1).astype(np.int8)
-    step *= 2
-    step -= 1  # +1 a start, -1 an end
-    in_flight = np.cumsum(step, dtype=np.int32)
-    del step
-    events >>= 1  # the times
-    busy = np.diff(events).sum(where=in_flight[:-1] > 0)
-    return int(in_flight.max()), float(busy)
-
-
-def _sweep_sorted(s: np.ndarray, e: np.ndarray) -> tuple[int, float]:
-    """One group's peak in flight and busy time, for any times: starts and ends sorted, each
-    start's calls in flight and each end's idle gap found by binary search."""
-    s, e = np.sort(s, kind="stable"), np.sort(e, kind="stable")  # timsort: about in time order
-    calls = np.arange(1, len(s) + 1)
-    peak = (calls - np.searchsorted(e, s, "right")).max()
-    idle = np.searchsorted(s, e, "right") == calls
-    idle[-1] = False
-    gaps = s[np.flatnonzero(idle) + 1] - e[idle]
-    return int(peak), (e[-1] - s[0]) - np.bincount(np.zeros(len(gaps), np.intp), gaps, 1)[0]
 
 
 def group_rows(
@@ -228,37 +215,40 @@ def group_rows(
     tpot = (c.latency[streamed] - c.ttft[streamed]) / (c.tokens_out[streamed] - 1)
     calls = group_sums(codes, n)
     tokens = (np.nan_to_num(c.tokens_in), np.nan_to_num(c.tokens_out))
-    columns = (
-        calls,
-        _counts(codes, n, ok),
-        _counts(codes, n, c.outcome == 1),
-        _counts(codes, n, c.outcome == 2),
-        cached,
-        group_percentiles(codes[timed], c.latency[timed], n, (50, 95, 99)),
-        group_percentiles(codes[with_ttft], c.ttft[with_ttft], n, (50, 95)),
-        group_percentiles(codes[streamed], tpot, n, (50,)),
-        group_sums(codes, n, tokens[0]),
-        group_sums(codes, n, tokens[1]),
-        _counts(codes, n, c.usage_estimated),
-        *_money(c, codes, n, (price_in, price_out, price_cached), tokens),
-        *group_sweep(codes, c.t0, c.t1, n),
-    )
-    values = [column.tolist() for column in columns]  # Python numbers: 10x faster to read
+    peak, busy = group_sweep(codes, c.t0, c.t1, n)
+    columns = {
+        "calls": calls,
+        "ok": _counts(codes, n, ok),
+        "retried": _counts(codes, n, c.outcome == 1),
+        "errors": _counts(codes, n, c.outcome == 2),
+        "cached": cached,
+        "latency": group_percentiles(codes[timed], c.latency[timed], n, (50, 95, 99)),
+        "ttft": group_percentiles(codes[with_ttft], c.ttft[with_ttft], n, (50, 95)),
+        "tpot": group_percentiles(codes[streamed], tpot, n, (50,)),
+        "tokens_in": group_sums(codes, n, tokens[0]),
+        "tokens_out": group_sums(codes, n, tokens[1]),
+        "guessed": _counts(codes, n, c.usage_estimated),
+        **_money(c, codes, n, (price_in, price_out, price_cached), tokens),
+        "peak": peak,
+        "busy": busy,
+    }
+    values = {name: column.tolist() for name, column in columns.items()}  # 10x faster to read
     return [
-        (g, _row(*(column[g] for column in values), total))
+        (g, _row(total, **{name: column[g] for name, column in values.items()}))
         for g in (range(n) if empty else np.flatnonzero(calls + cached).tolist())
     ]
 
 
 def _money(
     c: Columns, codes: np.ndarray, n: int, prices: tuple[np.ndarray, ...], tokens: tuple
-) -> tuple:
-    """Per group: the cost (NaN: no priced call), the priced calls, those whose cost is an
-    estimate, the cached input tokens, and what they saved at the cached-input price (NaN: no
-    call with a price). A call costs what its record says it was charged, else its tokens at
-    its price; ``prices``: USD per million input, output and cached input tokens of each call;
-    ``tokens``: its input and output tokens, 0 for none. Sums run over every call, those without
-    a price adding an exact 0.0: the same sums as over the priced calls alone."""
+) -> dict[str, np.ndarray]:
+    """Per group: the cost (``spent``; NaN: no priced call), the ``priced`` calls, those whose
+    cost is an ``estimated`` one, the cached input tokens (``held``), and what they ``saved`` at
+    the cached-input price (NaN: no call with a price). A call costs what its record says it
+    was charged, else its tokens at its price; ``prices``: USD per million input, output and
+    cached input tokens of each call; ``tokens``: its input and output tokens, 0 for none. Sums
+    run over every call, those without a price adding an exact 0.0: the same sums as over the
+    priced calls alone."""
     price_in, price_out, price_cached = prices
     tokens_in, tokens_out = tokens
     known = ~np.isnan(price_in)
@@ -269,16 +259,18 @@ def _money(
     costs = np.where(charged, c.cost * 1e6, costs)  # in USD per million, as the prices are
     priced_calls = _counts(codes, n, known | charged)
     known_calls = _counts(codes, n, known)
-    return (
-        np.where(priced_calls > 0, group_sums(codes, n, costs), np.nan),
-        priced_calls,
-        _counts(codes, n, charged & c.cost_estimated),
-        group_sums(codes, n, held),
-        np.where(known_calls > 0, group_sums(codes, n, saved), np.nan),
-    )
+    return {
+        "spent": np.where(priced_calls > 0, group_sums(codes, n, costs), np.nan),
+        "priced": priced_calls,
+        "estimated": _counts(codes, n, charged & c.cost_estimated),
+        "held": group_sums(codes, n, held),
+        "saved": np.where(known_calls > 0, group_sums(codes, n, saved), np.nan),
+    }
 
 
 def _row(
+    total,
+    *,
     calls,
     ok,
     retried,
@@ -297,9 +289,9 @@ def _row(
     saved,
     peak,
     busy,
-    total,
 ) -> dict[str, Any]:
-    """One group's summary fields from its numbers (NaN: no sample, no price)."""
+    """One group's summary fields from its numbers (NaN: no sample, no price); ``total``: the
+    calls a share is of."""
     return {
         "calls": int(calls),
         "ok": int(ok),
