@@ -81,6 +81,7 @@ class Pool:
         self._calls = 0
         self._open: set[asyncio.Task[CallOutcome]] = set()  # the calls not yet ended
         self._closing = False
+        self._shutdown: asyncio.Future[None] | None = None  # the close under way, once begun
 
     @classmethod
     def from_profile(
@@ -106,6 +107,7 @@ class Pool:
         """Check the keys and the budget's prices (UsageError, nothing sent), then build the
         engine: the router over the gates, one client per backend and the trace file."""
         quiet_unless_configured()
+        self._closing, self._shutdown = False, None
         self._engine = await open_engine(
             self.profile,
             self._options,
@@ -126,15 +128,16 @@ class Pool:
         attempt is traced and charged before the run_end record says the spend."""
         if self._engine is None:
             return
-        engine = self._engine
-        if not self._closing:
+        if self._shutdown is None:  # a second close waits for the first
             self._closing = True
-            sending = engine.stop_sending()
-            for task in self._open - sending:
-                task.cancel(CLOSED)
-            await _ended(self._open, timeout)
-        if self._engine is None:  # another close finished it meanwhile
-            return
+            self._shutdown = asyncio.ensure_future(self._close(self._engine, timeout))
+        await asyncio.shield(self._shutdown)
+
+    async def _close(self, engine: Engine, timeout: float) -> None:
+        sending = engine.stop_sending()
+        for task in self._open - sending:
+            task.cancel(CLOSED)
+        await _ended(self._open, timeout)
         if self._flusher is not None:
             self._flusher.cancel()
         self._engine = None
