@@ -28,6 +28,10 @@ interrupted)::
         ├── UntranslatableError     the request cannot be written in the backend's API: not sent
         └── Cancelled               the call was cancelled while it was sent (traced, then raised)
 
+Retryability is a property of the error (``transient``, ``retry_after``), decided where the error
+is made, so the runner has no if-chain of statuses (httpx's ``_exceptions.py`` draws its tree the
+same way).
+
 Two more trees hold what rrcli raises and catches itself. None is an ``RRCLIError``, so ``except
 RRCLIError`` never stops one on its way, and none reaches a user as an exception::
 
@@ -41,10 +45,6 @@ RRCLIError`` never stops one on its way, and none reaches a user as an exception
     BadInput                        an input at fault, answered as data where it was read
     ├── LineError                   a jobs line's fault: the job is written as invalid
     └── InvalidSimRequest           a request `rrcli sim` refuses: its 400 body
-
-Retryability is a property of the error (``transient``, ``retry_after``), decided where the error
-is made, so the runner has no if-chain of statuses (httpx's ``_exceptions.py`` draws its tree the
-same way).
 """
 
 from __future__ import annotations
