@@ -153,7 +153,8 @@ async def _run_open(
     sender = open_sender(start.otlp, summary.run_id, stack)
     closed = output_closed(control, summary)
     results, traces = open_outputs(options, summary.run_id, stack, sender, shared, closed)
-    traces.run(profile, None if shared is None else shared.label)
+    written = None if options.on_result is not None else options.out_file
+    traces.run(profile, None if shared is None else shared.label, written)
     engine = Engine(
         profile,
         options.stream,

@@ -1,0 +1,121 @@
+"""What a new user tripped on in their first hour with `run`, `validate` and `stats`, each
+checked through the CLI as they met it."""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+from runkit import read_jsonl, rrcli, write_profile
+
+PRICE = {"input": 4.0, "output": 8.0}  # USD per million tokens: a job costs about $0.0001
+
+
+def _jobs(path, n):
+    lines = (
+        orjson.dumps({"id": f"j{i}", "prompt": f"question {i}", "params": {"max_tokens": 20}})
+        for i in range(n)
+    )
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+def _summary(stderr):
+    """The closing line's counts: {"ok": 23, "error": 0, "invalid": 0, "skipped": 27}."""
+    found = re.search(r"(\d+) ok, (\d+) error, (\d+) invalid, (\d+) skipped", stderr)
+    assert found is not None, stderr
+    return dict(zip(("ok", "error", "invalid", "skipped"), map(int, found.groups()), strict=True))
+
+
+def _spend(traces, run_ids):
+    """USD the call records of the runs ``run_ids`` were charged."""
+    calls = (r for r in read_jsonl(traces) if r["event"] == "call" and r["run_id"] in run_ids)
+    return sum(r["cost_usd"] for r in calls)
+
+
+def test_a_resumed_budget_counts_only_its_results_files_spend(tmp_path, sim_server):
+    """Three runs sharing the default traces file (named after the jobs file): all of
+    small.jsonl, then `--out b.jsonl --max-cost 0.003` (exit 3), then `--out b.jsonl --max-cost
+    0.006 --resume`: the resumed run counts b.jsonl's calls only (the first run's spend is not
+    b.jsonl's), so it goes on where the first b run stopped, and each run record names the
+    results file it wrote."""
+    server = sim_server(output_tokens=10, seed=1)
+    profile = write_profile(
+        tmp_path / "p.toml", [{"id": "s", "base_url": server.openai_url, "price": PRICE}]
+    )
+    _jobs(tmp_path / "small.jsonl", 50)
+    assert 0 == rrcli("run", "small.jsonl", "-p", profile, "-q", cwd=tmp_path).returncode
+    first = rrcli(
+        "run",
+        "small.jsonl",
+        "-p",
+        profile,
+        "-q",
+        "--out",
+        "b.jsonl",
+        "--max-cost",
+        "0.003",
+        cwd=tmp_path,
+    )
+    assert 3 == first.returncode, first.stderr
+    held = len(read_jsonl(tmp_path / "b.jsonl"))
+    again = rrcli(
+        "run",
+        "small.jsonl",
+        "-p",
+        profile,
+        "--out",
+        "b.jsonl",
+        "--max-cost",
+        "0.006",
+        "--resume",
+        cwd=tmp_path,
+    )
+    assert 0 == again.returncode, again.stderr
+    traces = tmp_path / "small.traces.jsonl"
+    runs = [r for r in read_jsonl(traces) if r["event"] == "run"]
+    assert ["small.results.jsonl", "b.jsonl", "b.jsonl"] == [r["results"] for r in runs]
+    small, b_runs = {runs[0]["run_id"]}, {runs[1]["run_id"], runs[2]["run_id"]}
+    assert _spend(traces, small) > 0.004
+    (end,) = [r for r in read_jsonl(traces) if r["event"] == "run_end"][-1:]
+    assert round(_spend(traces, b_runs), 6) == end["budget"]["spent"]
+    assert {"ok": 50 - held, "error": 0, "invalid": 0, "skipped": held} == _summary(again.stderr)
+    assert 50 == len(read_jsonl(tmp_path / "b.jsonl"))
+
+
+def test_a_halted_resume_counts_every_job_its_results_file_holds(tmp_path, sim_server):
+    """A resumed run that reaches its budget reports as skipped every job the results file
+    holds, those past where it stopped too, and as not run only the jobs left without a
+    result: ok + skipped is what the file holds."""
+    server = sim_server(output_tokens=10, seed=1)
+    profile = write_profile(
+        tmp_path / "p.toml", [{"id": "s", "base_url": server.openai_url, "price": PRICE}]
+    )
+    _jobs(tmp_path / "small.jsonl", 50)
+    odd = [
+        line for i, line in enumerate((tmp_path / "small.jsonl").read_bytes().splitlines()) if i % 2
+    ]
+    (tmp_path / "odd.jsonl").write_bytes(b"\n".join(odd) + b"\n")
+    assert (
+        0
+        == rrcli(
+            "run", "odd.jsonl", "-p", profile, "-q", "--out", "b.jsonl", cwd=tmp_path
+        ).returncode
+    )
+    again = rrcli(
+        "run",
+        "small.jsonl",
+        "-p",
+        profile,
+        "--out",
+        "b.jsonl",
+        "--max-cost",
+        "0.001",
+        "--resume",
+        cwd=tmp_path,
+    )
+    assert 3 == again.returncode, again.stderr
+    held = len(read_jsonl(tmp_path / "b.jsonl"))
+    counts = _summary(again.stderr)
+    assert {"ok": held - 25, "error": 0, "invalid": 0, "skipped": 25} == counts
+    assert f"; {50 - held} jobs not run" in again.stderr
