@@ -3,10 +3,13 @@ checked through the CLI as they met it."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import orjson
-from runkit import read_jsonl, rrcli, write_profile
+from runkit import ROOT, read_jsonl, rrcli, write_profile
 
 PRICE = {"input": 4.0, "output": 8.0}  # USD per million tokens: a job costs about $0.0001
 
@@ -119,3 +122,48 @@ def test_a_halted_resume_counts_every_job_its_results_file_holds(tmp_path, sim_s
     counts = _summary(again.stderr)
     assert {"ok": held - 25, "error": 0, "invalid": 0, "skipped": 25} == counts
     assert f"; {50 - held} jobs not run" in again.stderr
+
+
+AUDITED = """
+import sys
+
+def hook(event, args):
+    if event in ("socket.getaddrinfo", "socket.gethostbyname", "socket.connect"):
+        print("network:", event, args[0], file=sys.stderr)
+
+sys.addaudithook(hook)
+from rrcli.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_validate_without_probe_makes_no_lookup(tmp_path):
+    """`rrcli validate` on a profile of real providers' hosts asks no resolver and opens no
+    connection (an audit hook sees every getaddrinfo and connect), and warns of no host that
+    did not resolve; `--probe` is what reaches the network."""
+    write_profile(
+        tmp_path / "p.toml",
+        [
+            {
+                "id": "a",
+                "base_url": "https://api.openai.com/v1",
+                "credentials": {"api_key_env": "K"},
+            },
+            {
+                "id": "b",
+                "base_url": "https://no-such-host.invalid/v1",
+                "credentials": {"api_key_env": "K"},
+            },
+        ],
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", AUDITED, "validate", "p.toml"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "K": "sk-test"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert 0 == done.returncode, done.stderr
+    assert "" == done.stderr
+    assert "did not resolve" not in done.stdout
