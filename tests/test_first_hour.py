@@ -9,7 +9,10 @@ import subprocess
 import sys
 
 import orjson
+from click.testing import CliRunner
 from runkit import ROOT, read_jsonl, rrcli, write_profile
+
+from rrcli.cli import main
 
 PRICE = {"input": 4.0, "output": 8.0}  # USD per million tokens: a job costs about $0.0001
 
@@ -167,3 +170,24 @@ def test_validate_without_probe_makes_no_lookup(tmp_path):
     assert 0 == done.returncode, done.stderr
     assert "" == done.stderr
     assert "did not resolve" not in done.stdout
+
+
+def test_init_names_the_key_variables_left_to_export(tmp_path):
+    """`rrcli init` says which key variables are unset and that they are the only thing left;
+    `validate` then fails on exactly those, and passes once they are exported."""
+    path = tmp_path / "rrcli.toml"
+    unset = {"OPENAI_API_KEY_1": None, "OPENAI_API_KEY_2": None, "OPENAI_API_KEY_3": "sk-x"}
+    runner = CliRunner()
+    done = runner.invoke(main, ["init", str(path)], env=unset)
+    assert 0 == done.exit_code, done.output
+    expected = (
+        f"wrote {path} (3 openai backends); the only thing left: export OPENAI_API_KEY_1, "
+        f"OPENAI_API_KEY_2 (unset now; one key per backend), then: rrcli validate {path}\n"
+    )
+    assert expected == done.output
+    checked = runner.invoke(main, ["validate", str(path)], env=unset)
+    assert 1 == checked.exit_code
+    unset_named = re.findall(r"variable (\w+) is not set", checked.output)
+    assert ["OPENAI_API_KEY_1", "OPENAI_API_KEY_2"] == unset_named
+    keys = {"OPENAI_API_KEY_1": "sk-a", "OPENAI_API_KEY_2": "sk-b", "OPENAI_API_KEY_3": "sk-c"}
+    assert 0 == runner.invoke(main, ["validate", str(path)], env=keys).exit_code
