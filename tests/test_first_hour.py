@@ -3,16 +3,26 @@ checked through the CLI as they met it."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import subprocess
 import sys
 
+import httpx2
 import orjson
+import pytest
 from click.testing import CliRunner
 from runkit import ROOT, read_jsonl, rrcli, write_profile
 
+from rrcli import Pool, PoolTransport, UsageError
 from rrcli.cli import main
+
+try:
+    import openai
+except ImportError:  # the sync client is then a bare httpx2.Client
+    openai = None
+HI = [{"role": "user", "content": "Hi"}]
 
 PRICE = {"input": 4.0, "output": 8.0}  # USD per million tokens: a job costs about $0.0001
 
@@ -135,7 +145,14 @@ def hook(event, args):
         print("network:", event, args[0], file=sys.stderr)
 
 sys.addaudithook(hook)
+import rrcli
 from rrcli.cli import main
+
+try:
+    import openai
+except ImportError:  # the sync client is then a bare httpx2.Client
+    openai = None
+HI = [{"role": "user", "content": "Hi"}]
 main(sys.argv[1:])
 """
 
@@ -191,3 +208,37 @@ def test_init_names_the_key_variables_left_to_export(tmp_path):
     assert ["OPENAI_API_KEY_1", "OPENAI_API_KEY_2"] == unset_named
     keys = {"OPENAI_API_KEY_1": "sk-a", "OPENAI_API_KEY_2": "sk-b", "OPENAI_API_KEY_3": "sk-c"}
     assert 0 == runner.invoke(main, ["validate", str(path)], env=keys).exit_code
+
+
+def test_a_sync_client_over_pool_transport_is_told_to_use_the_async_one(tmp_path, sim_server):
+    """The sync OpenAI SDK (else a bare httpx2.Client) over rrcli.PoolTransport: a UsageError
+    naming the async client and `rrcli serve`, not an AttributeError; nothing is sent. A sync
+    client opened with `with` over it is refused as it opens."""
+    server = sim_server()
+    path = write_profile(tmp_path / "p.toml", [{"id": "a", "base_url": server.openai_url}])
+
+    async def opened():
+        pool = Pool.from_profile(path)
+        await pool.__aenter__()
+        return pool
+
+    pool = asyncio.run(opened())
+    try:
+        http = httpx2.Client(transport=PoolTransport(pool))
+        with pytest.raises(UsageError) as refused:
+            if openai is None:
+                http.post("http://pool/v1/chat/completions", json={"model": "p", "messages": HI})
+            else:
+                client = openai.OpenAI(base_url="http://pool/v1", api_key="-", http_client=http)
+                client.with_options(max_retries=0).chat.completions.create(model="p", messages=HI)
+        with pytest.raises(UsageError) as opened_sync, httpx2.Client(transport=PoolTransport(pool)):
+            pass
+    finally:
+        asyncio.run(pool.__aexit__(None, None, None))
+    expected = (
+        "rrcli.PoolTransport serves async clients only: use httpx2.AsyncClient (and "
+        "openai.AsyncOpenAI or anthropic.AsyncAnthropic over it), or run rrcli serve and point "
+        "the sync client's base_url at it"
+    )
+    assert (expected, expected) == (str(refused.value), str(opened_sync.value))
+    assert 0 == server.stats()["requests"]
