@@ -242,3 +242,22 @@ def test_a_sync_client_over_pool_transport_is_told_to_use_the_async_one(tmp_path
     )
     assert (expected, expected) == (str(refused.value), str(opened_sync.value))
     assert 0 == server.stats()["requests"]
+
+
+def test_a_small_budget_is_printed_with_the_figures_it_needs(tmp_path, sim_server):
+    """A $0.003 budget: the halt says `budget reached: $0.0029 of $0.003 spent` (two
+    significant figures, never $0.00 of $0.00), and `rrcli stats` gives the cost so too."""
+    server = sim_server(output_tokens=10, seed=1)
+    profile = write_profile(
+        tmp_path / "p.toml", [{"id": "s", "base_url": server.openai_url, "price": PRICE}]
+    )
+    _jobs(tmp_path / "small.jsonl", 50)
+    done = rrcli("run", "small.jsonl", "-p", profile, "-q", "--max-cost", "0.003", cwd=tmp_path)
+    assert 3 == done.returncode, done.stderr
+    (end,) = [r for r in read_jsonl(tmp_path / "small.traces.jsonl") if r["event"] == "run_end"]
+    spent = end["budget"]["spent"]
+    assert 0.001 < spent < 0.003
+    assert f"rrcli: budget reached: ${spent:.2g} of $0.003 spent;" in done.stderr
+    stats = rrcli("stats", "small.traces.jsonl", cwd=tmp_path, env={"COLUMNS": "160"})
+    assert 0 == stats.returncode, stats.stderr
+    assert f"cost {spent:.2g} (100 % of calls priced)" in stats.stdout
