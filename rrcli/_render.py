@@ -146,14 +146,15 @@ _COLUMNS = (
     ("deployment", "left"),
     ("in flight / cap", "right"),
     ("ok calls", "right"),
-    ("retries", "right"),
+    ("retried", "right"),
     ("errors", "right"),
     ("", "left"),
 )
 
 
 def _deployments(rows: Rows) -> Table:
-    """A row per deployment: in flight of its cap, ok calls, retries, errors, down or cooling."""
+    """A row per deployment: in flight of its cap, ok calls, failed calls retried and those no
+    retry followed (counts that only grow), down or cooling."""
     table = Table(box=None, pad_edge=False)
     for name, justify in _COLUMNS:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ checked through the CLI as they met it."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import subprocess
@@ -13,7 +14,7 @@ import httpx2
 import orjson
 import pytest
 from click.testing import CliRunner
-from runkit import ROOT, read_jsonl, rrcli, write_profile
+from runkit import ROOT, Terminal, read_jsonl, rrcli, write_jobs, write_profile
 
 from rrcli import Pool, PoolTransport, UsageError
 from rrcli.cli import main
@@ -23,6 +24,9 @@ try:
 except ImportError:  # the sync client is then a bare httpx2.Client
     openai = None
 HI = [{"role": "user", "content": "Hi"}]
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+#: a deployment's row of the live display: ok calls, retried, errors
+ROW = re.compile(r"^(alpha|beta) +\d+ / [^ ]+(?: \(max \d+\))? +([\d,]+) +([\d,]+) +([\d,]+)", re.M)
 
 PRICE = {"input": 4.0, "output": 8.0}  # USD per million tokens: a job costs about $0.0001
 
@@ -145,14 +149,7 @@ def hook(event, args):
         print("network:", event, args[0], file=sys.stderr)
 
 sys.addaudithook(hook)
-import rrcli
 from rrcli.cli import main
-
-try:
-    import openai
-except ImportError:  # the sync client is then a bare httpx2.Client
-    openai = None
-HI = [{"role": "user", "content": "Hi"}]
 main(sys.argv[1:])
 """
 
@@ -261,3 +258,31 @@ def test_a_small_budget_is_printed_with_the_figures_it_needs(tmp_path, sim_serve
     stats = rrcli("stats", "small.traces.jsonl", cwd=tmp_path, env={"COLUMNS": "160"})
     assert 0 == stats.returncode, stats.stderr
     assert f"cost {spent:.2g} (100 % of calls priced)" in stats.stdout
+
+
+def test_the_live_displays_counts_only_grow(tmp_path, sim_server):
+    """Frames of a run's live display, on backends failing a third of their calls and
+    retrying after a pause long enough to be seen: each deployment's ok calls, retried and
+    errors never go down from one frame to the next, and the columns say what they count."""
+    servers = [sim_server(latency_ms=20, error_rate=0.35, seed=i) for i in range(2)]
+    backends = [
+        {"id": name, "base_url": s.openai_url, "max_concurrency": 2}
+        for name, s in zip(("alpha", "beta"), servers, strict=True)
+    ]
+    retry = {"max_retries": 1, "backoff_initial": 0.3, "backoff_max": 0.3}
+    profile = write_profile(tmp_path / "p.toml", backends, retry=retry)
+    write_jobs(tmp_path / "jobs.jsonl", 60)
+    terminal = Terminal("run", "jobs.jsonl", "-p", profile, cwd=tmp_path)
+    assert terminal.finish() in (0, 1), ANSI.sub("", terminal.text)
+    screen = ANSI.sub("", terminal.text)
+    assert "deployment  in flight / cap  ok calls  retried  errors" in screen
+    frames: dict[str, list[tuple[int, ...]]] = {"alpha": [], "beta": []}
+    for found in ROW.finditer(screen):
+        frames[found[1]].append(tuple(int(n.replace(",", "")) for n in found.groups()[1:]))
+    for name, rows in frames.items():
+        assert len(rows) > 4, screen
+        pairs = itertools.pairwise(rows)
+        shrunk = [(a, b) for a, b in pairs if any(x > y for x, y in zip(a, b, strict=True))]
+        assert [] == shrunk, name
+    (alpha_last,) = frames["alpha"][-1:]
+    assert alpha_last[1] > 0 and alpha_last[2] > 0  # retries and final errors were seen
