@@ -15,9 +15,11 @@ import orjson
 import pytest
 from click.testing import CliRunner
 from runkit import ROOT, Terminal, read_jsonl, rrcli, write_jobs, write_profile
+from screens import plain, stats_traces
 
 from rrcli import Pool, PoolTransport, UsageError
 from rrcli.cli import main
+from rrcli.stats.cells import COLUMNS
 
 try:
     import openai
@@ -286,3 +288,53 @@ def test_the_live_displays_counts_only_grow(tmp_path, sim_server):
         assert [] == shrunk, name
     (alpha_last,) = frames["alpha"][-1:]
     assert alpha_last[1] > 0 and alpha_last[2] > 0  # retries and final errors were seen
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_stats_wide_rows_are_never_wrapped(tmp_path, width):
+    """`rrcli stats --wide` on a terminal of 80 and 160 columns: no line is wider than the
+    terminal (so none wraps), every column is shown whole (its head's words intact), and each
+    deployment's row is one line in every table it is in."""
+    stats_traces(tmp_path)
+    terminal = Terminal(
+        "stats", "jobs.traces.jsonl", "--wide", cwd=tmp_path, env={"COLUMNS": str(width)}
+    )
+    assert 0 == terminal.finish()
+    screen = plain(terminal.text)
+    assert [] == [line for line in screen.splitlines() if len(line) > width]
+    heads = [word for column in COLUMNS for word in column.head.split()]
+    assert [] == [
+        word for word in heads if not re.search(rf"(?<!\S){re.escape(word)}(?!\S)", screen)
+    ]
+    tables = screen.count("deployment ")
+    for name in ("local-vllm", "openai-a", "openai-b"):
+        rows = [line for line in screen.splitlines() if line.startswith(name)]
+        assert tables == len(rows)
+        assert all(
+            re.fullmatch(rf"{name}( +[-\d.,%]+(?: \(\d+ % priced\))?)+", row) for row in rows
+        ), rows
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_validate_never_cuts_a_word(tmp_path, width):
+    """`rrcli validate` on a terminal of 80 and 160 columns: every word of every diagnostic
+    (its place, problem and fix, as --json gives them) is on the screen whole, and no line is
+    wider than the terminal (but for the one naming the profile, whose path is one long word)."""
+    (tmp_path / "p.toml").write_text(
+        "[defaults]\nmax_concurrency = 0\n"
+        '[[backends]]\nid = "a"\nprovider = "openai"\nmodel = "gpt-4o-mini"\n'
+        'credentials = { api_key_env = "FIRST_HOUR_UNSET_KEY" }\n'
+        '[[backends]]\nid = "b"\nprovider = "openai"\nmodel = "gpt-4o-mini"\n'
+        'base_url = "http://10.0.0.1/v1"\ncredentials = { api_key_env = "FIRST_HOUR_UNSET_KEY" }\n'
+    )
+    report = orjson.loads(rrcli("validate", "p.toml", "--json", cwd=tmp_path).stdout)
+    diagnostics = report["errors"] + report["warnings"]
+    assert 4 <= len(diagnostics)
+    terminal = Terminal("validate", "p.toml", cwd=tmp_path, env={"COLUMNS": str(width)})
+    assert 1 == terminal.finish()
+    screen = plain(terminal.text)
+    lines = [line for line in screen.splitlines() if "p.toml" not in line]  # a path is one word
+    assert [] == [line for line in lines if len(line) > width]
+    places = [part for d in diagnostics for part in re.split(r"(?<=\])\.", d["path"])]
+    texts = [*places, *(d[key] for d in diagnostics for key in ("message", "fix"))]
+    assert [] == sorted({word for text in texts for word in text.split() if word not in screen})
