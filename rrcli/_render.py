@@ -16,6 +16,7 @@ from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -25,6 +26,7 @@ from rrcli.stats.text import cost_line, estimated_line
 if TYPE_CHECKING:
     from rrcli.config.load import ValidationReport
     from rrcli.config.profile import Profile
+    from rrcli.diagnostic import Diagnostic
     from rrcli.engine.summary import RunSummary
     from rrcli.routing.control import RunControl
     from rrcli.routing.lease import BackendState
@@ -146,14 +148,15 @@ _COLUMNS = (
     ("deployment", "left"),
     ("in flight / cap", "right"),
     ("ok calls", "right"),
-    ("retries", "right"),
+    ("retried", "right"),
     ("errors", "right"),
     ("", "left"),
 )
 
 
 def _deployments(rows: Rows) -> Table:
-    """A row per deployment: in flight of its cap, ok calls, retries, errors, down or cooling."""
+    """A row per deployment: in flight of its cap, ok calls, failed calls retried and those no
+    retry followed (counts that only grow), down or cooling."""
     table = Table(box=None, pad_edge=False)
     for name, justify in _COLUMNS:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
@@ -230,26 +233,58 @@ _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow"}
 
 
 def print_validation(report: ValidationReport, console: Console | None = None) -> None:
-    """``rrcli validate`` on a terminal: one table row per diagnostic, then the verdict."""
+    """``rrcli validate`` on a terminal: one table row per diagnostic, its cells wrapped at
+    word boundaries only, or, on a terminal too narrow for that, a block per diagnostic; then
+    the verdict."""
     console = console or _console()
     if report.diagnostics:
-        table = Table(title=report.source, title_justify="left", show_lines=False, expand=False)
-        table.add_column("", no_wrap=True)
-        table.add_column("line", justify="right", no_wrap=True)
-        table.add_column("where", overflow="fold")
-        table.add_column("problem", overflow="fold")
-        table.add_column("fix", overflow="fold", style="dim")
-        for d in report.diagnostics:
-            table.add_row(
-                Text(d.severity, style=_SEVERITY_STYLE.get(d.severity, "")),
-                "" if d.line is None else str(d.line),
-                d.subject,
-                d.message,
-                d.fix,
-            )
-        console.print(table)
+        table = _diagnostics_table(report)
+        # each column's least width, its padding (one a side) and the borders between them
+        least = sum(c.min_width or 0 for c in table.columns) + 3 * len(table.columns) + 1
+        if least <= console.width:
+            console.print(table, soft_wrap=False)
+        else:
+            console.print(report.source)
+            for d in report.diagnostics:
+                console.print(_diagnostic_block(d), soft_wrap=False)
     style = "bold green" if report.ok else "bold red"
     console.print(Text(report.summary(), style=style))
+
+
+def _diagnostics_table(report: ValidationReport) -> Table:
+    """A row per diagnostic; each column at least as wide as its longest word, so no word is
+    ever cut."""
+    rows = [
+        (d.severity, "" if d.line is None else str(d.line), d.subject, d.message, d.fix)
+        for d in report.diagnostics
+    ]
+    table = Table(title=report.source, title_justify="left", show_lines=False, expand=False)
+    heads = ("", "line", "where", "problem", "fix")
+    for i, head in enumerate(heads):
+        widest = max(len(word) for row in rows for word in [head, *row[i].split()])
+        table.add_column(
+            head,
+            justify="right" if head == "line" else "left",
+            min_width=widest,
+            style="dim" if head == "fix" else "",
+        )
+    for severity, *cells in rows:
+        table.add_row(Text(severity, style=_SEVERITY_STYLE.get(severity, "")), *cells)
+    return table
+
+
+def _diagnostic_block(d: Diagnostic) -> Group:
+    """One diagnostic for a narrow terminal: its severity, line and place on a line, then its
+    problem and fix indented below, each wrapped at word boundaries."""
+    head = Text(d.severity, style=_SEVERITY_STYLE.get(d.severity, ""))
+    if d.line is not None:
+        head.append(f"  line {d.line}")
+    head.append(f"  {d.subject}")
+    return Group(
+        head,
+        Padding(Text(d.message), (0, 0, 0, 2)),
+        Padding(Text(f"fix: {d.fix}", "dim"), (0, 0, 0, 2)),
+    )
 
 
 # --- rrcli stats ----------------------------------------------------------------------------
@@ -274,8 +309,10 @@ def render_stats(
     summary: dict[str, Any], columns: tuple[Column, ...] = DEFAULT, *, fit: bool = True
 ) -> None:
     """The stats table: one row per group, then the total, the jobs, the runs read and the
-    malformed lines. On a terminal the default columns that do not fit are left out (and named);
-    columns asked for by name, and every table written to a pipe, are drawn whole however wide."""
+    malformed lines. On a terminal the default columns that do not fit are left out (and named),
+    and columns asked for (``--wide``, ``--columns``) that do not fit in one table are drawn as
+    tables one under another, each with the group column and as many columns as fit; a table
+    written to a pipe is drawn whole however wide."""
     console = _console()
     title = f"rrcli stats by {summary['by']}"
     if fit:
@@ -288,10 +325,33 @@ def render_stats(
     if console.is_terminal and fit:
         columns, hidden = _fitting(console, summary, columns)
     table = _stats_table(title, summary, columns)
-    if not console.is_terminal or _needed(console, table, summary) > console.width:
-        console = _stats_console(_natural_width(console, table))  # a terminal wraps its lines
+    if console.is_terminal and _needed(console, table, summary) > console.width:
+        for i, part in enumerate(_stacked(console, summary, columns)):
+            if i:
+                console.print()
+            console.print(_stats_table(title if i == 0 else "", summary, part))
+        _print_footer(console, summary, hidden)
+        return
+    if not console.is_terminal:
+        console = _stats_console(_natural_width(console, table))
     console.print(table)
     _print_footer(console, summary, hidden)
+
+
+def _stacked(
+    console: Console, summary: dict[str, Any], columns: tuple[Column, ...]
+) -> list[tuple[Column, ...]]:
+    """``columns`` in order, cut into runs that each fit the terminal beside the group column
+    (a column too wide for any is a run of its own)."""
+    parts: list[tuple[Column, ...]] = []
+    run: tuple[Column, ...] = ()
+    for column in columns:
+        wider = (*run, column)
+        if run and _needed(console, _stats_table("", summary, wider), summary) > console.width:
+            parts.append(run)
+            wider = (column,)
+        run = wider
+    return [*parts, run]
 
 
 def _stats_table(title: str, summary: dict[str, Any], columns: tuple[Column, ...]) -> Table:

@@ -273,12 +273,14 @@ def validate(
 )
 @click.option("--force", is_flag=True, help="Overwrite PATH if it exists.")
 def init(path: str, provider: str, backends: int, force: bool) -> None:
-    """Write a starter profile to PATH (default ./rrcli.toml) that validates as written."""
-    from rrcli.config.starter import write_starter
+    """Write a starter profile to PATH (default ./rrcli.toml); it validates once the key
+    variables it names are exported, and init names those still unset."""
+    import os
+
+    from rrcli.config.starter import next_step, write_starter
 
     written = write_starter(Path(path), provider, backends, force)
-    pool = f"{backends} {provider} backend" + ("s" if backends > 1 else "")
-    click.echo(f"wrote {written} ({pool}); next: rrcli validate {written}")
+    click.echo(next_step(written, provider, backends, os.environ))
 
 
 @main.command()

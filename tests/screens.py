@@ -78,8 +78,8 @@ def capture(folder: Path) -> dict[str, str]:
     screens = {}
     stats_traces(folder)
     wide = ("stats", "jobs.traces.jsonl", "--wide")
-    screens["stats-wide-160.txt"] = stats_screen(folder, 160, wide)
     for width in WIDTHS:
+        screens[f"stats-wide-{width}.txt"] = stats_screen(folder, width, wide)
         for name, args in STATS.items():
             screens[f"{name}-{width}.txt"] = stats_screen(folder, width, args)
         run_folder = folder / f"run-{width}"

@@ -72,6 +72,7 @@ def run_records(
             ],
         },
         "queue": None,
+        "results": None,
     }
     lanes = {b.id: [start_ms] * b.max_concurrency for b in pool}
     counts = dict.fromkeys(JOB_COUNTS, 0)

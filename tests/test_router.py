@@ -49,12 +49,16 @@ def _rate_limited(retry_after: float | None = None) -> ProviderError:
 
 
 def _attempt(
-    state: BackendState, *, error: ProviderError | None = None, latency_ms: float = 10.0
+    state: BackendState,
+    *,
+    error: ProviderError | None = None,
+    latency_ms: float = 10.0,
+    retried: bool = False,
 ) -> Attempt:
-    """An attempt on ``state``'s backend: failed with ``error``, else a success in
-    ``latency_ms``."""
+    """An attempt on ``state``'s backend: failed with ``error`` (``retried``: another attempt
+    follows), else a success in ``latency_ms``."""
     reply = None if error is not None else Reply("ok", http_status=200)
-    decision = "ok" if error is None else "error"
+    decision = "ok" if error is None else "retry" if retried else "error"
     ended = latency_ms / 1000.0
     return Attempt(
         job_id="j",
@@ -449,7 +453,7 @@ def test_display_counters_done_retries_errors_and_ewma():
         await router.observe(_attempt(state, latency_ms=100.0))
         await router.observe(_attempt(state, latency_ms=200.0))
         await router.observe(
-            _attempt(state, error=ProviderError("x", type="timeout", transient=True))
+            _attempt(state, error=ProviderError("x", type="timeout", transient=True), retried=True)
         )
         await router.release(lease)
         await router.reacquire(lease)

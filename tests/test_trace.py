@@ -71,7 +71,7 @@ def test_run_record_names_the_pool_without_secrets(tmp_path):
     with TraceWriter(path, "run-1", clock=lambda: T0) as writer:
         writer.run(PROFILE)
     (record,) = read(path)
-    assert ["event", "run_id", "ts", "rrcli_version", "profile", "queue"] == list(record)
+    assert ["event", "run_id", "ts", "rrcli_version", "profile", "queue", "results"] == list(record)
     assert ("run", "run-1", "2026-11-29T21:31:29.123Z", __version__, None) == (
         record["event"],
         record["run_id"],

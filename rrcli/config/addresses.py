@@ -27,6 +27,7 @@ __all__ = [
     "address_kind",
     "check_base_urls",
     "forbidden",
+    "no_lookup",
     "resolve_hosts",
 ]
 
@@ -103,6 +104,14 @@ def forbidden(kind: str | None, allow_private: bool) -> bool:
     """Whether an address of ``kind`` (``address_kind``) is refused: metadata always, the other
     non-public kinds unless the backend allows private addresses."""
     return kind == "metadata" or (kind is not None and not allow_private)
+
+
+def no_lookup(host: str) -> Sequence[str]:
+    """A resolver that asks no one (``validate`` without ``--probe`` sends nothing): a
+    ``localhost`` name is loopback, as such names never reach DNS; any other name has no
+    address to check, and no warning says it did not resolve."""
+    name = host.rstrip(".").lower()
+    return ["127.0.0.1"] if name == "localhost" or name.endswith(".localhost") else []
 
 
 def _system_resolve(host: str) -> Sequence[str]:

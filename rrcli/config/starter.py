@@ -1,21 +1,43 @@
-"""``rrcli init``: a starter profile that validates as written.
+"""``rrcli init``: a starter profile whose only missing piece is its keys.
 
 For openai and anthropic it names one environment variable per backend (``OPENAI_API_KEY_1``...),
-so the only warnings ``rrcli validate`` gives on it are the variables not yet exported; for sim
-it is a pool of simulated backends of different speeds that runs offline at once.
+so the only errors ``rrcli validate`` gives on it are the variables not yet exported, and
+``next_step`` names them; for sim it is a pool of simulated backends of different speeds that
+runs offline at once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rrcli.errors import UsageError
 from rrcli.registry import info
 
-__all__ = ["starter_profile", "starter_text", "write_starter"]
+__all__ = ["key_variables", "next_step", "starter_profile", "starter_text", "write_starter"]
 
 _SIM_SPEEDS = ((20, 4), (60, 4), (150, 8))  # (latency_ms, max_concurrency), cycled
+
+
+def key_variables(provider: str, backends: int) -> list[str]:
+    """The key variable of each starter backend, one per backend (none for sim)."""
+    if provider == "sim":
+        return []
+    return [f"{provider.upper()}_API_KEY_{n}" for n in range(1, backends + 1)]
+
+
+def next_step(path: Path, provider: str, backends: int, environ: Mapping[str, str]) -> str:
+    """What ``rrcli init`` says once it wrote ``path``: the pool, and the key variables still
+    to export (the only thing left before the profile validates), then the check to run."""
+    pool = f"{backends} {provider} backend" + ("s" if backends > 1 else "")
+    unset = [name for name in key_variables(provider, backends) if not environ.get(name)]
+    if not unset:
+        return f"wrote {path} ({pool}); next: rrcli validate {path}"
+    return (
+        f"wrote {path} ({pool}); the only thing left: export {', '.join(unset)} (unset now; "
+        f"one key per backend), then: rrcli validate {path}"
+    )
 
 
 def starter_profile(provider: str = "openai", backends: int = 3) -> dict[str, Any]:
@@ -37,7 +59,7 @@ def starter_profile(provider: str = "openai", backends: int = 3) -> dict[str, An
             # written out (not left to the default) so a user sees where to point it elsewhere
             backend["base_url"] = info(provider).default_base_url
             backend["max_concurrency"] = 4
-            backend["credentials"] = {"api_key_env": f"{provider.upper()}_API_KEY_{n}"}
+            backend["credentials"] = {"api_key_env": key_variables(provider, backends)[n - 1]}
         pool.append(backend)
     return {
         "name": f"{provider}-pool",
@@ -60,7 +82,7 @@ def starter_text(provider: str = "openai", backends: int = 3) -> str:
     if provider == "sim":
         next_step = "# Simulated backends: no network, no key. Try: rrcli validate <this file>"
     else:
-        names = ", ".join(f"{provider.upper()}_API_KEY_{n}" for n in range(1, backends + 1))
+        names = ", ".join(key_variables(provider, backends))
         next_step = f"# Export {names} (one key per backend), then: rrcli validate <this file>"
     header = (
         "# rrcli profile: a pool of backends and how to route across it.\n"

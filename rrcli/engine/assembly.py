@@ -120,7 +120,7 @@ async def open_engine(
     )
     providers = _providers(profile, checked.keys, seed)
     results, traces = outputs.open(summary)
-    traces.run(profile, label)
+    traces.run(profile, label, options.results)
     origins = ResponseOrigins()
     if resume is not None:
         origins.update(resume.responses.items())

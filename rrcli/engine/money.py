@@ -29,10 +29,9 @@ __all__ = ["budget_prices", "final_halt", "make_budget", "output_caps", "sent_ca
 def final_halt(budget: Budget, summary: RunSummary, rest: Iterator[object] | None) -> Halt:
     """The halt message once the run drained: the spend then, and the jobs left without a
     result: those an attempt refused ended, and ``rest``, the selected jobs never handed out
-    (counted here; None when they came from a pipe, which is not read further)."""
-    skipped = summary.skipped
+    (counted here; None when they came from a pipe, which is not read further). Reading
+    ``rest`` counts in ``summary`` the jobs it skips: those the results file holds already."""
     left = 0 if rest is None else sum(1 for _ in rest)
-    summary.skipped = skipped  # counting the rest is not skipping it
     return budget.halt(budget.refused + left)
 
 
@@ -61,13 +60,13 @@ async def make_budget(
     gates: Mapping[str, Any],
 ) -> Budget | None:
     """The run's budget at ``prices`` (``budget_prices``; None: no budget). With ``--resume``
-    the spend of the earlier runs in the traces counts. The ledger is shared in Redis on a
-    Redis gate (the profile's budget), and always in queue mode (the queue's budget, on the
-    queue's Redis whatever the gate), each results file its own share."""
+    the spend of the earlier runs of the same results file in the traces counts. The ledger is
+    shared in Redis on a Redis gate (the profile's budget), and always in queue mode (the
+    queue's budget, on the queue's Redis whatever the gate), each results file its own share."""
     limit = _limit(profile, options)
     if prices is None or limit is None:
         return None
-    earlier = traces_cost(options.traces, prices) if options.resume else 0.0
+    earlier = traces_cost(options.traces, prices, options.results) if options.resume else 0.0
     _, uncapped = output_caps(profile)
     media = {b.id: media_tokens(b) for b in profile.backends}
     hub = getattr(gates, "hub", None)

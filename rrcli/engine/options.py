@@ -17,11 +17,14 @@ class EngineOptions:
     against ``max_cost`` (USD the run may spend; None: the profile's budget); ``cache`` and
     ``cache_mode``: the response cache file and how it is used (None: the profile's);
     ``queue``: the shared queue the run works on, whose budget its workers share;
-    ``stream``: every call streamed; ``keep_response``: result lines carry the provider's
+    ``results``: the results file the run writes (None: standard output or a callback), named in
+    the trace's run record so a resume counts that file's spend only; ``stream``: every call
+    streamed; ``keep_response``: result lines carry the provider's
     body; ``seed``: the run's random choices (None: the profile's)."""
 
     traces: Path | None = None
     out: Path | None = None
+    results: Path | None = None
     resume: bool = False
     max_cost: float | None = None
     cache: Path | None = None

@@ -1,6 +1,6 @@
 """What earlier runs spent, read back from a trace file (a budget with ``--resume``
-covers the earlier runs of the same results file), and what their calls wrote (``--dry-run``'s
-likely cost: ``earlier_outputs``).
+covers the earlier runs of the same results file: those whose run record names it), and what
+their calls wrote (``--dry-run``'s likely cost: ``earlier_outputs``).
 
 Each call record costs what it was charged (``cost_usd``: the reservation of an attempt whose
 usage was unknown, so a resumed budget counts what the live one did); a record without it
@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 
 from rrcli.config.profile import Price
-from rrcli.records.traceschema import MAX_CALL_COST_USD
+from rrcli.records.traceschema import MAX_CALL_COST_USD, same_results
 
 __all__ = ["Outputs", "earlier_outputs", "traces_cost"]
 
@@ -28,17 +28,32 @@ Outputs = dict[str, tuple[int, int]]
 _NO_CALLS = 1 << 32  # an output count this large is no call's
 
 
-def traces_cost(path: Path | None, fallback: Mapping[str, Price | None]) -> float:
-    """USD spent by the call records of ``path`` (0.0 when it does not exist)."""
+def traces_cost(
+    path: Path | None, fallback: Mapping[str, Price | None], results: Path | None = None
+) -> float:
+    """USD spent by the call records of ``path`` (0.0 when it does not exist); with
+    ``results``, only by the runs that wrote that results file (a run record without a
+    ``results`` field, written by an older rrcli, counts: it may have)."""
     if path is None or not path.is_file():
         return 0.0
     prices: dict[tuple[str, str], tuple[float, float]] = {}
+    others: set[object] = set()  # the runs that wrote another results file
     total = 0.0
     with open(path, "rb") as lines:
         for record in _records(lines):
             if record.get("event") == "run":
                 prices.update(_run_prices(record))
-            elif record.get("event") == "call" and record.get("outcome") != "cached":
+                if (
+                    results is not None
+                    and "results" in record
+                    and not same_results(record["results"], path, results)
+                ):
+                    others.add(record.get("run_id"))
+            elif (
+                record.get("event") == "call"
+                and record.get("outcome") != "cached"
+                and record.get("run_id") not in others
+            ):
                 charged = record.get("cost_usd")
                 if type(charged) in (int, float) and 0 <= charged < MAX_CALL_COST_USD:
                     total += charged * 1e6

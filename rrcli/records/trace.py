@@ -26,7 +26,7 @@ from rrcli import __version__
 from rrcli.config.prices import price_of
 from rrcli.records._jsonl import LineFile
 from rrcli.records.attempt import Attempt, cached_attempt
-from rrcli.records.traceschema import CALL_FIELDS, JOB_COUNTS, rfc3339
+from rrcli.records.traceschema import CALL_FIELDS, JOB_COUNTS, results_field, rfc3339
 from rrcli.registry import server_address
 
 if TYPE_CHECKING:
@@ -169,9 +169,15 @@ class TraceWriter:
         if self._out is not None:
             self._out.write(line)
 
-    def run(self, profile: Profile, queue: dict[str, str] | None = None) -> None:
-        """The ``run`` record: the pool as routed (never credentials, headers or params), and
-        for a worker of a shared queue ``{"name", "worker"}`` (else null)."""
+    def run(
+        self,
+        profile: Profile,
+        queue: dict[str, str] | None = None,
+        results: Path | None = None,
+    ) -> None:
+        """The ``run`` record: the pool as routed (never credentials, headers or params), for
+        a worker of a shared queue ``{"name", "worker"}`` (else null), and the results file the
+        run writes (``results_field``; null when it writes none)."""
         self._put(
             {
                 "event": "run",
@@ -185,6 +191,7 @@ class TraceWriter:
                     "backends": [_backend_record(b) for b in profile.backends],
                 },
                 "queue": queue,
+                "results": None if results is None else results_field(results, self._path),
             }
         )
 

@@ -12,8 +12,10 @@ Timestamps are RFC 3339 UTC with milliseconds on disk and epoch seconds (float) 
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
 __all__ = [
@@ -32,7 +34,9 @@ __all__ = [
     "RUN_END_FIELDS",
     "RUN_FIELDS",
     "parse_rfc3339",
+    "results_field",
     "rfc3339",
+    "same_results",
 ]
 
 Outcome = Literal["ok", "retry", "error", "cached", "cancelled"]
@@ -83,8 +87,9 @@ MAX_CALL_COST_USD = 1e6
 CALL_TYPES: dict[str, Any] = dict(CALL)
 
 #: the run record, once when a run starts: the pool as routed, never credentials or headers;
-#: ``queue`` is ``{"name", "worker"}`` for a worker of a shared queue, else null
-RUN_FIELDS = ("event", "run_id", "ts", "rrcli_version", "profile", "queue")
+#: ``queue`` is ``{"name", "worker"}`` for a worker of a shared queue, else null; ``results``
+#: the results file the run writes (``results_field``), else null
+RUN_FIELDS = ("event", "run_id", "ts", "rrcli_version", "profile", "queue", "results")
 PROFILE_FIELDS = ("name", "strategy", "binding", "backends")
 BACKEND_FIELDS = ("id", "provider", "model", "host", "max_concurrency", "price")
 PRICE_FIELDS = ("input", "output", "cached_input", "cache_write")  # the last two when set
@@ -137,3 +142,19 @@ def parse_rfc3339(text: str) -> float | None:
     except ValueError:
         return None
     return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+
+
+def results_field(results: Path, traces: Path | None) -> str:
+    """The run record's ``results``: the results file's path relative to the trace file's
+    folder (so the two can move together), or as given when there is no trace file."""
+    if traces is None:
+        return str(results)
+    return os.path.relpath(os.path.abspath(results), os.path.dirname(os.path.abspath(traces)))
+
+
+def same_results(field: object, traces: Path, results: Path) -> bool:
+    """Whether a run record's ``results`` (``field``, read from ``traces``) names ``results``."""
+    if type(field) is not str:
+        return False
+    named = os.path.join(os.path.dirname(os.path.abspath(traces)), field)
+    return os.path.realpath(named) == os.path.realpath(results)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 from rrcli.config.models import MEDIA
 from rrcli.config.profile import Price
 from rrcli.errors import Halted, Unaffordable
+from rrcli.records.dollars import usd
 from rrcli.routing.control import Halt, RunControl
 from rrcli.routing.costs import NO_OUTPUT, Charge, attempt_ceiling, attempt_cost, over_limit
 from rrcli.tokens import MediaTokens, output_cap
@@ -257,7 +258,8 @@ class Budget:
         """The halt of a run that reached its budget; ``not_run``: jobs left without a result
         (None while the run still drains: the jobs refused so far)."""
         count = self.refused if not_run is None else not_run
-        smallest = "" if math.isinf(self._smallest) else f" (the smallest ${self._smallest:.4f})"
+        least = self._smallest
+        smallest = "" if math.isinf(least) else f" (the smallest ${usd(least, 4)})"
         if self.queue is None:
             left, more = f"{count} jobs not run", "raise --max-cost and --resume"
         else:
@@ -269,7 +271,7 @@ class Budget:
         return Halt(
             3,
             "budget",
-            f"budget reached: ${self.spent:.2f} of ${self.limit:.2f} spent; {left} — each call "
+            f"budget reached: ${usd(self.spent)} of ${usd(self.limit)} spent; {left} — each call "
             f"reserves its worst case{smallest} before it is sent, and a smaller max_tokens "
             f"lowers it; {more}",
         )
@@ -279,7 +281,7 @@ class Budget:
         spent, held = self.spent, self.ledger.reserved
         left = max(0.0, self.limit - spent - held)
         limit = self.limit
-        return f"spent ${spent:,.2f}  reserved ${held:,.2f}  left ${left:,.2f} of ${limit:,.2f}"
+        return f"spent ${usd(spent)}  reserved ${usd(held)}  left ${usd(left)} of ${usd(limit)}"
 
     def record(self) -> dict[str, float]:
         """The run_end record's ``budget``."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rrcli.config.models import MEDIA
 from rrcli.config.profile import Price
+from rrcli.records.dollars import usd
 from rrcli.tokens import UNCAPPED_OUTPUT, MediaTokens, input_bound, output_cap
 
 if TYPE_CHECKING:
@@ -107,10 +108,10 @@ def over_limit(price: Price, call: Call, limit: float, media: MediaTokens, backe
     spend_in = given * input_most(price) / 1e6
     spend_out = attempt_ceiling(price, call, None, media) - spend_in
     head = (
-        f"its worst case on backend {backend} is ${spend_in + spend_out:.4f} (input "
-        f"${spend_in:.4f}: at most {given:,} tokens, a token a character and each image, audio "
-        f"or file at its most; output ${spend_out:.4f} at its cap), more than the whole budget "
-        f"of ${limit:.4f}, so it is never sent"
+        f"its worst case on backend {backend} is ${usd(spend_in + spend_out, 4)} (input "
+        f"${usd(spend_in, 4)}: at most {given:,} tokens, a token a character and each image, "
+        f"audio or file at its most; output ${usd(spend_out, 4)} at its cap), more than the "
+        f"whole budget of ${usd(limit, 4)}, so it is never sent"
     )
     room = (limit - spend_in) * 1e6 / (price.output * choices(call.params)) if price.output else 0
     fix = f"lower its max_tokens to {int(room):,} or less"

@@ -19,7 +19,8 @@ __all__ = ["BackendState", "Lease"]
 @dataclass(slots=True, eq=False)
 class BackendState:
     """One backend's live state. ``in_flight`` counts this backend's own calls (its gate may be
-    shared with others of its scope); the counters feed the live display."""
+    shared with others of its scope); the counters feed the live display, and only grow: an
+    attempt counts once, as it ends, by its trace outcome."""
 
     backend: Backend
     gate: Gate
@@ -27,17 +28,12 @@ class BackendState:
     clock: Clock = field(repr=False)
     in_flight: int = 0
     done: int = 0  # successful attempts
-    retries: int = 0  # attempts taken again after a failure (trace outcome "retry")
-    failed_attempts: int = 0
+    retries: int = 0  # failed attempts another attempt followed, here or on another backend
+    errors: int = 0  # failed attempts no retry followed (trace outcome "error")
     ewma_latency_ms: float | None = None
     cooldown_until: float = 0.0
     failures_in_a_row: int = 0
     down: str | None = None  # why it left the pool for the rest of the run, or None
-
-    @property
-    def errors(self) -> int:
-        """Failed attempts that no retry followed (trace outcome "error")."""
-        return self.failed_attempts - self.retries
 
     @property
     def cap(self) -> int:

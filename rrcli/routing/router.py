@@ -157,7 +157,6 @@ class Router:
         state = lease.state
         if not await self._slot(state):
             raise BackendDown(state.backend.id)
-        state.retries += 1
         self._grant(state, lease.binding, lease)
 
     async def release(self, lease: Lease) -> None:
@@ -220,7 +219,7 @@ class Router:
         if reply is None:
             assert error is not None  # an attempt has its reply or its error
             if attempt.decision != "cancelled":  # a caller that left says nothing of the backend
-                self._failed(state, error)
+                self._failed(state, error, attempt.outcome == "retry")
             return
         state.done += 1
         state.failures_in_a_row = 0
@@ -298,8 +297,13 @@ class Router:
         lease.held = True
         return lease
 
-    def _failed(self, state: BackendState, error: ProviderError) -> None:
-        state.failed_attempts += 1
+    def _failed(self, state: BackendState, error: ProviderError, retried: bool) -> None:
+        """A failed attempt: counted (``retried``: another attempt follows), and its cooldowns
+        and the AIMD step."""
+        if retried:
+            state.retries += 1
+        else:
+            state.errors += 1
         now = self._clock()
         if error.rate_limited:
             state.gate.record(True)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rrcli.config.addresses import no_lookup
 from rrcli.config.load import ValidationReport, resolve_profile_path, validate_profile
 from rrcli.config.prices import KnownPrice, price_of
 from rrcli.config.profile import Backend, Price, Profile, RetrySettings
@@ -164,9 +165,13 @@ def validate(
 ) -> CheckReport:
     """The report of ``rrcli validate PROFILE``: ``profile`` is found as ``run`` finds it (``demo``
     is the built-in pool; None: $RRCLI_PROFILE, ./rrcli.toml, the XDG profile, as ``run``).
-    The backends are probed only when the profile has no errors."""
+    The backends are probed only when the profile has no errors; without ``probe_backends``
+    nothing leaves the machine, not even a DNS lookup of the backends' hosts."""
     report = validate_profile(
-        resolve_profile_path(profile, environ), environ=environ, strict=strict
+        resolve_profile_path(profile, environ),
+        environ=environ,
+        strict=strict,
+        resolve=None if probe_backends else no_lookup,
     )
     backends = report.profile.backends if report.profile is not None else ()
     jobs_report = check_jobs(jobs, backends) if jobs is not None else None

@@ -111,6 +111,7 @@ class RunOptions:
         return EngineOptions(
             traces=self.traces,
             out=self.out,
+            results=None if self.on_result is not None else self.out_file,
             resume=self.resume,
             max_cost=self.max_cost,
             cache=self.cache,

@@ -35,6 +35,7 @@ from rrcli.engine.assembly import make_router
 from rrcli.engine.money import sent_cap
 from rrcli.engine.summary import RunSummary
 from rrcli.errors import UsageError
+from rrcli.records.dollars import usd
 from rrcli.records.formatfit import refuse_unfit
 from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.records.spend import Outputs, earlier_outputs
@@ -82,13 +83,13 @@ class Plan:
             if inputs is not None and outputs is not None:
                 row += _costs(inputs.get(b.id), outputs.get(b.id))
             if likely is not None:
-                row.append("-" if b.id not in likely else f"{likely[b.id]:.4f}")
+                row.append("-" if b.id not in likely else usd(likely[b.id], 4))
             rows.append(row)
         total = ["total", "", *(f"{sum(c.values()):,}" for c in counts)]
         if inputs is not None and outputs is not None:
             total += _costs(sum(inputs.values()), sum(outputs.values()))
         if likely is not None:
-            total.append(f"{sum(likely.values()):.4f}")
+            total.append(usd(sum(likely.values()), 4))
         return head, [*rows, total]
 
     def likely_note(self, traces: Path | None) -> str | None:
@@ -235,4 +236,4 @@ def _costs(input_cost: float | None, output_cost: float | None) -> list[str]:
     """The cost cells of a row: input, output and their sum, in USD."""
     if input_cost is None or output_cost is None:
         return ["-", "-", "no price"]
-    return [f"{input_cost:.4f}", f"{output_cost:.4f}", f"{input_cost + output_cost:.4f}"]
+    return [usd(input_cost, 4), usd(output_cost, 4), usd(input_cost + output_cost, 4)]

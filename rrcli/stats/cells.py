@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rrcli.errors import UsageError
+from rrcli.records.dollars import usd
 from rrcli.stats.text import cost_cell
 
 __all__ = [
@@ -70,7 +71,7 @@ def _hit(group: dict[str, Any]) -> str:
 
 def _saved(group: dict[str, Any]) -> str:
     saved = group["cache_saved_usd"]
-    return "-" if saved is None else f"{saved:,.4f}"
+    return "-" if saved is None else usd(saved, 4)
 
 
 COLUMNS = (

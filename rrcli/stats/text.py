@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rrcli.records.dollars import usd
+
 __all__ = ["cost_cell", "cost_line", "estimated_line", "priced_share"]
 
 
@@ -14,7 +16,7 @@ def cost_cell(group: dict[str, Any]) -> str:
     """A group's cost in USD, with the share of its calls priced when some had no price."""
     if group["cost_usd"] is None:
         return "-"
-    text = f"{group['cost_usd']:.4f}"
+    text = usd(group["cost_usd"], 4)
     if group["priced_calls"] < group["calls"]:
         text += f" ({priced_share(group)} priced)"
     return text
@@ -25,7 +27,7 @@ def cost_line(total: dict[str, Any]) -> str | None:
     charges stand for a usage rrcli did not know; None without calls."""
     if total["cost_usd"] is None:
         return "cost unknown (no call priced)" if total["calls"] else None
-    text = f"cost {total['cost_usd']:.2f} ({priced_share(total)} of calls priced"
+    text = f"cost {usd(total['cost_usd'])} ({priced_share(total)} of calls priced"
     estimated = total["cost_estimated_calls"]
     return text + (f", {estimated:,} charged an estimate)" if estimated else ")")
 
