@@ -270,13 +270,6 @@ class Budget:
             f"lowers it; {more}",
         )
 
-    def progress(self) -> str:
-        """What the live display says of the budget."""
-        spent, held = self.spent, self.ledger.reserved
-        left = max(0.0, self.limit - spent - held)
-        limit = self.limit
-        return f"spent ${spent:,.2f}  reserved ${held:,.2f}  left ${left:,.2f} of ${limit:,.2f}"
-
     def record(self) -> dict[str, float]:
         """The run_end record's ``budget``."""
         return {
