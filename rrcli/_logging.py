@@ -15,13 +15,14 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rrcli import logs
 
 if TYPE_CHECKING:
     from rrcli.engine.summary import RunSummary
-    from rrcli.routing.router import Router
+    from rrcli.routing.status import EngineStatus
 
 __all__ = ["ProgressLines", "configure_logging", "log_level"]
 
@@ -111,17 +112,18 @@ class ProgressLines:
         if self._thread is not None:
             self._thread.join(5.0)
 
-    def start(self, summary: RunSummary, router: Router) -> None:
+    def start(self, summary: RunSummary, status: Callable[[], EngineStatus]) -> None:
+        """Log a run's progress: its ``summary`` and its engine's ``status()``."""
         if self.every > 0:
             self._thread = threading.Thread(
-                target=self._run, args=(summary, router), name="rrcli.progress", daemon=True
+                target=self._run, args=(summary, status), name="rrcli.progress", daemon=True
             )
             self._thread.start()
 
-    def _run(self, summary: RunSummary, router: Router) -> None:
+    def _run(self, summary: RunSummary, status: Callable[[], EngineStatus]) -> None:
         log = logs.get_logger("rrcli")
         while not self._stop.wait(self.every):
-            progress = summary.progress()
+            progress, now = summary.progress(), status()
             log.info(
                 "rrcli.progress",
                 done=progress.done,
@@ -132,6 +134,6 @@ class ProgressLines:
                 ok=summary.ok,
                 error=summary.error,
                 invalid=summary.invalid,
-                retries=sum(state.retries for state in router.states),
-                in_flight=sum(state.in_flight for state in router.states),
+                retries=now.retried,
+                in_flight=now.in_flight,
             )

@@ -28,14 +28,12 @@ if TYPE_CHECKING:
     from rrcli.config.profile import Profile
     from rrcli.diagnostic import Diagnostic
     from rrcli.engine.summary import RunSummary
-    from rrcli.routing.control import RunControl
-    from rrcli.routing.lease import BackendState
-    from rrcli.routing.router import Router
+    from rrcli.routing.status import DeploymentStatus, EngineStatus
     from rrcli.running.checks import CheckReport
     from rrcli.running.plan import Plan
 
-#: the live display's deployments: (label, state) each
-Rows = list[tuple[str, "BackendState"]]
+#: the live display's deployments: (label, status) each
+Rows = list[tuple[str, "DeploymentStatus"]]
 _PIPE_WIDTH = 160  # columns for tables written to a pipe (no terminal to measure)
 
 
@@ -85,17 +83,17 @@ class PromptPrinter:
 
 class RunDisplay:
     """The live progress display on a terminal: a head line and a row per deployment, ``rrcli
-    run``'s (``start``) or another command's (``watch``: ``rrcli serve``). It reads the counters
-    four times a second from rich's refresh thread; the engine never calls into it, so it costs
-    the hot path nothing. ``control`` (the run's switch) tells it the run is stopping. Jobs a
-    resumed run skips count as done."""
+    run``'s (``start``) or another command's (``watch``: ``rrcli serve``). It reads the engine's
+    status four times a second from rich's refresh thread; the engine never calls into it, so it
+    costs the hot path nothing. The status tells it the run is stopping. Jobs a resumed run
+    skips count as done."""
 
-    def __init__(self, *, enabled: bool, control: RunControl | None = None) -> None:
+    def __init__(self, *, enabled: bool) -> None:
         self.enabled = enabled
-        self.control = control
         self.live: Live | None = None
         self.summary: RunSummary | None = None
-        self.router: Router | None = None
+        self._status: Callable[[], EngineStatus] | None = None
+        self._now: EngineStatus | None = None  # the status this refresh reads
         self._head: Callable[[], str] = str
         self._rows: Callable[[], Rows] = list
 
@@ -106,12 +104,13 @@ class RunDisplay:
         if self.live is not None:
             self.live.stop()
 
-    def start(self, summary: RunSummary, router: Router) -> None:
-        self.summary, self.router = summary, router
-        self.watch(self._run_head, lambda: [(s.backend.id, s) for s in router.states])
+    def start(self, summary: RunSummary, status: Callable[[], EngineStatus]) -> None:
+        """Show a run: its ``summary`` and its engine's ``status()``."""
+        self.summary, self._status = summary, status
+        self.watch(self._run_head, self._run_rows)
 
     def watch(self, head: Callable[[], str], rows: Callable[[], Rows]) -> None:
-        """Show ``head()`` and the deployments of ``rows()``, (label, state) each, live."""
+        """Show ``head()`` and the deployments of ``rows()``, (label, status) each, live."""
         self._head, self._rows = head, rows
         if self.enabled:
             self.live = Live(
@@ -124,23 +123,28 @@ class RunDisplay:
             self.live.start()
 
     def _run_head(self) -> str:
-        summary, router = self.summary, self.router
-        assert summary is not None and router is not None
+        summary, now = self.summary, self._now
+        assert summary is not None and now is not None
         head = f"jobs {summary.progress().line()}  ok {summary.ok:,}"
         head += f"  error {summary.error:,}  invalid {summary.invalid:,}"
         if summary.skipped:
             head += f"  skipped {summary.skipped:,}"
-        if router.budget is not None:
-            head += f"  {router.budget.progress()}"
+        if now.budget is not None:
+            head += f"  {now.budget.line()}"
         return head
 
+    def _run_rows(self) -> Rows:
+        assert self._now is not None
+        return [(deployment.id, deployment) for deployment in self._now.deployments]
+
     def _render(self) -> Group:
-        summary, router = self.summary, self.router
+        summary = self.summary
+        now = self._now = None if self._status is None else self._status()
         lines = [Text(self._head(), style="bold"), _deployments(self._rows())]
         if summary is not None and summary.failures:
             lines.append(Text(summary.failures_line(), style="red"))
-        if self.control is not None and self.control.stopping and router is not None:
-            lines.append(Text(_stopping(self.control, router), style="yellow"))
+        if now is not None and now.stopping:
+            lines.append(Text(_stopping(now), style="yellow"))
         return Group(*lines)
 
 
@@ -160,30 +164,33 @@ def _deployments(rows: Rows) -> Table:
     table = Table(box=None, pad_edge=False)
     for name, justify in _COLUMNS:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for label, state in rows:
-        gate = state.gate
-        cap = f"{gate.cap}" if gate.cap == gate.max_cap else f"{gate.cap} (max {gate.max_cap})"
-        mark = "[red]down[/]" if state.down else "[yellow]cooling[/]" if state.cooling else ""
+    for label, status in rows:
+        cap = f"{status.cap}"
+        if status.cap != status.max_cap:
+            cap += f" (max {status.max_cap})"
+        mark = "[red]down[/]" if status.state == "down" else ""
+        if status.state == "cooling":
+            mark = "[yellow]cooling[/]"
         table.add_row(
             label,
-            f"{state.in_flight} / {cap}",
-            f"{state.done:,}",
-            f"{state.retries:,}",
-            f"{state.errors:,}",
+            f"{status.in_flight} / {cap}",
+            f"{status.ok:,}",
+            f"{status.retried:,}",
+            f"{status.errors:,}",
             mark,
         )
     return table
 
 
-def _stopping(control: RunControl, router: Router) -> str:
+def _stopping(now: EngineStatus) -> str:
     """What the display says once the run stops dispatching: Ctrl-C was pressed, or the run
     halted by itself (its reason said, and no Ctrl-C offered for it)."""
-    in_flight = sum(state.in_flight for state in router.states)
+    in_flight = now.in_flight
     calls = f"{in_flight:,} call" + ("" if in_flight == 1 else "s")
-    if control.cancelled:
+    if now.control == "cancelled":
         return f"stopping: cancelling {calls}"
-    if control.halted is not None:
-        return f"stopping ({control.halted.reason}): letting {calls} finish"
+    if now.halt is not None:
+        return f"stopping ({now.halt.reason}): letting {calls} finish"
     return f"stopping: letting {calls} finish (Ctrl-C again to cancel them)"
 
 

@@ -173,9 +173,13 @@ def run(
         _print_plan(profile, options)
         return
     control = RunControl()
-    with _watcher(tty and not quiet and answers is None, quiet, control, progress_s) as display:
+    with _watcher(tty and not quiet and answers is None, quiet, progress_s) as display:
         summary = run_sync(
-            profile, options, environ=os.environ, on_start=display.start, control=control
+            profile,
+            options,
+            environ=os.environ,
+            on_start=lambda summary, engine: display.start(summary, engine.status),
+            control=control,
         )
     if not quiet and answers is None:
         from rrcli import _render
@@ -201,7 +205,7 @@ def _prompt_printer(stream: bool) -> Any:
     return _render.PromptPrinter(stream=stream)
 
 
-def _watcher(live: bool, quiet: bool, control: Any, progress_s: float) -> Any:
+def _watcher(live: bool, quiet: bool, progress_s: float) -> Any:
     """What shows the run's progress: the live display on a terminal, else (unless -q) a
     progress line every ``progress_s`` seconds; ``-q`` off a terminal shows none (and loads
     no display)."""
@@ -210,7 +214,7 @@ def _watcher(live: bool, quiet: bool, control: Any, progress_s: float) -> Any:
     if live:
         from rrcli import _render
 
-        return _render.RunDisplay(enabled=live, control=control)
+        return _render.RunDisplay(enabled=live)
     return ProgressLines(0 if quiet else progress_s)
 
 

@@ -34,12 +34,14 @@ from rrcli.logs import get_logger
 from rrcli.config.load import demo_profile_path, load_profile
 from rrcli.engine.engine import RunSummary
 from rrcli.engine.assembly import make_router
+from rrcli.routing.control import RunControl
+from rrcli.routing.status import status_of
 
 configure_logging(level=log_level(verbose=False, quiet=False, tty=True))
 router, _ = make_router(load_profile(demo_profile_path(), environ={}), random.Random(0), local=True)
 log = get_logger("rrcli")
 with _render.RunDisplay(enabled=True) as display:
-    display.start(RunSummary("r"), router)
+    display.start(RunSummary("r"), lambda: status_of(router.states, {}, None, RunControl()))
     time.sleep(0.3)
     log.warning("rrcli.job_failed", job="j1")
     log.info("rrcli.not_shown")

@@ -1,7 +1,8 @@
 """The one assembly of the engine every front-end runs on (the batch runner, ``rrcli.Pool``):
 ``open_engine`` checks the keys and a budget's prices, opens the response cache, has the
 front-end claim its outputs, builds the gates, the budget over them, the router over both, one
-provider per backend, has the front-end open its outputs, and hands back the ``Engine``, every
+provider per backend, has the front-end open its outputs, lists the observers of every attempt
+(the cashier, the trace, health, the -v log, the router), and hands back the ``Engine``, every
 part built whole; ``Engine.close`` takes it down. ``flush_periodically`` flushes its outputs as
 calls end.
 
@@ -21,18 +22,23 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rrcli.config.prices import pool_prices
 from rrcli.config.profile import Price, Profile
 from rrcli.engine.cached import ResponseCache, open_cache
 from rrcli.engine.engine import Engine
 from rrcli.engine.money import budget_prices, make_budget, output_caps
+from rrcli.engine.observers import Observer, Traced, logged
 from rrcli.engine.options import EngineOptions
+from rrcli.engine.quiet import debug_logged
 from rrcli.engine.summary import RunSummary
 from rrcli.logs import get_logger
 from rrcli.providers import make_provider
 from rrcli.records.origins import ResponseOrigins
 from rrcli.records.results import ResultSink, ResumeState
 from rrcli.records.trace import TraceWriter
+from rrcli.routing.cashier import Cashier
 from rrcli.routing.control import RunControl
+from rrcli.routing.health import Health
 from rrcli.routing.router import Router
 
 __all__ = [
@@ -124,6 +130,13 @@ async def open_engine(
     origins = ResponseOrigins()
     if resume is not None:
         origins.update(resume.responses.items())
+    cashier = Cashier(pool_prices(profile.backends), budget)
+    addresses = {bid: provider.server_address for bid, provider in providers.items()}
+    observers: list[Observer] = [cashier.observe, Traced(traces, addresses).observe]
+    observers.append(Health(router, traces, control).observe)
+    if debug_logged():
+        observers.append(logged)
+    observers.append(router.observe)
     return Engine(
         profile=profile,
         router=router,
@@ -133,6 +146,9 @@ async def open_engine(
         summary=summary,
         control=control,
         rng=rng,
+        cashier=cashier,
+        observers=tuple(observers),
+        budget=budget,
         gates=gates,
         stream=options.stream,
         on_text=on_text,

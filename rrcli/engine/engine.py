@@ -3,8 +3,9 @@ once.
 
 ``Engine.worker`` is one of the run's ``concurrency`` coroutines, all pulling from one job
 iterator (``Engine.submit``: one job a program hands in). Each HTTP attempt becomes one frozen
-``Attempt`` that every observer reads: the trace, the log, the router (which alone drives the
-gates). On a transient failure the slot is released, the policy's delay slept, and a slot on the
+``Attempt`` that every observer reads, in the order the assembly lists them
+(engine/observers.py: the cashier, the trace, health, the log, the router, which alone drives
+the gates). On a transient failure the slot is released, the policy's delay slept, and a slot on the
 SAME backend taken again; with ``failover`` a spent budget routes the call among the backends not
 yet tried. A job ends as one ``CallOutcome``, its result line's only input: one failing job never
 cancels its siblings. With --cache, a call the cache answers (engine/cached.py) is traced and never
@@ -28,7 +29,8 @@ from rrcli.engine.attempts import MOVES, decide, refused, sent
 from rrcli.engine.cached import ANSWERED, ResponseCache
 from rrcli.engine.echo import REQUEST_TEXT, Echo, echo_for
 from rrcli.engine.failures import log_failure, log_repeated
-from rrcli.engine.money import with_cap
+from rrcli.engine.money import final_halt, with_cap
+from rrcli.engine.observers import Observer
 from rrcli.engine.quiet import debug_logged
 from rrcli.engine.summary import RunSummary
 from rrcli.engine.turns import assistant_message, bounded, join_paused, paused_call
@@ -51,12 +53,14 @@ from rrcli.records.result_line import result_line
 from rrcli.records.results import ResultSink
 from rrcli.records.trace import TraceWriter
 from rrcli.registry import UNSTREAMED
+from rrcli.routing.budget import Budget
+from rrcli.routing.cashier import Cashier
 from rrcli.routing.control import RunControl
-from rrcli.routing.health import Health
 from rrcli.routing.lease import Lease
 from rrcli.routing.retry import RetryPolicy
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
+from rrcli.routing.status import EngineStatus, status_of
 from rrcli.tokens import estimate_prompt_tokens, output_cap
 
 __all__ = ["Engine", "ResultSink"]
@@ -70,6 +74,8 @@ class Engine:
     whole by ``engine.assembly.open_engine`` and ended by ``close``.
     ``stream``: every call streamed; ``on_text`` takes text as it arrives (--prompt --stream);
     ``keep_response``: result lines carry the provider's body; ``cache``: the response cache;
+    ``budget``: the run's, when it has one; ``cashier``: what each deployment was charged;
+    ``observers``: each attempt's (engine/observers.py);
     ``results`` None: no result lines are made (a pool whose caller takes none); ``caps``: a
     budget's output caps (engine.money); ``origins``: the backend that created each Responses
     answer already known (a resumed file's); ``gates``: the router's, given back at the end;
@@ -84,6 +90,9 @@ class Engine:
     summary: RunSummary
     control: RunControl
     rng: random.Random
+    cashier: Cashier
+    observers: tuple[Observer, ...]
+    budget: Budget | None = None
     gates: Mapping[str, Any] = field(default_factory=dict)
     stream: bool = False
     on_text: Callable[[str], None] | None = None
@@ -95,7 +104,6 @@ class Engine:
     policy: RetryPolicy = field(init=False)
     session_binding: bool = field(init=False)
     rules: RouteRules = field(init=False)
-    health: Health = field(init=False)
     _log_calls: bool = field(init=False)
     _continuations: int = field(init=False)  # [retry] max_continuations
     _closed: bool = field(init=False, default=False)
@@ -104,7 +112,6 @@ class Engine:
         self.policy = RetryPolicy(self.profile.retry, self.rng)
         self.session_binding = self.profile.binding == "session"
         self.rules = RouteRules(self.profile.backends)
-        self.health = Health(self.router, self.traces, self.control)
         self._log_calls = debug_logged()
         self._continuations = self.profile.retry.max_continuations
 
@@ -118,7 +125,7 @@ class Engine:
     async def close(self) -> None:
         """The run's end, however it ended: the run_end record, outputs flushed, connections and
         shared leases given back, the end logged."""
-        summary, budget = self.summary, self.router.budget
+        summary, budget = self.summary, self.budget
         halted = None if summary.halted is None else summary.halted.reason
         self.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record(), halted)
         if budget is not None:
@@ -138,6 +145,40 @@ class Engine:
             interrupted=summary.interrupted,
             **summary.jobs,
         )
+
+    def status(self) -> EngineStatus:
+        """The engine now, as one frozen picture (routing/status.py), built when asked."""
+        return status_of(self.router.states, self.cashier.spent, self.budget, self.control)
+
+    def ended(self, rest: Iterator[object] | None) -> None:
+        """How the run ended, on its summary: interrupted, or halted (a budget's halt says the
+        spend and the jobs not run once the calls in flight finished; ``rest``: the jobs never
+        handed out, None when they are not to be read)."""
+        summary, control, budget = self.summary, self.control, self.budget
+        summary.halted = control.halted
+        refused = budget is not None and budget.refused and not control.stopping
+        if budget and (refused or (summary.halted and summary.halted.reason == "budget")):
+            summary.halted = final_halt(budget, summary, rest)
+        summary.interrupted = control.stopping and control.halted is None
+
+    @property
+    def warmth(self) -> Router | None:
+        """The router, when its strategy pictures what each backend holds warm (cache_aware):
+        what a lookahead reads; else None."""
+        return self.router if self.router.warm else None
+
+    @property
+    def bindings(self) -> dict[str, str]:
+        """The sessions bound now: ``{session: deployment id}``."""
+        return self.router.bindings
+
+    def forget(self, session: str) -> None:
+        """Drop the binding of a session no later call can use."""
+        self.router.forget(session)
+
+    def restore_bindings(self, mapping: Mapping[str, str]) -> None:
+        """Bindings ``{session: deployment id}`` saved by an earlier run or another worker."""
+        self.router.restore_bindings(mapping)
 
     async def worker(self, jobs: Iterator[Job | InvalidJob]) -> None:
         """Jobs one after the other until none is left or the run stops; a job the halted run
@@ -357,7 +398,10 @@ class Engine:
                     decision=decision,
                     backoff_s=backoff,
                 )
-                await self._observe(attempt, provider.server_address, lease)
+                for observe in self.observers:  # each in turn, its step (if any) awaited
+                    step = observe(attempt, lease)
+                    if step is not None:
+                        await step
                 if backoff is not None:
                     await self._back_off(lease, attempt, backoff)
                     queued = time.monotonic()
@@ -408,30 +452,6 @@ class Engine:
         printed = echo is not None and echo.printed
         backoff = None if printed else self.policy.delay(retry, error, elapsed)
         return backoff, decide(error, backoff, failover and not printed)
-
-    def _observe(
-        self, attempt: Attempt, server_address: str | None, lease: Lease
-    ) -> Awaitable[None]:
-        """Hand the attempt to each observer: the trace, with -v the log, health (an answer
-        saying its backend serves no call), and the router (counters, cooldowns, AIMD, pauses,
-        the tpm settlement, the budget's), whose coroutine is returned for the loop to await."""
-        charged = self.router.charge(attempt, lease)
-        self.traces.call(attempt, server_address, charged)
-        error = attempt.error
-        if error is not None and error.backend_down:
-            self.health.down(attempt.backend.id, error)
-        if self._log_calls:
-            log.debug(
-                "rrcli.call",
-                job_id=attempt.job_id,
-                deployment=attempt.backend.id,
-                attempt=attempt.number,
-                outcome=attempt.outcome,
-                http_status=attempt.http_status,
-                error_type=attempt.error_type,
-                latency_ms=attempt.latency_ms,
-            )
-        return self.router.observe(attempt, lease, charged[0])
 
     async def _back_off(self, lease: Lease, attempt: Attempt, delay: float) -> None:
         """Give the slot back and sleep before the retry (a waiting job holds no slot, and has

@@ -26,8 +26,9 @@ import os
 import random
 import socket
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -41,8 +42,9 @@ from rrcli.logs import get_logger
 from rrcli.records.attempt import CallOutcome
 from rrcli.records.jobs import InvalidJob, Job, job_key
 from rrcli.records.traceschema import rfc3339
+from rrcli.routing.status import EngineStatus
 
-__all__ = ["RedisQueue"]
+__all__ = ["QueueEngine", "RedisQueue"]
 
 log = get_logger("rrcli.fleet.queue")
 
@@ -50,6 +52,24 @@ ACK_BATCH = 256  # results stored and acknowledged in one script at the most
 BLOCK_MS = 500  # the longest one read waits for a job
 KEEP_S = 7 * 24 * 3600  # a queue nobody works on or collects expires after this
 Entry = tuple[str, dict[bytes, bytes]]  # a stream entry: its id and fields
+
+
+class _Progress(Protocol):
+    def queue_done(self, done: int) -> None:
+        """Every worker's jobs done in the queue, seen now."""
+
+
+class QueueEngine(Protocol):
+    """What a worker asks of the engine it feeds: whether the run stopped (``status``), the
+    binding mode, the sessions other workers bound, the end of a job it gives up on (too many
+    deliveries), and where the queue's progress goes."""
+
+    session_binding: bool
+    summary: _Progress
+
+    def status(self) -> EngineStatus: ...
+    def restore_bindings(self, mapping: Mapping[str, str]) -> None: ...
+    def finish(self, outcome: CallOutcome) -> None: ...
 
 
 class RedisQueue:
@@ -84,7 +104,7 @@ class RedisQueue:
         self.unacked = 0  # jobs done here whose acknowledgement is not yet stored
         self.loaded = False
         self.finished = False  # every job had its result before this worker came
-        self.engine: Any = None
+        self.engine: QueueEngine | None = None
         self._writer: Any = None  # the local --out, flushed before each acknowledgement
         self._cursor = "0-0"
         self._next_claim = 0.0
@@ -134,13 +154,15 @@ class RedisQueue:
         self._writer = writer
         return QueueSink(writer, self)
 
-    def attach(self, engine: Any) -> None:
+    def attach(self, engine: QueueEngine) -> None:
         self.engine = engine
         self._tasks.append(asyncio.create_task(self._acker(), name="rrcli.queue.acker"))
 
     async def fetch(self) -> list[Job | InvalidJob] | None:
         """The next jobs for this worker, None once the queue is drained."""
-        while not self.engine.control.stopping:
+        engine = self.engine
+        assert engine is not None  # attached before the run pulls
+        while not engine.status().stopping:
             self._raise_failure()
             # jobs held (fetched, not ended) never pass the concurrency; acknowledgements still
             # being stored may lag one concurrency more, so a read overlaps them
@@ -233,7 +255,7 @@ class RedisQueue:
         if self.engine.session_binding:
             named = [j.session for j in jobs if isinstance(j, Job) and j.session is not j.key]
             if named:
-                self.engine.router.restore_bindings(await self.store.bindings(named))
+                self.engine.restore_bindings(await self.store.bindings(named))
         return jobs
 
     def _hold(self, mid: str, fields: dict[bytes, bytes]) -> Job | InvalidJob:

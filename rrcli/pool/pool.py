@@ -279,7 +279,7 @@ def answer(outcome: CallOutcome) -> dict[str, Any]:
 
 def _refused(engine: Engine, job: Job, exc: Exception) -> CallError:
     """The error of a call the pool refused: its budget spent, or no backend left."""
-    halt = engine.control.halted
+    halt = engine.status().halt
     kind = "budget" if halt is not None and halt.reason == "budget" else "no_healthy_backend"
     message = halt.message if halt is not None else str(exc) or kind
     error = {"type": kind, "message": message}

@@ -30,12 +30,11 @@ from rrcli.config.profile import Price
 from rrcli.errors import Halted, Unaffordable
 from rrcli.records.dollars import usd
 from rrcli.routing.control import Halt, RunControl
-from rrcli.routing.costs import NO_OUTPUT, Charge, attempt_ceiling, attempt_cost, over_limit
+from rrcli.routing.costs import NO_OUTPUT, attempt_ceiling, over_limit
 from rrcli.tokens import MediaTokens, output_cap
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Call
-    from rrcli.records.attempt import Attempt
     from rrcli.routing.lease import Lease
 
 __all__ = ["Budget", "Ledger", "LocalLedger"]
@@ -82,8 +81,8 @@ class LocalLedger:
 
 
 class Budget:
-    """The limit, the prices and the ledger; what the router asks before and after each
-    attempt. ``refused`` counts the jobs a refused attempt ended (they have no result);
+    """The limit, the prices and the ledger; what the router asks before each attempt (the
+    cashier settles after it). ``refused`` counts the jobs a refused attempt ended (no result);
     ``reserved_peak`` the most set aside at once. ``uncapped``: the backends whose model's
     most output nothing tells (a call there without its own cap is refused: exit 2);
     ``media``: by backend id, the tokens an image, file or audio part is reserved at;
@@ -230,16 +229,9 @@ class Budget:
             self._control.halt(self.halt(None))
         raise Halted
 
-    def charge(self, attempt: Attempt, lease: Lease | None) -> Charge:
-        """What the attempt is charged (``costs.attempt_cost``), its reservation on ``lease``
-        standing for a usage it does not know."""
-        reservation = None if lease is None else lease.reservation
-        reserved = None if reservation is None else reservation[1]
-        return attempt_cost(self._prices.get(attempt.backend.id), attempt, reserved)
-
     def settle(self, lease: Lease, charged: float | None) -> Awaitable[None] | None:
-        """Replace the lease's reservation by ``charged`` (``charge``): now with a local
-        ledger (None), else the step to await."""
+        """Replace the lease's reservation by ``charged`` (the cashier's charge; None: the
+        reservation): now with a local ledger (None), else the step to await."""
         if lease.reservation is None:
             return None
         (token, reserved), lease.reservation = lease.reservation, None
@@ -275,13 +267,6 @@ class Budget:
             f"reserves its worst case{smallest} before it is sent, and a smaller max_tokens "
             f"lowers it; {more}",
         )
-
-    def progress(self) -> str:
-        """What the live display says of the budget."""
-        spent, held = self.spent, self.ledger.reserved
-        left = max(0.0, self.limit - spent - held)
-        limit = self.limit
-        return f"spent ${usd(spent)}  reserved ${usd(held)}  left ${usd(left)} of ${usd(limit)}"
 
     def record(self) -> dict[str, float]:
         """The run_end record's ``budget``."""

@@ -23,8 +23,9 @@ from rrcli.routing.control import Halt, RunControl
 
 if TYPE_CHECKING:
     from rrcli.config.profile import Backend
+    from rrcli.records.attempt import Attempt
     from rrcli.records.trace import TraceWriter
-    from rrcli.routing.lease import BackendState
+    from rrcli.routing.lease import BackendState, Lease
     from rrcli.routing.router import Router
 
 __all__ = ["Health", "check_hint", "pool_down_message"]
@@ -74,6 +75,12 @@ class Health:
         self.router = router
         self.traces = traces
         self.control = control
+
+    def observe(self, attempt: Attempt, lease: Lease) -> None:
+        """An attempt's error that says its backend serves no call takes it down."""
+        error = attempt.error
+        if error is not None and error.backend_down:
+            self.down(attempt.backend.id, error)
 
     def down(self, deployment: str, error: ProviderError) -> None:
         """``error`` says backend ``deployment`` serves no call: out of the pool for the rest

@@ -3,7 +3,7 @@
 ``BackendState`` is one backend's counters as the run goes (calls in flight, EWMA latency,
 cooldown, the display's done/retries/errors, whether it is down); ``Lease`` is one routed call,
 holding one slot of its backend's gate while ``held``. The router (router.py) is the only one
-that changes them.
+that changes a state; the budget and the cashier write a lease's money.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rrcli.config.profile import Backend
+from rrcli.routing.costs import UNPRICED, Charge
 from rrcli.routing.gate import Clock, Gate
 
 __all__ = ["BackendState", "Lease"]
@@ -34,6 +35,8 @@ class BackendState:
     cooldown_until: float = 0.0
     failures_in_a_row: int = 0
     down: str | None = None  # why it left the pool for the rest of the run, or None
+    cooled_for: str | None = None  # why its latest cooldown began
+    sessions: int = 0  # sessions bound to it now
 
     @property
     def cap(self) -> int:
@@ -53,4 +56,5 @@ class Lease:
     binding: str | None = None  # "new" | "kept" | "rebound" | None (binding = "request")
     held: bool = True
     reservation: tuple[str, float] | None = None
+    charge: Charge = UNPRICED  # what its latest attempt was charged (the cashier's)
     cache_key: str | None = None  # the prompt_cache_key cache_aware gives the call, if any

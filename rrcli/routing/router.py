@@ -20,11 +20,9 @@ import random
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rrcli.config.prices import pool_prices
 from rrcli.config.profile import Profile
 from rrcli.errors import BackendDown, ProviderError, WaitEnded
 from rrcli.logs import get_logger
-from rrcli.routing.costs import UNPRICED, Charge, attempt_cost
 from rrcli.routing.down import no_backend
 from rrcli.routing.gate import Clock, Gate, Sleep
 from rrcli.routing.lease import BackendState, Lease
@@ -83,8 +81,7 @@ class Router:
         self._max_pause = profile.retry.max_server_pause  # the longest a server may hold a backend
         self._bindings: dict[str, tuple[BackendState, str]] = {}
         self._saved: dict[str, str] = dict(bindings or {})  # --resume's {session: deployment}
-        self.budget = budget  # the run's budget, when it has one (budget.py)
-        self.prices = pool_prices(profile.backends)  # what a call is charged without a budget
+        self.budget = budget  # the run's budget, when it has one: admission reserves from it
         distinct = {id(s.gate): s.gate for s in self.states}.values()
         self._waiting = Waiting(self._sweep, len(distinct), rng, sleep)
         self._queued = isinstance(self._strategy, FirstAvailable)  # requests wait in line
@@ -127,7 +124,7 @@ class Router:
             if state is None or state.backend.id in exclude or not await self._slot(state):
                 tag = tag if state is None else "rebound"  # failover, or its backend went down
                 state = await self._route(exclude, prompt)
-                self._bindings[session] = (state, tag)
+                self._bind(session, state, tag)
             lease = self._grant(state, tag)
         if prompt is not None:  # cache_aware: the prompt is recorded where it went, keyed there
             prefixes, position = self._prefixes, lease.state.position
@@ -146,8 +143,8 @@ class Router:
             return None, "new"
         if (saved := self._by_id.get(self._saved.pop(session))) is None:
             return None, "rebound"
-        bound = self._bindings[session] = (saved, "kept")
-        return bound
+        self._bind(session, saved, "kept")
+        return saved, "kept"
 
     async def reacquire(self, lease: Lease) -> None:
         """A retry takes a slot again on the SAME backend (FIFO at its gate); raises
@@ -193,27 +190,12 @@ class Router:
                 await step
         await lease.state.gate.reserve(tokens)
 
-    def charge(self, attempt: Attempt, lease: Lease | None = None) -> Charge:
-        """What the attempt is charged: its usage at its backend's price, or, when its usage
-        is unknown, its budget reservation (``costs.attempt_cost``); (None, False) unpriced."""
-        if self.budget is not None:
-            return self.budget.charge(attempt, lease)
-        price = self.prices.get(attempt.backend.id)
-        return UNPRICED if price is None else attempt_cost(price, attempt, None)
-
-    async def observe(
-        self, attempt: Attempt, lease: Lease | None = None, charged: float | None = None
-    ) -> None:
+    async def observe(self, attempt: Attempt, lease: Lease | None = None) -> None:
         """One attempt, while it still holds its slot: display counters, EWMA latency, cooldowns,
         AIMD, a server-given pause (a 429's Retry-After; a success's rate-limit headers saying a
-        budget is spent until its reset; never longer than ``max_server_pause``), the tpm
-        booking corrected by the reply's usage (never above what the call could have cost), and
-        the budget's reservation settled at ``charged`` (``charge``; None: the reservation); a
-        cancelled attempt settles its reservation only."""
-        if self.budget is not None and lease is not None:
-            shared = self.budget.settle(lease, charged)
-            if shared is not None:
-                await shared
+        budget is spent until its reset; never longer than ``max_server_pause``) and the tpm
+        booking corrected by the reply's usage (never above what the call could have cost); a
+        cancelled attempt changes nothing. Its money is the cashier's (cashier.py)."""
         state = self._by_id[attempt.backend.id]
         reply, error = attempt.reply, attempt.error
         if reply is None:
@@ -246,8 +228,18 @@ class Router:
 
     def forget(self, session: str) -> None:
         """Drop the binding of a session no later call can use, so memory stays flat."""
-        self._bindings.pop(session, None)
+        bound = self._bindings.pop(session, None)
+        if bound is not None:
+            bound[0].sessions -= 1
         self._saved.pop(session, None)
+
+    def _bind(self, session: str, state: BackendState, tag: str) -> None:
+        """Bind ``session`` to ``state`` (instead of where it was bound), counted there."""
+        bound = self._bindings.get(session)
+        if bound is not None:
+            bound[0].sessions -= 1
+        state.sessions += 1
+        self._bindings[session] = (state, tag)
 
     @property
     def warm(self) -> bool:
@@ -323,7 +315,7 @@ class Router:
     def _cool(self, state: BackendState, until: float, reason: str) -> None:
         """Extend the cooldown to ``until``; a cooldown is never shortened."""
         if until > state.cooldown_until:
-            state.cooldown_until = until
+            state.cooldown_until, state.cooled_for = until, reason
             self._cooled_until = max(self._cooled_until, until)
             seconds = round(until - self._clock(), 3)
             log.info(

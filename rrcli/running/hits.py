@@ -30,17 +30,19 @@ from rrcli.routing.serving import RouteRules
 __all__ = ["CachedHits", "read_ahead"]
 
 
-def read_ahead(engine: Engine, jobs: Iterator[Job | InvalidJob]) -> Iterator[Any]:
+def read_ahead(
+    engine: Engine, control: RunControl, jobs: Iterator[Job | InvalidJob]
+) -> Iterator[Any]:
     """``jobs`` looked up in the run's cache by chunks as they are pulled (one SELECT a chunk),
     a plain chat job found answered finished there (``ResponseCache.ahead``)."""
     if engine.cache is None:
         return jobs
-    forget = engine.router.forget if engine.session_binding else None
+    forget = engine.forget if engine.session_binding else None
     hits = CachedHits(
         engine.traces,
         engine.results,
         engine.summary,
-        engine.control,
+        control,
         engine.rules,
         engine.keep_response,
         forget,

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from rrcli.config.profile import Profile
 from rrcli.engine.assembly import Preflight, flush_periodically, open_engine, preflight
 from rrcli.engine.engine import Engine
-from rrcli.engine.money import final_halt
 from rrcli.engine.quiet import quiet_unless_configured
 from rrcli.engine.summary import RunSummary
 from rrcli.logs import get_logger
@@ -36,7 +35,7 @@ from rrcli.records.jobs import InvalidJob, Job, iter_jobs
 from rrcli.records.results import ResultSink, ResumeState
 from rrcli.records.trace import TraceWriter, new_run_id
 from rrcli.routing.control import RunControl
-from rrcli.routing.router import Router
+from rrcli.routing.status import EngineStatus
 from rrcli.running.hits import read_ahead
 from rrcli.running.lookahead import Lookahead
 from rrcli.running.options import RunOptions
@@ -68,7 +67,7 @@ async def run(
     *,
     environ: Mapping[str, str] | None = None,
     control: RunControl | None = None,
-    on_start: Callable[[RunSummary, Router], None] | None = None,
+    on_start: Callable[[RunSummary, Engine], None] | None = None,
     queue: SharedQueue | None = None,
 ) -> RunSummary:
     """Run every selected job of ``options.jobs`` (or of ``queue``, or of the shared queue
@@ -122,7 +121,7 @@ class _Start:
     checked: Preflight
     otlp: str | None
     control: RunControl
-    on_start: Callable[[RunSummary, Router], None] | None
+    on_start: Callable[[RunSummary, Engine], None] | None
 
 
 async def _run_open(
@@ -154,19 +153,19 @@ async def _run_open(
         on_text=options.on_text,
         label=None if shared is None else shared.label,
     )
-    router, resume = engine.router, outputs.resume
     if shared is not None:
         shared.attach(engine)
-    jobs = jobs_in if shared is not None else _selected(jobs_in, options, resume, summary)
-    if shared is None and reader is None and router.warm and profile.lookahead:
-        jobs = Lookahead(jobs, router, profile.lookahead, profile.binding == "session")  # type: ignore[arg-type]
+    jobs = jobs_in if shared is not None else _selected(jobs_in, options, outputs.resume, summary)
+    warmth = engine.warmth
+    if shared is None and reader is None and warmth is not None and profile.lookahead:
+        jobs = Lookahead(jobs, warmth, profile.lookahead, profile.binding == "session")  # type: ignore[arg-type]
     if start.on_start is not None:
-        start.on_start(summary, router)
+        start.on_start(summary, engine)
     log.info("rrcli.run_started", run_id=summary.run_id, profile=profile.label)
     try:
-        await _drive(engine, jobs, run_concurrency(options, profile), reader)
+        await _drive(engine, control, jobs, run_concurrency(options, profile), reader)
     finally:
-        _ended(summary, control, router, None if reader or shared else jobs)  # type: ignore[arg-type]
+        engine.ended(None if reader or shared else jobs)  # type: ignore[arg-type]
         await engine.close()
         await close_sender(outputs.sender)
     return summary
@@ -202,20 +201,6 @@ class _Outputs:
         )
 
 
-def _ended(
-    summary: RunSummary, control: RunControl, router: Router, rest: Iterator[Any] | None
-) -> None:
-    """How the run ended, on its summary: interrupted, or halted (a budget's halt says the
-    spend and the jobs not run once the calls in flight finished; ``rest``: the jobs never
-    handed out, None when they came from a pipe)."""
-    summary.halted = control.halted
-    budget = router.budget
-    refused = budget is not None and budget.refused and not control.stopping
-    if budget and (refused or (summary.halted and summary.halted.reason == "budget")):
-        summary.halted = final_halt(budget, summary, rest)
-    summary.interrupted = control.stopping and control.halted is None
-
-
 def _selected(
     lines: Iterator[Job | InvalidJob],
     options: RunOptions,
@@ -240,27 +225,32 @@ def run_concurrency(options: RunOptions, profile: Profile) -> int:
 
 async def _drive(
     engine: Engine,
+    control: RunControl,
     jobs: Iterator[Job | InvalidJob] | SharedQueue,
     concurrency: int,
     reader: StoppableReader | None = None,
 ) -> None:
-    """Run up to ``concurrency`` workers over one job iterator (read by a thread from ``reader``
-    when there is one: workers.py) or a shared queue; flush outputs as they go.
+    """Run up to ``concurrency`` workers (stopped by ``control``) over one job iterator (read by
+    a thread from ``reader`` when there is one: workers.py) or a shared queue; flush outputs as
+    they go.
 
     Returns normally however the run is stopped: a call cancelled in flight leaves no result
     line, so ``--resume`` runs its job again. A worker's own failure (a bug) is raised.
     """
-    control = engine.control
     feed = JobFeed(engine.worker, concurrency, control)
     if not isinstance(jobs, Iterator):  # a shared queue
         filling: Awaitable[None] = feed.fill(jobs.fetch)
     else:
-        filling = feed.pull(read_ahead(engine, jobs)) if reader is None else feed.read(jobs, reader)
+        filling = (
+            feed.pull(read_ahead(engine, control, jobs))
+            if reader is None
+            else feed.read(jobs, reader)
+        )
     everything = asyncio.ensure_future(filling)
     control.on_cancel(everything.cancel)
     flusher = asyncio.create_task(flush_periodically(engine))
     try:
-        await _until_done(everything, control, engine.router)
+        await _until_done(everything, engine.status)
     finally:
         flusher.cancel()
         control.on_cancel(None)
@@ -271,16 +261,17 @@ async def _drive(
             raise
 
 
-async def _until_done(everything: asyncio.Future[Any], control: RunControl, router: Router) -> None:
-    """Wait for the workers. Once stopped (first Ctrl-C) they take no new job and the calls in
-    flight get DRAIN_TIMEOUT to finish before they are cancelled; ``cancel`` (second Ctrl-C)
-    cancels them at once (``control.on_cancel``)."""
+async def _until_done(everything: asyncio.Future[Any], status: Callable[[], EngineStatus]) -> None:
+    """Wait for the workers, looking at the engine's ``status`` every quarter second. Once
+    stopped (first Ctrl-C) they take no new job and the calls in flight get DRAIN_TIMEOUT to
+    finish before they are cancelled; ``cancel`` (second Ctrl-C) cancels them at once
+    (``control.on_cancel``)."""
     deadline: float | None = None
     while not everything.done():
         await asyncio.wait([everything], timeout=0.25)
-        if control.stopping and deadline is None:
+        if deadline is None and (now := status()).stopping:
             deadline = time.monotonic() + DRAIN_TIMEOUT
-            in_flight = sum(state.in_flight for state in router.states)
+            in_flight = now.in_flight
             log.info("rrcli.stopping", calls_in_flight=in_flight, drain_s=DRAIN_TIMEOUT)
         elif deadline is not None and time.monotonic() >= deadline:
             everything.cancel()
@@ -291,7 +282,7 @@ def run_sync(
     options: RunOptions,
     *,
     environ: Mapping[str, str] | None = None,
-    on_start: Callable[[RunSummary, Router], None] | None = None,
+    on_start: Callable[[RunSummary, Engine], None] | None = None,
     handle_signals: bool = True,
     control: RunControl | None = None,
 ) -> RunSummary:

@@ -42,14 +42,14 @@ async def count_tokens(
     if guess is None:
         return None
     engine = pool.engine
-    for state in engine.router.states:
-        provider = engine.providers[state.backend.id]
-        if not isinstance(provider, AnthropicProvider) or state.down:
+    for deployment in engine.status().deployments:
+        provider = engine.providers[deployment.id]
+        if not isinstance(provider, AnthropicProvider) or deployment.state == "down":
             continue
-        if state.backend.id in exclude:
+        if deployment.id in exclude:
             continue
         try:
-            return await provider.count_tokens(body), state.backend.id
+            return await provider.count_tokens(body), deployment.id
         except ProviderError:
             continue
     return guess, None

@@ -59,23 +59,12 @@ class Gateway:
         """Seconds until the first of the request's backends stops cooling, when every one
         of them is cooling (the request is answered 429 at once rather than held); None when
         one may take it."""
-        states = pool.engine.router.states
-        if not states:
-            return None
-        now = states[0].clock()
-        until = None
-        for state in states:
-            if state.down or state.backend.id in exclude:
-                continue
-            if state.cooldown_until <= now:  # one not cooling: no need to look further
-                return None
-            until = state.cooldown_until if until is None else min(until, state.cooldown_until)
-        return None if until is None else until - now
+        return pool.engine.status().cooling(exclude)
 
     def forget_idle(self) -> None:
         for session in self.sessions.expired():
             for pool in self.pools:
-                pool.engine.router.forget(session)
+                pool.engine.forget(session)
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
         """Whether the request's ``headers`` (lowercase names) carry a client key."""

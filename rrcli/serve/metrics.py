@@ -4,7 +4,7 @@ terminal says of it.
 
 Requests by API, endpoint and status; the seconds to the answer's first byte (a whole answer's
 end; a stream's first text) by API and endpoint; requests in flight; and per deployment, its
-calls in flight (read from the router when scraped) and the answers it gave.
+calls in flight (read from its engine's status when scraped) and the answers it gave.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from prometheus_client.core import (
 
 if TYPE_CHECKING:
     from rrcli.pool.pool import Pool
-    from rrcli.routing.lease import BackendState
+    from rrcli.routing.status import DeploymentStatus
 
 __all__ = ["CONTENT_TYPE", "Activity", "Metrics"]
 
@@ -45,7 +45,7 @@ class Metrics:
         self._seconds: dict[tuple[str, str, str], list[float]] = {}  # counts by bucket, sum
         self._answers: dict[str, int] = {}
         self._in_flight = in_flight
-        self._states = [state for pool in pools for state in pool.engine.router.states]
+        self._pools = pools
         self.registry = CollectorRegistry()
         self.registry.register(self)  # type: ignore[arg-type]
 
@@ -100,8 +100,9 @@ class Metrics:
         calls = GaugeMetricFamily(
             "rrcli_deployment_calls_in_flight", "Calls in flight", labels=["deployment"]
         )
-        for state in self._states:
-            calls.add_metric([state.backend.id], state.in_flight)
+        for pool in self._pools:
+            for deployment in pool.engine.status().deployments:
+                calls.add_metric([deployment.id], deployment.in_flight)
         yield from (requests, seconds, in_flight, answers, calls)
 
 
@@ -122,10 +123,8 @@ class Activity:
         self._clock = clock
         self._engines = [pool.engine for pool in gateway.pools]
         named = len(gateway.pools) > 1
-        self._rows = [
-            (f"{pool.profile.name or i}/{state.backend.id}" if named else state.backend.id, state)
-            for i, pool in enumerate(gateway.pools)
-            for state in pool.engine.router.states
+        self._names = [
+            f"{pool.profile.name or i}/" if named else "" for i, pool in enumerate(gateway.pools)
         ]
         self._seen: deque[tuple[float, int]] = deque(maxlen=21)  # (when, answered) samples
 
@@ -138,11 +137,15 @@ class Activity:
         rate = (ok + failed - before) / (now - then) if now > then else 0.0
         parts = [f"in flight {gateway.in_flight:,}", f"{rate:,.1f} req/s"]
         parts += [f"ok {ok:,}", f"errors {failed:,}"]
-        budgets = [engine.router.budget for engine in engines]
-        parts += [budget.progress() for budget in budgets if budget is not None]
+        budgets = [engine.status().budget for engine in engines]
+        parts += [budget.line() for budget in budgets if budget is not None]
         if gateway.draining:
             parts.append("draining: letting the requests in flight finish")
         return "  ".join(parts)
 
-    def rows(self) -> list[tuple[str, BackendState]]:
-        return self._rows
+    def rows(self) -> list[tuple[str, DeploymentStatus]]:
+        return [
+            (name + deployment.id, deployment)
+            for name, engine in zip(self._names, self._engines, strict=True)
+            for deployment in engine.status().deployments
+        ]
