@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from rrcli.routing.lease import BackendState
     from rrcli.routing.router import Router
 
-__all__ = ["Health", "check_hint", "pool_down_message"]
+__all__ = ["Health", "check_hint", "down_reasons", "pool_down_message"]
 
 log = get_logger("rrcli")
 
@@ -54,14 +54,18 @@ def check_hint(backend: Backend, reason: str) -> str:
 
 def pool_down_message(states: Iterable[BackendState]) -> str:
     """The halt's message: each backend's reason and what to check, and the way to finish."""
-    reasons = "; ".join(
+    return (
+        f"no healthy backend left — {down_reasons(states)}. Fix that, then run again with "
+        "--resume to run the jobs that did not finish (they have no result line)"
+    )
+
+
+def down_reasons(states: Iterable[BackendState]) -> str:
+    """Each backend out of the pool, why, and what to check ("" when none is)."""
+    return "; ".join(
         f"{s.backend.id}: {s.down} ({check_hint(s.backend, s.down)})"
         for s in states
         if s.down is not None
-    )
-    return (
-        f"no healthy backend left — {reasons}. Fix that, then run again with --resume to run "
-        "the jobs that did not finish (they have no result line)"
     )
 
 
