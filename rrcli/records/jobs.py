@@ -31,7 +31,10 @@ from rrcli.records._compressed import compressed_as, open_jobs_file
 from rrcli.records._jobshapes import (
     BUILDERS,
     LineError,
+    Parts,
+    anthropic_request,
     check_sendable,
+    openai_request,
     raw_id,
     shape,
     type_name,
@@ -48,6 +51,7 @@ __all__ = [
     "job_key",
     "open_jobs_file",
     "parse_job",
+    "request_job",
     "shard_of",
 ]
 
@@ -252,6 +256,40 @@ def job_from_dict(obj: dict[str, Any], n: int) -> Job | InvalidJob:
     except LineError as exc:
         raw = obj.get("id", obj.get("custom_id")) if type(obj) is dict else None
         return InvalidJob(raw if type(raw) in (str, int) else f"line-{n}", n, str(exc))
+
+
+def request_job(
+    api: str, endpoint: str, body: dict[str, Any], *, id: str | int, session: str | None = None
+) -> Job | InvalidJob:
+    """The job of a request's ``body`` in ``api`` (``openai``: to ``/v1/<endpoint>``;
+    ``anthropic``: to ``/v1/messages``), checked as a batch line's body is: the Job (its
+    messages or input taken out of ``body``), or an InvalidJob whose message names the fault
+    in the request's own terms. ``session``: the conversation it belongs to (else its own)."""
+    try:
+        if api == "anthropic":
+            parts: Parts = anthropic_request(body, "body")
+        else:
+            parts = openai_request(endpoint, body)
+    except LineError as exc:
+        return InvalidJob(id, 0, str(exc))
+    messages, turns, params, stream, endpoint, value = parts
+    key = job_key(id)
+    kind = "anthropic_batch" if api == "anthropic" else "openai_batch"  # the request's dialect
+    return Job(
+        id,
+        key,
+        0,
+        kind,
+        messages,
+        turns,
+        params,
+        key if session is None else session,
+        None,
+        None,
+        stream,
+        endpoint,
+        value,
+    )
 
 
 def _undecodable(raw: bytes, exc: orjson.JSONDecodeError) -> str:
