@@ -3,7 +3,7 @@
 Each call is a job handed to the one engine (``Engine.submit``): routed, gated, retried, failed
 over, health-checked, budgeted, cached and traced exactly as a line of a jobs file, and answered
 with the record its result line would hold. ``rrcli serve`` puts the HTTP APIs in front of the
-same pools (``Pool.call`` with the request as a job dict)::
+same pools (``Pool.submit`` with the request's job, ``records.jobs.request_job``)::
 
     async with rrcli.Pool.from_profile("pool.toml") as pool:
         record = await pool.chat([{"role": "user", "content": "Hi"}])
@@ -268,10 +268,12 @@ def _refused(engine: Engine, job: Job, exc: Exception) -> CallError:
             f"the budget of ${budget.limit:.2f} is spent (${budget.spent:.2f} of it; each call "
             "holds its worst case until it ends): this pool sends no more calls"
         )
-    else:
+    elif halt is None or halt.reason == "no_backend":
         kind = "no_healthy_backend"
         down = down_reasons(engine.router.states)
         message = f"no healthy backend left — {down}" if down else str(exc) or kind
+    else:  # a halt of the pool's own (a call it cannot bound): its message says the fix
+        kind, message = "no_healthy_backend", halt.message
     error = {"type": kind, "message": message}
     record = {"id": job.id, "status": "error", "deployment": None, "attempts": 0, "error": error}
     return CallError(message, type=kind, result=record)

@@ -248,7 +248,7 @@ def _packed_fix(packed: str, name: str) -> str:
 
 
 def job_from_dict(obj: dict[str, Any], n: int) -> Job | InvalidJob:
-    """A job a program hands in as a dict (``rrcli.Pool``, ``rrcli serve``), checked as line
+    """A job a program hands in as a dict (``rrcli.Pool.call``), checked as line
     ``n`` of a file would be: the Job, or an InvalidJob whose message names the fault. The
     dict's parts may be taken into the Job (its messages moved out of its body)."""
     try:
