@@ -1,18 +1,20 @@
 """Where a streamed call's text goes as it arrives: ``--prompt --stream``'s printer, or the
-callback of the job a program submitted (``Engine.submit``); once any text went out, the call is
+reader a program passed with its job (``Engine.submit``); once any text went out, the call is
 neither retried nor moved."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextvars import ContextVar
 from functools import partial
 
-__all__ = ["REQUEST_TEXT", "Echo", "echo_for"]
+__all__ = ["Echo", "OnText", "echo_for"]
+
+#: a submitted job's reader of its stream: called with the deployment and each piece of text
+OnText = Callable[[str, str], None]
 
 
 class Echo:
-    """--prompt --stream: text printed as it arrives; once any was, the call is never retried."""
+    """Text handed on as it arrives; once any was, the call is never retried."""
 
     __slots__ = ("_out", "printed")
 
@@ -25,17 +27,11 @@ class Echo:
         self._out(text)
 
 
-#: the text callback of a job a program submitted (``Engine.submit``), set for the task that
-#: awaits it (no parameter through every call): called with the deployment and each piece
-REQUEST_TEXT: ContextVar[Callable[[str, str], None] | None] = ContextVar("rrcli_text", default=None)
-
-
-def echo_for(stream: bool, on_text: Callable[[str], None] | None, deployment: str) -> Echo | None:
-    """Where a streamed attempt's text goes: --prompt --stream's ``on_text``, else the
-    submitted job's callback, told ``deployment``; None for a plain call or no reader."""
-    if not stream:
-        return None
-    if on_text is not None:
-        return Echo(on_text)
-    request = REQUEST_TEXT.get()
-    return None if request is None else Echo(partial(request, deployment))
+def echo_for(
+    printer: Callable[[str], None] | None, reader: OnText | None, deployment: str
+) -> Echo | None:
+    """Where a streamed attempt's text goes: --prompt --stream's ``printer``, else the
+    submitted job's ``reader``, told ``deployment``; None when neither reads it."""
+    if printer is not None:
+        return Echo(printer)
+    return None if reader is None else Echo(partial(reader, deployment))

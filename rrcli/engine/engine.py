@@ -27,7 +27,7 @@ from msgspec import structs
 from rrcli.config.profile import Backend, Profile
 from rrcli.engine.attempts import MOVES, decide, refused, sent
 from rrcli.engine.cached import ANSWERED, ResponseCache
-from rrcli.engine.echo import REQUEST_TEXT, Echo, echo_for
+from rrcli.engine.echo import Echo, OnText, echo_for
 from rrcli.engine.failures import log_failure, log_repeated
 from rrcli.engine.money import final_halt, with_cap
 from rrcli.engine.observers import Observer
@@ -199,38 +199,37 @@ class Engine:
                 outcome = await self._run(job)
             except (Halted, NoHealthyBackend):  # the job has no result line: --resume runs it
                 return
+            if outcome.status == "invalid" and outcome.error is not None:
+                outcome = in_run_words(outcome)
             self.finish(outcome)
 
     async def submit(
-        self, job: Job, exclude: frozenset[str], on_text: Callable[[str, str], None] | None
+        self, job: Job, exclude: frozenset[str], on_text: OnText | None
     ) -> CallOutcome:
         """A job run and finished as a line is, never on ``exclude``; a stream's text to
-        ``on_text(deployment, text)`` (then neither retried nor moved). Raises Halted,
-        NoHealthyBackend."""
-        token = REQUEST_TEXT.set(on_text)
-        try:
-            self.finish(outcome := await self._run(job, exclude))
-            return outcome
-        finally:
-            REQUEST_TEXT.reset(token)
+        ``on_text(deployment, text)`` (then neither retried nor moved). A job no backend may
+        take ends ``invalid``, its ``error`` saying why (``reason``, ``endpoint``, ``message``).
+        Raises Halted, NoHealthyBackend."""
+        self.finish(outcome := await self._run(job, exclude, on_text))
+        return outcome
 
-    async def _run(self, job: Job, exclude: frozenset[str] = frozenset()) -> CallOutcome:
-        """One job's calls, as its kind asks."""
+    async def _run(
+        self, job: Job, exclude: frozenset[str] = frozenset(), on_text: OnText | None = None
+    ) -> CallOutcome:
+        """One job's calls, as its kind asks; ``on_text``: a submitted stream's reader."""
         excluded, refusal = self.rules.check(job)
         if exclude:
             excluded |= exclude
         if refusal is not None:  # no backend serves its endpoint or can express its params
-            invalid = InvalidJob(job.id, job.line, f"line {job.line}: {refusal}")
-            return CallOutcome(invalid, "invalid")
+            return refused_job(job, "unserved", refusal)
         try:
             if job.kind == "session":
-                return await self._run_session(job, excluded)
+                return await self._run_session(job, excluded, on_text)
             if job.endpoint == "responses" and "previous_response_id" in job.params:
-                return await self._continue_response(job, excluded)
-            return await self._call(job, list(job.messages), 0, excluded)
+                return await self._continue_response(job, excluded, on_text)
+            return await self._call(job, list(job.messages), 0, excluded, on_text)
         except Unaffordable as exc:  # its worst case alone is more than the whole budget
-            invalid = InvalidJob(job.id, job.line, f"line {job.line}: {exc}")
-            return CallOutcome(invalid, "invalid")
+            return refused_job(job, "unaffordable", str(exc))
 
     def finish(self, outcome: CallOutcome) -> None:
         """A job ended: its one result line, the counters, a failure logged, and a binding no
@@ -251,13 +250,15 @@ class Engine:
         if self.session_binding and isinstance(job, Job) and job.session is job.key:
             self.router.forget(job.session)
 
-    async def _run_session(self, job: Job, excluded: frozenset[str]) -> CallOutcome:
+    async def _run_session(
+        self, job: Job, excluded: frozenset[str], on_text: OnText | None
+    ) -> CallOutcome:
         """A session's turns in order, each a call with the whole history so far."""
         history = list(job.messages)
         turns: list[CallOutcome] = []
         for turn, text in enumerate(job.turns):
             history.append({"role": "user", "content": text})
-            outcome = await self._call(job, history, turn, excluded)
+            outcome = await self._call(job, history, turn, excluded, on_text)
             if outcome.status == "error":
                 return structs.replace(outcome, turns=tuple(turns))
             assert outcome.reply is not None
@@ -265,7 +266,9 @@ class Engine:
             turns.append(outcome)
         return structs.replace(turns[-1], turns=tuple(turns))
 
-    async def _continue_response(self, job: Job, excluded: frozenset[str]) -> CallOutcome:
+    async def _continue_response(
+        self, job: Job, excluded: frozenset[str], on_text: OnText | None
+    ) -> CallOutcome:
         """A Responses job continuing ``previous_response_id``: on the backend that created it
         when this run knows which (its own responses, a resumed file's), else routed as any."""
         response_id = job.params["previous_response_id"]
@@ -275,17 +278,22 @@ class Engine:
             if gone is not None:
                 error = {"type": "response_origin_gone", "message": gone}
                 return CallOutcome(job, "error", error=error, session=self._session_of(job))
-        return await self._call(job, [], 0, excluded)
+        return await self._call(job, [], 0, excluded, on_text)
 
     def _call(
-        self, job: Job, messages: list[dict[str, Any]], turn: int, excluded: frozenset[str]
+        self,
+        job: Job,
+        messages: list[dict[str, Any]],
+        turn: int,
+        excluded: frozenset[str],
+        on_text: OnText | None,
     ) -> Awaitable[CallOutcome]:
         """One call of a job, awaited: answered by the response cache when it holds the answer
         (traced, never routed), else routed and sent, its ok answer then stored
         (engine/cached.py). Without a cache the routed call itself: no coroutine between."""
         if self.cache is None:
-            return self._routed(job, messages, turn, excluded)
-        return self._cached_call(self.cache, job, messages, turn, excluded)
+            return self._routed(job, messages, turn, excluded, on_text)
+        return self._cached_call(self.cache, job, messages, turn, excluded, on_text)
 
     async def _cached_call(
         self,
@@ -294,17 +302,23 @@ class Engine:
         messages: list[dict[str, Any]],
         turn: int,
         excluded: frozenset[str],
+        on_text: OnText | None,
     ) -> CallOutcome:
         hit, keys = cache.lookup(job, messages, turn, excluded, self.keyed)
         if hit is not None:
             self.traces.call(hit, None)
             return self._outcome(job, hit, hit.reply)
-        outcome = await self._routed(job, messages, turn, excluded)
+        outcome = await self._routed(job, messages, turn, excluded, on_text)
         cache.keep(outcome, keys, messages, self.keyed)
         return outcome
 
     async def _routed(
-        self, job: Job, messages: list[dict[str, Any]], turn: int, excluded: frozenset[str]
+        self,
+        job: Job,
+        messages: list[dict[str, Any]],
+        turn: int,
+        excluded: frozenset[str],
+        on_text: OnText | None,
     ) -> CallOutcome:
         """One call of a job: its attempts on the routed backend (never one of ``excluded``);
         routed again when that backend goes down, and with ``failover`` when its budget is
@@ -332,7 +346,9 @@ class Engine:
             failover = self.profile.retry.failover and len(tried) + 1 < len(self.router.states)
             before = 0 if outcome is None else outcome.attempts
             try:
-                outcome = await self._attempts(job, messages, turn, lease, before, queued, failover)
+                outcome = await self._attempts(
+                    job, messages, turn, lease, before, queued, failover, on_text
+                )
             finally:
                 if lease.held:  # cancelled while holding the slot
                     await asyncio.shield(self.router.release(lease))
@@ -349,13 +365,15 @@ class Engine:
         before: int,
         queued: float,
         failover: bool,
+        on_text: OnText | None,
     ) -> CallOutcome:
         """The attempts of one call on the leased backend, numbered on from ``before`` (retries,
-        a pause_turn continued on its slot; ``failover``: it may move on), its slot then freed."""
+        a pause_turn continued on its slot; ``failover``: it may move on; a stream's text to
+        ``on_text``), its slot then freed."""
         provider = self.providers[(backend := lease.state.backend).id]
         call = self._request(job, messages, backend, lease.cache_key)
         estimate = (call.input_tokens or 0) + (output_cap(call.params) or 0)  # estimate_call_tokens
-        echo = echo_for(True, self.on_text, backend.id) if call.stream else None
+        echo = echo_for(self.on_text, on_text, backend.id) if call.stream else None
         number, first_try, paused, continued = before, time.monotonic(), None, 0
         attempt: Attempt | None = None
         sending = self.sending
@@ -487,3 +505,24 @@ class Engine:
         """The session a result line names: when bindings must survive --resume, and always
         for a session."""
         return job.session if (self.session_binding or job.kind == "session") else None
+
+
+#: what ``rrcli run`` adds to a refusal of each ``reason``: its flag
+_RUN_FIX = {"unaffordable": " (--max-cost)"}
+
+
+def refused_job(job: Job, reason: str, message: str) -> CallOutcome:
+    """The ``invalid`` end of a job no backend may take: ``unserved`` (none serves its endpoint
+    or can express its params) or ``unaffordable`` (its worst case alone is more than the
+    whole budget); ``error`` says it apart (``reason``, ``endpoint``, ``message``) for each
+    front-end to put in its own words."""
+    error = {"reason": reason, "endpoint": job.endpoint, "message": message}
+    return CallOutcome(InvalidJob(job.id, job.line, message), "invalid", error=error)
+
+
+def in_run_words(outcome: CallOutcome) -> CallOutcome:
+    """A refused job as ``rrcli run`` says it: its line named, the flag that fixes it."""
+    error, job = outcome.error, outcome.job
+    assert error is not None
+    message = f"line {job.line}: {error['message']}{_RUN_FIX.get(error['reason'], '')}"
+    return structs.replace(outcome, job=InvalidJob(job.id, job.line, message))

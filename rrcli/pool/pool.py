@@ -3,7 +3,7 @@
 Each call is a job handed to the one engine (``Engine.submit``): routed, gated, retried, failed
 over, health-checked, budgeted, cached and traced exactly as a line of a jobs file, and answered
 with the record its result line would hold. ``rrcli serve`` puts the HTTP APIs in front of the
-same pools (``Pool.call`` with the request as a job dict)::
+same pools (``Pool.submit`` with the request's job, ``records.jobs.request_job``)::
 
     async with rrcli.Pool.from_profile("pool.toml") as pool:
         record = await pool.chat([{"role": "user", "content": "Hi"}])
@@ -25,6 +25,7 @@ from typing import Any
 from rrcli.config.load import load_profile
 from rrcli.config.profile import Profile
 from rrcli.engine.assembly import flush_periodically, open_engine
+from rrcli.engine.echo import OnText
 from rrcli.engine.engine import Engine
 from rrcli.engine.options import EngineOptions
 from rrcli.engine.quiet import quiet_unless_configured
@@ -32,13 +33,15 @@ from rrcli.engine.summary import RunSummary
 from rrcli.errors import CallError, EngineClosed, Halted, NoHealthyBackend
 from rrcli.records.attempt import CallOutcome
 from rrcli.records.claim import OutputClaim
-from rrcli.records.jobs import Job, job_from_dict
+from rrcli.records.dollars import usd
+from rrcli.records.jobs import InvalidJob, Job, job_from_dict
 from rrcli.records.result_line import result_line
 from rrcli.records.results import CallbackWriter
 from rrcli.records.trace import TraceWriter, new_run_id
 from rrcli.routing.control import RunControl
+from rrcli.routing.health import down_reasons
 
-__all__ = ["CLIENT_LEFT", "CLOSED", "CLOSE_TIMEOUT", "Pool", "Texts"]
+__all__ = ["CLIENT_LEFT", "CLOSED", "CLOSE_TIMEOUT", "Pool", "Texts", "answer", "settled"]
 
 #: the reason a call is cancelled with when its reader went away: the trace's ``error_type`` of
 #: its ``cancelled`` call record
@@ -203,21 +206,30 @@ class Pool:
         self,
         line: dict[str, Any],
         exclude: frozenset[str] = frozenset(),
-        on_text: Callable[[str, str], None] | None = None,
+        on_text: OnText | None = None,
     ) -> CallOutcome:
         """One job given as a dict, as a line of a jobs file holds it (the dict may be
-        changed), never on a backend of ``exclude``: how it ended; a stream's text goes to
-        ``on_text(deployment, text)`` as it arrives. Raises CallError when the pool no longer
-        takes calls (its budget spent, no backend healthy)."""
-        engine = self.engine
+        changed): ``submit`` of its Job (an ``invalid`` outcome when the dict is not one)."""
         self._calls += 1
         if "id" not in line and "custom_id" not in line:
             line["id"] = self._calls
-        job = job_from_dict(line, self._calls)
-        if not isinstance(job, Job):
+        return await self.submit(job_from_dict(line, self._calls), exclude, on_text)
+
+    async def submit(
+        self,
+        job: Job | InvalidJob,
+        exclude: frozenset[str] = frozenset(),
+        on_text: OnText | None = None,
+    ) -> CallOutcome:
+        """One job, never on a backend of ``exclude``: how it ended; a stream's text goes to
+        ``on_text(deployment, text)`` as it arrives. Raises CallError when the pool no longer
+        takes calls (its budget spent, no backend healthy)."""
+        engine = self.engine
+        if type(job) is InvalidJob:
             outcome = CallOutcome(job, "invalid")
             engine.finish(outcome)
             return outcome
+        assert type(job) is Job
         if self._closing:
             raise _closed(job, 0)
         # its own task, so that closing the pool can cancel it without cancelling the caller
@@ -262,9 +274,14 @@ class _Outputs:
 
 def answer(outcome: CallOutcome) -> dict[str, Any]:
     """The record of an ok call; CallError for any other."""
-    record = result_line(outcome)
+    return result_line(settled(outcome))
+
+
+def settled(outcome: CallOutcome) -> CallOutcome:
+    """An ok call as it ended; CallError (its ``result`` the record) for any other."""
     if outcome.status == "ok":
-        return record
+        return outcome
+    record = result_line(outcome)
     error = record.get("error") or {}
     attempt = outcome.attempt
     last = None if attempt is None else attempt.error
@@ -279,9 +296,23 @@ def answer(outcome: CallOutcome) -> dict[str, Any]:
 
 def _refused(engine: Engine, job: Job, exc: Exception) -> CallError:
     """The error of a call the pool refused: its budget spent, or no backend left."""
-    halt = engine.status().halt
-    kind = "budget" if halt is not None and halt.reason == "budget" else "no_healthy_backend"
-    message = halt.message if halt is not None else str(exc) or kind
+    status = engine.status()
+    halt, budget = status.halt, status.budget
+    if halt is not None and halt.reason == "budget" and budget is not None:
+        kind = "budget"
+        message = (
+            f"the budget of ${usd(budget.limit)} is spent (${usd(budget.spent)} of it; each call "
+            "holds its worst case until it ends): this pool sends no more calls"
+        )
+    elif halt is None or halt.reason == "no_backend":
+        kind = "no_healthy_backend"
+        backends = {b.id: b for b in engine.profile.backends}
+        down = down_reasons(
+            (backends[d.id], d.why) for d in status.deployments if d.state == "down"
+        )
+        message = f"no healthy backend left — {down}" if down else str(exc) or kind
+    else:  # a halt of the pool's own (a call it cannot bound): its message says the fix
+        kind, message = "no_healthy_backend", halt.message
     error = {"type": kind, "message": message}
     record = {"id": job.id, "status": "error", "deployment": None, "attempts": 0, "error": error}
     return CallError(message, type=kind, result=record)

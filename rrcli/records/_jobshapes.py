@@ -23,7 +23,9 @@ from rrcli.registry import BATCH_URLS, ENDPOINTS, UNSTREAMED
 __all__ = [
     "BUILDERS",
     "INPUT_FIELDS",
+    "anthropic_request",
     "check_sendable",
+    "openai_request",
     "raw_id",
     "shape",
     "type_name",
@@ -241,10 +243,16 @@ def _openai_batch(obj: dict[str, Any]) -> Parts:
     body = obj.get("body")
     if type(body) is not dict:
         raise LineError(f"body must be an object (the {url} request), got {type_name(body)}")
+    return openai_request(endpoint, body)
+
+
+def openai_request(endpoint: str, body: dict[str, Any]) -> Parts:
+    """The parts of an OpenAI request's ``body`` to ``endpoint`` (an OpenAI Batch line's, or
+    one ``rrcli serve`` received); its messages or input are taken out of it."""
     if endpoint != "chat":
         field = INPUT_FIELDS[endpoint]
         if field not in body:
-            raise LineError(f"body.{field} is missing (what to send to {url})")
+            raise LineError(f"body.{field} is missing (what to send to /v1/{endpoint})")
         return _endpoint_parts(endpoint, body.pop(field), f"body.{field}", body, "body")
     if "messages" not in body:
         raise LineError("body.messages is missing")
@@ -253,12 +261,17 @@ def _openai_batch(obj: dict[str, Any]) -> Parts:
 
 
 def _anthropic_batch(obj: dict[str, Any]) -> Parts:
-    params = _check_params(obj["params"], "params")
+    return anthropic_request(_check_params(obj["params"], "params"), "params")
+
+
+def anthropic_request(params: dict[str, Any], where: str) -> Parts:
+    """The parts of an Anthropic Messages request (a Message Batches line's ``params``, or the
+    body ``rrcli serve`` received, named ``where``); its messages are taken out of it."""
     if "messages" not in params:
-        raise LineError("params.messages is missing")
-    messages = _check_messages(params.pop("messages"), "params.messages")
-    system = _system_message(params.pop("system", None), "params.system")
-    return system + messages, _EMPTY, params, _pop_stream(params, "params"), "chat", None
+        raise LineError(f"{where}.messages is missing")
+    messages = _check_messages(params.pop("messages"), f"{where}.messages")
+    system = _system_message(params.pop("system", None), f"{where}.system")
+    return system + messages, _EMPTY, params, _pop_stream(params, where), "chat", None
 
 
 def _endpoint_job(obj: dict[str, Any]) -> Parts:

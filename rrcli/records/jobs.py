@@ -28,7 +28,16 @@ import orjson
 
 from rrcli.errors import LineError, UsageError
 from rrcli.records._compressed import compressed_as, open_jobs_file
-from rrcli.records._jobshapes import BUILDERS, check_sendable, raw_id, shape, type_name
+from rrcli.records._jobshapes import (
+    BUILDERS,
+    Parts,
+    anthropic_request,
+    check_sendable,
+    openai_request,
+    raw_id,
+    shape,
+    type_name,
+)
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -41,6 +50,7 @@ __all__ = [
     "job_key",
     "open_jobs_file",
     "parse_job",
+    "request_job",
     "shard_of",
 ]
 
@@ -237,7 +247,7 @@ def _packed_fix(packed: str, name: str) -> str:
 
 
 def job_from_dict(obj: dict[str, Any], n: int) -> Job | InvalidJob:
-    """A job a program hands in as a dict (``rrcli.Pool``, ``rrcli serve``), checked as line
+    """A job a program hands in as a dict (``rrcli.Pool.call``), checked as line
     ``n`` of a file would be: the Job, or an InvalidJob whose message names the fault. The
     dict's parts may be taken into the Job (its messages moved out of its body)."""
     try:
@@ -245,6 +255,40 @@ def job_from_dict(obj: dict[str, Any], n: int) -> Job | InvalidJob:
     except LineError as exc:
         raw = obj.get("id", obj.get("custom_id")) if type(obj) is dict else None
         return InvalidJob(raw if type(raw) in (str, int) else f"line-{n}", n, str(exc))
+
+
+def request_job(
+    api: str, endpoint: str, body: dict[str, Any], *, id: str | int, session: str | None = None
+) -> Job | InvalidJob:
+    """The job of a request's ``body`` in ``api`` (``openai``: to ``/v1/<endpoint>``;
+    ``anthropic``: to ``/v1/messages``), checked as a batch line's body is: the Job (its
+    messages or input taken out of ``body``), or an InvalidJob whose message names the fault
+    in the request's own terms. ``session``: the conversation it belongs to (else its own)."""
+    try:
+        if api == "anthropic":
+            parts: Parts = anthropic_request(body, "body")
+        else:
+            parts = openai_request(endpoint, body)
+    except LineError as exc:
+        return InvalidJob(id, 0, str(exc))
+    messages, turns, params, stream, endpoint, value = parts
+    key = job_key(id)
+    kind = "anthropic_batch" if api == "anthropic" else "openai_batch"  # the request's dialect
+    return Job(
+        id=id,
+        key=key,
+        line=0,
+        kind=kind,
+        messages=messages,
+        turns=turns,
+        params=params,
+        session=key if session is None else session,
+        metadata=None,
+        custom_id=None,
+        stream=stream,
+        endpoint=endpoint,
+        input=value,
+    )
 
 
 def _undecodable(raw: bytes, exc: orjson.JSONDecodeError) -> str:

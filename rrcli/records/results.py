@@ -28,7 +28,7 @@ import orjson
 
 from rrcli.errors import OutputExistsError, UsageError
 from rrcli.records._jsonl import LineFile, dumps_line, open_error
-from rrcli.records.bodies import anthropic_body, openai_body
+from rrcli.records.bodies import LineAnswer, anthropic_body, openai_body
 from rrcli.records.jobs import KeySet, job_key
 from rrcli.records.origins import ResponseOrigins
 from rrcli.vocabulary import anthropic_error_type, openai_error_type
@@ -291,7 +291,7 @@ class ResultWriter:
         status_code = failure.get("status_code")
         if result.get("status") == "ok":
             if not ("endpoint" in result and type(body) is dict):  # another endpoint's: as sent
-                body = openai_body(result, body, self._clock)
+                body = openai_body(LineAnswer(result, body), result.get("model"), self._clock)
             response = {"status_code": 200, "request_id": request_id, "body": body}
         elif status_code:  # the server answered: OpenAI keeps its response, error null
             if not (type(body) is dict and type(body.get("error")) is dict):
@@ -317,7 +317,8 @@ class ResultWriter:
 
     def _anthropic(self, result: dict[str, Any], body: Any, request_id: object) -> bytes:
         if result.get("status") == "ok":
-            outcome: dict[str, Any] = {"type": "succeeded", "message": anthropic_body(result, body)}
+            message = anthropic_body(LineAnswer(result, body), result.get("model"))
+            outcome: dict[str, Any] = {"type": "succeeded", "message": message}
         else:
             if not (type(body) is dict and body.get("type") == "error"):
                 failure = result.get("error") or {}

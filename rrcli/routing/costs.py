@@ -117,7 +117,7 @@ def over_limit(price: Price, call: Call, limit: float, media: MediaTokens, backe
     fix = f"lower its max_tokens to {int(room):,} or less"
     if spend_in >= limit or room < 1:
         fix = "shorten its input"
-    return f"{head}: {fix}, or raise the budget (--max-cost)"
+    return f"{head}: {fix}, or raise the budget"
 
 
 def reply_cost(price: Price, reply: Reply) -> float | None:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from rrcli.routing.lease import BackendState, Lease
     from rrcli.routing.router import Router
 
-__all__ = ["Health", "check_hint", "pool_down_message"]
+__all__ = ["Health", "check_hint", "down_reasons", "pool_down_message"]
 
 log = get_logger("rrcli")
 
@@ -55,14 +55,20 @@ def check_hint(backend: Backend, reason: str) -> str:
 
 def pool_down_message(states: Iterable[BackendState]) -> str:
     """The halt's message: each backend's reason and what to check, and the way to finish."""
-    reasons = "; ".join(
-        f"{s.backend.id}: {s.down} ({check_hint(s.backend, s.down)})"
-        for s in states
-        if s.down is not None
-    )
     return (
-        f"no healthy backend left — {reasons}. Fix that, then run again with --resume to run "
-        "the jobs that did not finish (they have no result line)"
+        f"no healthy backend left — {down_reasons((s.backend, s.down) for s in states)}. Fix "
+        "that, then run again with "
+        "--resume to run the jobs that did not finish (they have no result line)"
+    )
+
+
+def down_reasons(backends: Iterable[tuple[Backend, str | None]]) -> str:
+    """Each backend out of the pool, why (None: it is not out), and what to check ("" when none
+    is)."""
+    return "; ".join(
+        f"{backend.id}: {why} ({check_hint(backend, why)})"
+        for backend, why in backends
+        if why is not None
     )
 
 

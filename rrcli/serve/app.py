@@ -1,5 +1,5 @@
-"""The gateway's endpoints: each API request a job for one of the pools, answered in the
-client's API (``dispatch.Routes`` is the ASGI app over them).
+"""The gateway's endpoints: each API request a job for one of the pools (``request_job``),
+answered from its reply in the client's API (``dispatch.Routes`` is the ASGI app over them).
 
 The request's ``model`` picks the pool: a profile's name (every backend of it) or a model id its
 backends serve (those backends only). A plain call is awaited while the client is watched: a
@@ -13,6 +13,7 @@ reason, usage) closes it. Every answer says its ``x-rrcli-deployment`` and, once
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import time
 from collections.abc import AsyncIterator, Callable
@@ -23,8 +24,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from rrcli.errors import CallError
-from rrcli.pool.pool import CLIENT_LEFT, Pool, answer
+from rrcli.pool.pool import CLIENT_LEFT, Pool, settled
 from rrcli.records.attempt import CallOutcome
+from rrcli.records.jobs import InvalidJob, Job, request_job
 from rrcli.serve.counting import count_tokens
 from rrcli.serve.dispatch import ON_GONE, Json, Routes, header_of
 from rrcli.serve.gateway import Gateway, read_headers
@@ -42,6 +44,8 @@ _OPENAI_PATHS = {
     "completions": "completions",
     "moderations": "moderations",
 }
+#: the ids of the requests' jobs (the trace's ``job_id``), one sequence for the process
+_IDS = itertools.count(1)
 
 
 def build_app(gateway: Gateway) -> Routes:
@@ -152,16 +156,12 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
             **{"retry-after": after},
         )
     session = session_of(request.path_params.get("session"), heads, body)
-    streamed = body.get("stream") is True
-    line = wire.line(endpoint, body)
-    ended = None
-    if session is not None:
-        line["session"] = session
-        ended = gateway.sessions.begin(session)
-    if streamed:
-        model = str(body.get("model", ""))
-        return await _streamed(wire, pool, line, exclude, request, model, ended)
-    return await _plain(wire, pool, line, exclude, request, ended)
+    model = str(body.get("model", ""))
+    job = request_job(wire.name, endpoint, body, id=next(_IDS), session=session)
+    ended = None if session is None else gateway.sessions.begin(session)
+    if type(job) is Job and job.stream:
+        return await _streamed(wire, pool, job, exclude, request, model, ended)
+    return await _plain(wire, pool, job, exclude, request, ended)
 
 
 _NOT_JSON = "the request body is not a JSON object"
@@ -201,27 +201,25 @@ async def _body(
 async def _plain(
     wire: Wire,
     pool: Pool,
-    line: dict[str, Any],
+    job: Job | InvalidJob,
     exclude: frozenset[str],
     request: Request,
     ended: Callable[[object], None] | None,
 ) -> Response:
     """``ended``: called when the call is over (its session's idle time starts then)."""
     try:
-        outcome = await _called(pool, line, exclude, request, ended)
+        outcome = await _called(pool, job, exclude, request, ended)
         if outcome is None:
             return Response(status_code=499)
-        record = answer(outcome)
+        settled(outcome)
     except CallError as error:
         return _failed(wire, error)
-    headers = _headers(outcome)
-    body = orjson.dumps(wire.answer(record, outcome.body))
-    return Json(body, headers=headers)
+    return Json(orjson.dumps(wire.answer(outcome)), headers=_headers(outcome))
 
 
 async def _called(
     pool: Pool,
-    line: dict[str, Any],
+    job: Job | InvalidJob,
     exclude: frozenset[str],
     request: Request,
     ended: Callable[[object], None] | None,
@@ -232,7 +230,7 @@ async def _called(
     gone = request.scope.get(ON_GONE)
     handler = asyncio.current_task()
     if gone is None or handler is None:
-        task = asyncio.ensure_future(pool.call(line, exclude))
+        task = asyncio.ensure_future(pool.submit(job, exclude))
         if ended is not None:
             task.add_done_callback(ended)
         return None if await _client_left(request, task) else task.result()
@@ -246,7 +244,7 @@ async def _called(
 
     gone.append(leave)
     try:
-        return await pool.call(line, exclude)
+        return await pool.submit(job, exclude)
     except asyncio.CancelledError:
         if not left or handler.cancelling() > 1:
             raise  # the server itself stops this request
@@ -261,7 +259,7 @@ async def _called(
 async def _streamed(
     wire: Wire,
     pool: Pool,
-    line: dict[str, Any],
+    job: Job,
     exclude: frozenset[str],
     request: Request,
     model: str,
@@ -269,7 +267,7 @@ async def _streamed(
 ) -> Response:
     """The stream starts at the first text; until then the call may still fail with a status."""
     texts: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
-    task = asyncio.ensure_future(pool.call(line, exclude, lambda d, t: texts.put_nowait((d, t))))
+    task = asyncio.ensure_future(pool.submit(job, exclude, lambda d, t: texts.put_nowait((d, t))))
     task.add_done_callback(lambda _: texts.put_nowait(None))
     if ended is not None:
         task.add_done_callback(ended)
@@ -281,11 +279,11 @@ async def _streamed(
     head = wire.stream_head(model)
     if item is None:
         try:
-            outcome = task.result()
-            record = answer(outcome)
+            outcome = settled(task.result())
         except CallError as error:
             return _failed(wire, error)
-        end = wire.stream_end(head, record, True)
+        assert outcome.reply is not None
+        end = wire.stream_end(head, outcome.reply, True)
         return Response(end, headers=_headers(outcome), media_type="text/event-stream")
     deployment, text = item
     events = _relay(wire, head, text, texts, task)
@@ -306,11 +304,12 @@ async def _relay(
         while (item := await texts.get()) is not None:
             yield wire.stream_text(head, item[1], False)
         try:
-            record = answer(task.result())
+            reply = settled(task.result()).reply
         except CallError as error:
             yield wire.stream_error(_status(error), error.message)
             return
-        yield wire.stream_end(head, record, False)
+        assert reply is not None
+        yield wire.stream_end(head, reply, False)
     finally:
         if not task.done():
             task.cancel(CLIENT_LEFT)

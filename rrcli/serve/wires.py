@@ -1,19 +1,16 @@
-"""The two client APIs ``rrcli serve`` speaks: how a request becomes a job line, and how an
-answer, a stream and an error are written back in the client's own shape.
+"""The two client APIs ``rrcli serve`` speaks: how an answer, a stream and an error are
+written back in the client's own shape (a request becomes its job in ``records.jobs.request_job``).
 
-OpenAI's requests are OpenAI Batch lines (``url`` and ``body``), Anthropic's Message Batches
-lines (``custom_id`` and ``params``): the job-line parser checks them as it checks a file, and
-the adapters translate for a backend of the other API. Whole answers are the batch formats'
-bodies (``records.bodies``): the backend's own when it speaks the client's API, else built from
-the result line. A stream is written from the text as it arrives, then the record's end (tool
-calls, finish reason, usage) once the call is over.
+Whole answers are built from the call's reply (``records.bodies``): the backend's own body when
+it speaks the client's API, else one made from the reply's fields. A stream is written from the
+text as it arrives, then the reply's end (tool calls, finish reason, usage) once the call is over.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -24,6 +21,10 @@ from rrcli.vocabulary import (
     openai_error_type,
     openai_finish_reason,
 )
+
+if TYPE_CHECKING:
+    from rrcli.providers.base import Reply
+    from rrcli.records.attempt import CallOutcome
 
 __all__ = ["ANTHROPIC", "OPENAI", "AnthropicWire", "OpenAIWire", "Wire"]
 
@@ -40,17 +41,14 @@ def _sse(data: dict[str, Any], event: str | None = None) -> bytes:
 
 
 class Wire:
-    """What both APIs share: the name of the API, its error body, its job line."""
+    """What both APIs share: the name of the API, its error body, its answers."""
 
     name = ""
 
     def error(self, status: int, message: str, kind: str | None = None) -> bytes:
         raise NotImplementedError
 
-    def line(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def answer(self, record: dict[str, Any], body: Any) -> dict[str, Any]:
+    def answer(self, outcome: CallOutcome) -> dict[str, Any]:
         raise NotImplementedError
 
     def stream_head(self, model: str) -> dict[str, Any]:
@@ -59,7 +57,7 @@ class Wire:
     def stream_text(self, head: dict[str, Any], text: str, first: bool) -> bytes:
         raise NotImplementedError
 
-    def stream_end(self, head: dict[str, Any], record: dict[str, Any], first: bool) -> bytes:
+    def stream_end(self, head: dict[str, Any], reply: Reply, first: bool) -> bytes:
         raise NotImplementedError
 
     def stream_error(self, status: int, message: str) -> bytes:
@@ -76,20 +74,18 @@ class OpenAIWire(Wire):
         error["code"] = kind
         return orjson.dumps({"error": error})
 
-    def line(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
-        """The OpenAI Batch line of a request to ``/v1/<endpoint>``."""
-        url = "/v1/chat/completions" if endpoint == "chat" else f"/v1/{endpoint}"
-        return {"url": url, "body": body}
-
-    def answer(self, record: dict[str, Any], body: Any) -> dict[str, Any]:
+    def answer(self, outcome: CallOutcome) -> dict[str, Any]:
         """The whole answer of an ok call: the backend's body when it is one of this API's
-        for the endpoint, else one built from the record."""
-        endpoint = record.get("endpoint", "chat")
+        for the endpoint, else one built from the reply."""
+        reply, attempt = outcome.reply, outcome.attempt
+        assert reply is not None and attempt is not None
+        endpoint, model = outcome.job.endpoint, attempt.backend.model
         if endpoint == "chat":
-            return openai_body(record, body, time.time)
+            return openai_body(reply, model, time.time)
+        body = reply.body
         if type(body) is dict and body.get("object") in _OBJECTS[endpoint]:
             return body
-        return _BUILT[endpoint](record)
+        return _BUILT[endpoint](reply, model)
 
     # -- a streamed chat completion -------------------------------------------------------------
 
@@ -102,16 +98,16 @@ class OpenAIWire(Wire):
             delta = {"role": "assistant", **delta}
         return self._chunk(head, delta, None)
 
-    def stream_end(self, head: dict[str, Any], record: dict[str, Any], first: bool) -> bytes:
+    def stream_end(self, head: dict[str, Any], reply: Reply, first: bool) -> bytes:
         """The last chunks: what the text did not carry, the finish reason, usage, [DONE]."""
         delta: dict[str, Any] = {"role": "assistant"} if first else {}
-        if first and record.get("output"):
-            delta["content"] = record["output"]
-        calls = record.get("tool_calls")
+        if first and reply.output:
+            delta["content"] = reply.output
+        calls = reply.tool_calls
         if calls:
             delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
-        reason = openai_finish_reason(record.get("finish_reason") or "stop")
-        usage = _usage(record)
+        reason = openai_finish_reason(reply.finish_reason or "stop")
+        usage = _usage(reply)
         end = self._chunk(head, delta, reason)
         tail = {**self._frame(head), "choices": [], "usage": usage}
         return end + _sse(tail) + _DONE
@@ -136,12 +132,10 @@ class AnthropicWire(Wire):
         error = {"type": anthropic_error_type(kind, status), "message": message}
         return orjson.dumps({"type": "error", "error": error})
 
-    def line(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
-        """The Message Batches line of a ``/v1/messages`` request."""
-        return {"custom_id": _fresh("req_"), "params": body}
-
-    def answer(self, record: dict[str, Any], body: Any) -> dict[str, Any]:
-        return anthropic_body(record, body)
+    def answer(self, outcome: CallOutcome) -> dict[str, Any]:
+        reply, attempt = outcome.reply, outcome.attempt
+        assert reply is not None and attempt is not None
+        return anthropic_body(reply, attempt.backend.model)
 
     # -- a streamed message --------------------------------------------------------------------
 
@@ -153,27 +147,26 @@ class AnthropicWire(Wire):
         delta = {"type": "text_delta", "text": text}
         return out + _event({"type": "content_block_delta", "index": 0, "delta": delta})
 
-    def stream_end(self, head: dict[str, Any], record: dict[str, Any], first: bool) -> bytes:
+    def stream_end(self, head: dict[str, Any], reply: Reply, first: bool) -> bytes:
         """The text block closed, each tool call a tool_use block, the stop reason, usage."""
         out = self._start(head) if first else b""
         index = 0
-        if first and record.get("output"):
+        if first and reply.output:
             out += self._text_start()
-            delta = {"type": "text_delta", "text": record["output"]}
+            delta = {"type": "text_delta", "text": reply.output}
             out += _event({"type": "content_block_delta", "index": 0, "delta": delta})
-        if not first or record.get("output"):
+        if not first or reply.output:
             out += _event({"type": "content_block_stop", "index": 0})
             index = 1
-        for i, call in enumerate(record.get("tool_calls") or (), index):
+        for i, call in enumerate(reply.tool_calls or (), index):
             out += _tool_use(i, call)
-        reason = anthropic_stop_reason(record.get("finish_reason") or "stop")
-        usage = record.get("usage") or {}
+        reason = anthropic_stop_reason(reply.finish_reason or "stop")
         message_delta = {
             "type": "message_delta",
             "delta": {"stop_reason": reason, "stop_sequence": None},
             "usage": {
-                "input_tokens": usage.get("input_tokens") or 0,
-                "output_tokens": usage.get("output_tokens") or 0,
+                "input_tokens": reply.input_tokens or 0,
+                "output_tokens": reply.output_tokens or 0,
             },
         }
         return out + _event(message_delta) + _event({"type": "message_stop"})
@@ -215,24 +208,23 @@ def _tool_use(index: int, call: dict[str, Any]) -> bytes:
     )
 
 
-def _usage(record: dict[str, Any]) -> dict[str, int]:
-    usage = record.get("usage") or {}
-    given, made = usage.get("input_tokens") or 0, usage.get("output_tokens") or 0
+def _usage(reply: Reply) -> dict[str, int]:
+    given, made = reply.input_tokens or 0, reply.output_tokens or 0
     return {"prompt_tokens": given, "completion_tokens": made, "total_tokens": given + made}
 
 
-def _embeddings(record: dict[str, Any]) -> dict[str, Any]:
+def _embeddings(reply: Reply, model: str) -> dict[str, Any]:
     data = [
         {"object": "embedding", "index": i, "embedding": vector}
-        for i, vector in enumerate(record.get("embeddings") or ())
+        for i, vector in enumerate(reply.embeddings or ())
     ]
-    tokens = (record.get("usage") or {}).get("input_tokens") or 0
+    tokens = reply.input_tokens or 0
     usage = {"prompt_tokens": tokens, "total_tokens": tokens}
-    return {"object": "list", "data": data, "model": record.get("model"), "usage": usage}
+    return {"object": "list", "data": data, "model": model, "usage": usage}
 
 
-def _response(record: dict[str, Any]) -> dict[str, Any]:
-    text = {"type": "output_text", "text": record.get("output") or "", "annotations": []}
+def _response(reply: Reply, model: str) -> dict[str, Any]:
+    text = {"type": "output_text", "text": reply.output or "", "annotations": []}
     item = {
         "type": "message",
         "id": _fresh("msg_"),
@@ -240,38 +232,37 @@ def _response(record: dict[str, Any]) -> dict[str, Any]:
         "role": "assistant",
         "content": [text],
     }
-    usage = record.get("usage") or {}
-    given, made = usage.get("input_tokens") or 0, usage.get("output_tokens") or 0
+    given, made = reply.input_tokens or 0, reply.output_tokens or 0
     return {
-        "id": record.get("response_id") or _fresh("resp_"),
+        "id": reply.response_id or _fresh("resp_"),
         "object": "response",
         "created_at": int(time.time()),
         "status": "completed",
-        "model": record.get("model"),
+        "model": model,
         "output": [item],
         "usage": {"input_tokens": given, "output_tokens": made, "total_tokens": given + made},
     }
 
 
-def _completion(record: dict[str, Any]) -> dict[str, Any]:
+def _completion(reply: Reply, model: str) -> dict[str, Any]:
     choice = {
         "index": 0,
-        "text": record.get("output") or "",
-        "finish_reason": record.get("finish_reason") or "stop",
+        "text": reply.output or "",
+        "finish_reason": reply.finish_reason or "stop",
         "logprobs": None,
     }
     return {
         "id": _fresh("cmpl-"),
         "object": "text_completion",
         "created": int(time.time()),
-        "model": record.get("model"),
+        "model": model,
         "choices": [choice],
-        "usage": _usage(record),
+        "usage": _usage(reply),
     }
 
 
-def _moderation(record: dict[str, Any]) -> dict[str, Any]:
-    return {"id": _fresh("modr-"), "model": record.get("model"), "results": record["moderations"]}
+def _moderation(reply: Reply, model: str) -> dict[str, Any]:
+    return {"id": _fresh("modr-"), "model": model, "results": reply.moderations}
 
 
 _OBJECTS = {
