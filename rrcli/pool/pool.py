@@ -33,13 +33,11 @@ from rrcli.engine.summary import RunSummary
 from rrcli.errors import CallError, EngineClosed, Halted, NoHealthyBackend
 from rrcli.records.attempt import CallOutcome
 from rrcli.records.claim import OutputClaim
-from rrcli.records.dollars import usd
 from rrcli.records.jobs import InvalidJob, Job, job_from_dict
 from rrcli.records.result_line import result_line
 from rrcli.records.results import CallbackWriter
 from rrcli.records.trace import TraceWriter, new_run_id
 from rrcli.routing.control import RunControl
-from rrcli.routing.health import down_reasons
 
 __all__ = ["CLIENT_LEFT", "CLOSED", "CLOSE_TIMEOUT", "Pool", "Texts", "answer", "settled"]
 
@@ -238,7 +236,7 @@ class Pool:
         try:
             return await task
         except (Halted, NoHealthyBackend) as exc:
-            raise _refused(engine, job, exc) from None
+            raise _refused(job, exc) from None
         except EngineClosed as exc:
             raise _closed(job, exc.attempts) from None
         except asyncio.CancelledError:
@@ -294,25 +292,15 @@ def settled(outcome: CallOutcome) -> CallOutcome:
     )
 
 
-def _refused(engine: Engine, job: Job, exc: Exception) -> CallError:
-    """The error of a call the pool refused: its budget spent, or no backend left."""
-    status = engine.status()
-    halt, budget = status.halt, status.budget
-    if halt is not None and halt.reason == "budget" and budget is not None:
-        kind = "budget"
-        message = (
-            f"the budget of ${usd(budget.limit)} is spent (${usd(budget.spent)} of it; each call "
-            "holds its worst case until it ends): this pool sends no more calls"
-        )
-    elif halt is None or halt.reason == "no_backend":
-        kind = "no_healthy_backend"
-        backends = {b.id: b for b in engine.profile.backends}
-        down = down_reasons(
-            (backends[d.id], d.why) for d in status.deployments if d.state == "down"
-        )
-        message = f"no healthy backend left — {down}" if down else str(exc) or kind
-    else:  # a halt of the pool's own (a call it cannot bound): its message says the fix
-        kind, message = "no_healthy_backend", halt.message
+def _refused(job: Job, exc: Halted | NoHealthyBackend) -> CallError:
+    """The error of a call the pool refused: its budget spent, or no backend left, said as the
+    engine's signal says it (never in a run's words)."""
+    if isinstance(exc, NoHealthyBackend):
+        kind, message = "no_healthy_backend", str(exc)
+    elif exc.reason == "budget":
+        kind, message = "budget", exc.said
+    else:  # the pool's own halt, or a call refused before any: its words say the fix
+        kind, message = "no_healthy_backend", exc.said or "no backend may take this call"
     error = {"type": kind, "message": message}
     record = {"id": job.id, "status": "error", "deployment": None, "attempts": 0, "error": error}
     return CallError(message, type=kind, result=record)

@@ -124,7 +124,7 @@ class Budget:
         uncapped = backend in self.uncapped and call.endpoint not in NO_OUTPUT
         if uncapped and output_cap(call.params) is None:
             self._control.halt(uncapped_halt(backend))
-            raise Halted
+            raise self._halted()
         media = self.media.get(backend, MEDIA)
         cost = attempt_ceiling(self._prices[backend], call, None, media)
         if cost > self.limit + _EPSILON:
@@ -227,7 +227,20 @@ class Budget:
         self.refused += 1
         if self.spent + self._smallest > self.limit + _EPSILON:
             self._control.halt(self.halt(None))
-        raise Halted
+        raise self._halted()
+
+    def _halted(self) -> Halted:
+        """The signal of an attempt refused: the run's halt, if it halted, in any front-end's
+        words."""
+        halt = self._control.halted
+        if halt is not None:
+            return Halted(halt.reason, halt.said())
+        left = max(0.0, self.limit - self.spent - self.ledger.reserved)
+        return Halted(
+            "budget",
+            f"the budget of ${usd(self.limit)} has ${usd(left)} left, less than this call's "
+            "worst case: it is not sent",
+        )
 
     def settle(self, lease: Lease, charged: float | None) -> Awaitable[None] | None:
         """Replace the lease's reservation by ``charged`` (the cashier's charge; None: the
@@ -266,6 +279,8 @@ class Budget:
             f"budget reached: ${usd(self.spent)} of ${usd(self.limit)} spent; {left} — each call "
             f"reserves its worst case{smallest} before it is sent, and a smaller max_tokens "
             f"lowers it; {more}",
+            plain=f"the budget of ${usd(self.limit)} is spent (${usd(self.spent)} of it; each "
+            "call holds its worst case until it ends): no more calls are sent",
         )
 
     def record(self) -> dict[str, float]:

@@ -15,12 +15,19 @@ __all__ = ["Halt", "RunControl"]
 @dataclass(frozen=True, slots=True)
 class Halt:
     """Why a run stopped dispatching by itself: ``code`` is the exit code, ``reason`` a short
-    word for records (``no_backend``, ``budget``), ``message`` the sentence the user reads
-    (what happened and what to do: fix and ``--resume``)."""
+    word for records (``no_backend``, ``budget``), ``message`` the sentence the user of a run
+    reads (what happened and what to do: fix and ``--resume``); ``plain``: what happened in
+    words any front-end may say (a gateway's or a program's, which have no ``--resume``), else
+    the message itself."""
 
     code: int
     reason: str
     message: str
+    plain: str = ""
+
+    def said(self) -> str:
+        """What happened, for a front-end other than a run."""
+        return self.plain or self.message
 
 
 class RunControl:

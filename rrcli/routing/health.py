@@ -16,41 +16,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from rrcli.config.redaction import redacted_url
 from rrcli.errors import ProviderError
 from rrcli.logs import get_logger
 from rrcli.routing.control import Halt, RunControl
+from rrcli.routing.down import check_hint, down_reasons
 
 if TYPE_CHECKING:
-    from rrcli.config.profile import Backend
     from rrcli.records.attempt import Attempt
     from rrcli.records.trace import TraceWriter
     from rrcli.routing.lease import BackendState, Lease
     from rrcli.routing.router import Router
 
-__all__ = ["Health", "check_hint", "down_reasons", "pool_down_message"]
+__all__ = ["Health", "pool_down_message"]
 
 log = get_logger("rrcli")
-
-
-def check_hint(backend: Backend, reason: str) -> str:
-    """What to check for a backend down for ``reason``: the key's variable (never the key),
-    the account, or the model and address."""
-    creds = backend.credentials
-    if creds.api_key_env is not None:
-        key = f"the key in ${creds.api_key_env}"
-    elif creds.api_key is not None:
-        key = "the profile's api_key"
-    else:
-        key = "the credentials (it sends no key: set credentials.api_key_env)"
-    if reason == "insufficient_quota":
-        return f"check the credit and quota of the account behind {key}"
-    if reason == "http_403":
-        return f"check that {key} may use model {backend.model!r} (project, organisation, region)"
-    if reason == "http_404":
-        url = redacted_url(backend.base_url)
-        return f"check the model {backend.model!r} and the base_url {url}"
-    return f"check {key}"
 
 
 def pool_down_message(states: Iterable[BackendState]) -> str:
@@ -59,16 +38,6 @@ def pool_down_message(states: Iterable[BackendState]) -> str:
         f"no healthy backend left — {down_reasons((s.backend, s.down) for s in states)}. Fix "
         "that, then run again with "
         "--resume to run the jobs that did not finish (they have no result line)"
-    )
-
-
-def down_reasons(backends: Iterable[tuple[Backend, str | None]]) -> str:
-    """Each backend out of the pool, why (None: it is not out), and what to check ("" when none
-    is)."""
-    return "; ".join(
-        f"{backend.id}: {why} ({check_hint(backend, why)})"
-        for backend, why in backends
-        if why is not None
     )
 
 
@@ -105,4 +74,6 @@ class Health:
             message=f"{backend.id} leaves the pool for the rest of the run: {message}",
         )
         if not self.router.healthy:
-            self.control.halt(Halt(1, "no_backend", pool_down_message(self.router.states)))
+            states = self.router.states
+            plain = f"no healthy backend left — {down_reasons((s.backend, s.down) for s in states)}"
+            self.control.halt(Halt(1, "no_backend", pool_down_message(states), plain))
