@@ -1,27 +1,24 @@
-"""One attempt of a call: sent and its reply's usage made whole, the router's admission
-before it, and what follows it (``decide``: ok, retry, failover, error, cancelled).
-"""
+"""One attempt of a call: sent and its reply's usage made whole, and what follows it
+(``decide``: ok, retry, failover, error, cancelled)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from rrcli.engine.echo import Echo
-from rrcli.errors import BackendDown, Cancelled, ProviderError
+from rrcli.errors import Cancelled, ProviderError
 from rrcli.providers.base import Call, Provider, Reply
 from rrcli.records.attempt import Decision
 from rrcli.routing.costs import NO_OUTPUT
 from rrcli.tokens import estimate_value_tokens, output_cap
 
 if TYPE_CHECKING:
-    from rrcli.routing.lease import Lease
-    from rrcli.routing.router import Router
+    pass
 
-__all__ = ["MOVES", "decide", "estimated_usage", "refused", "sent"]
+__all__ = ["MOVES", "decide", "estimated_usage", "sent"]
 
 
 async def sent(
@@ -67,20 +64,3 @@ def decide(error: ProviderError | None, backoff: float | None, failover: bool) -
     if backoff is not None:
         return "retry"
     return "failover" if error.backend_down or (failover and error.transient) else "error"
-
-
-def refused(router: Router, lease: Lease, estimate: int, call: Call) -> Awaitable[bool | None]:
-    """The router's admission of an attempt, awaited: true when, while a retry waited for it,
-    its backend left the pool. A lease holding its slot awaits the router's step itself (only a
-    slot taken again can find its backend gone): no coroutine between."""
-    if lease.held:
-        return router.admit(lease, estimate, call)
-    return _readmitted(router, lease, estimate, call)
-
-
-async def _readmitted(router: Router, lease: Lease, estimate: int, call: Call) -> bool:
-    try:
-        await router.admit(lease, estimate, call)
-    except BackendDown:
-        return True
-    return False

@@ -24,12 +24,13 @@ from typing import Any
 
 from msgspec import structs
 
+from rrcli.config.models import cap_param
 from rrcli.config.profile import Backend, Profile
-from rrcli.engine.attempts import MOVES, decide, refused, sent
+from rrcli.engine.attempts import MOVES, decide, sent
 from rrcli.engine.cached import ANSWERED, ResponseCache
 from rrcli.engine.echo import Echo, OnText, echo_for
 from rrcli.engine.failures import log_failure, log_repeated
-from rrcli.engine.money import final_halt, with_cap
+from rrcli.engine.money import final_halt
 from rrcli.engine.observers import Observer
 from rrcli.engine.quiet import debug_logged
 from rrcli.engine.summary import RunSummary
@@ -56,6 +57,7 @@ from rrcli.registry import UNSTREAMED
 from rrcli.routing.budget import Budget
 from rrcli.routing.cashier import Cashier
 from rrcli.routing.control import RunControl
+from rrcli.routing.costs import NO_OUTPUT
 from rrcli.routing.lease import Lease
 from rrcli.routing.retry import RetryPolicy
 from rrcli.routing.router import Router
@@ -383,7 +385,7 @@ class Engine:
                 if self._closed:
                     message = "the engine was closed before the call was sent"
                     raise EngineClosed(message, attempts=number - 1)
-                if await refused(self.router, lease, estimate, call):
+                if await self.router.admit(lease, estimate, call):  # its backend left: route again
                     assert attempt is not None  # only a retry waits for its backend's slot again
                     return self._outcome(job, attempt, None)
                 if sending is not None:
@@ -455,8 +457,11 @@ class Engine:
         params = {**backend.params, **job.params}
         if key is not None:
             params.setdefault("prompt_cache_key", key)
-        if self.caps:
-            with_cap(params, job.endpoint, backend, self.caps)
+        cap = self.caps.get(backend.id) if self.caps else None
+        if cap is not None and job.endpoint not in NO_OUTPUT and output_cap(params) is None:
+            params[cap_param(job.endpoint, backend.model)] = (
+                cap  # a budget's cap, in its API's word
+            )
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
         stream = stream and job.endpoint not in UNSTREAMED
         prompt = estimate_prompt_tokens(messages, job.input) if count else 0

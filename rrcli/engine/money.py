@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from rrcli.config.models import cap_param, media_tokens, output_ceiling
+from rrcli.config.models import media_tokens, output_ceiling
 from rrcli.config.prices import pool_prices, unpriced_budget
 from rrcli.config.profile import Backend, Price, Profile
 from rrcli.errors import UsageError
@@ -16,14 +16,13 @@ from rrcli.records.spend import traces_cost
 from rrcli.registry import ANTHROPIC_MAX_TOKENS
 from rrcli.routing.budget import Budget, Ledger, LocalLedger
 from rrcli.routing.control import Halt, RunControl
-from rrcli.routing.costs import NO_OUTPUT
 from rrcli.tokens import output_cap
 
 if TYPE_CHECKING:
     from rrcli.engine.options import EngineOptions
     from rrcli.engine.summary import RunSummary
 
-__all__ = ["budget_prices", "final_halt", "make_budget", "output_caps", "sent_cap", "with_cap"]
+__all__ = ["budget_prices", "final_halt", "make_budget", "output_caps", "sent_cap"]
 
 
 def final_halt(budget: Budget, summary: RunSummary, rest: Iterator[object] | None) -> Halt:
@@ -107,13 +106,3 @@ def sent_cap(backend: Backend) -> int | None:
     """The most output a call on ``backend`` can have when neither it nor the backend caps it:
     Anthropic's default ``max_tokens`` (always sent), else the model's most (``None``: unknown)."""
     return ANTHROPIC_MAX_TOKENS if backend.provider == "anthropic" else output_ceiling(backend)
-
-
-def with_cap(
-    params: dict[str, Any], endpoint: str, backend: Backend, caps: Mapping[str, int]
-) -> None:
-    """Give ``params`` of a budgeted call on ``backend`` the output cap ``caps`` holds for it,
-    in the parameter its API reads, unless they cap the output already."""
-    cap = caps.get(backend.id)
-    if cap is not None and endpoint not in NO_OUTPUT and output_cap(params) is None:
-        params[cap_param(endpoint, backend.model)] = cap

@@ -165,11 +165,13 @@ class Router:
         lease.state.in_flight -= 1
         await (self._waiting.free(lease.state.gate) if self._queued else lease.state.gate.release())
 
-    def admit(self, lease: Lease, tokens: int, call: Call) -> Awaitable[None]:
+    def admit(self, lease: Lease, tokens: int, call: Call) -> Awaitable[bool | None]:
         """Await it until the lease's next attempt may start (every attempt starts here): its
         slot again if a retry gave it back (``reacquire``), a budget's worst case set aside (after
         calls in flight settle; ``Halted`` when it never fits), the rpm/tpm budget for ``tokens``.
-        Without a budget, or with room in a local one, a held lease awaits the gate's reserve."""
+        It comes true, holding nothing, when a retry's backend left the pool while the retry
+        waited: the call is routed again. Without a budget, or with room in a local one, a held
+        lease awaits the gate's reserve itself (no coroutine between)."""
         if not lease.held:
             return self._readmit(lease, tokens, call)
         if self.budget is not None:
@@ -182,13 +184,17 @@ class Router:
         await step
         await lease.state.gate.reserve(tokens)
 
-    async def _readmit(self, lease: Lease, tokens: int, call: Call) -> None:
-        await self.reacquire(lease)
+    async def _readmit(self, lease: Lease, tokens: int, call: Call) -> bool:
+        try:
+            await self.reacquire(lease)
+        except BackendDown:
+            return True
         if self.budget is not None:
             step = self.budget.reserve(lease, tokens, call)
             if step is not None:
                 await step
         await lease.state.gate.reserve(tokens)
+        return False
 
     async def observe(self, attempt: Attempt, lease: Lease | None = None) -> None:
         """One attempt, while it still holds its slot: display counters, EWMA latency, cooldowns,
