@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from strict_anthropic import ANTHROPIC_FIELDS
 from strict_openai import OPENAI_FIELDS
@@ -290,29 +290,44 @@ def without_cache(value: Any) -> Any:
 
 def normal_anthropic(messages: list[dict[str, Any]], params: dict[str, Any]) -> tuple[Any, ...]:
     """An Anthropic request after a round trip through OpenAI's shape: the leading system
-    message as ``system``, cache_control removed, an assistant's lone text block as a string."""
+    message as ``system``, cache_control removed, an assistant's text blocks as a string, and
+    an assistant's whitespace-only text before its tool calls left out (it says nothing, and
+    Anthropic refuses a text block without non-whitespace text)."""
     system = None
     if messages and messages[0]["role"] == "system":
         system, messages = messages[0]["content"], messages[1:]
     out = []
     for message in without_cache(messages):
         content = message["content"]
-        if (
-            message["role"] == "assistant"
-            and isinstance(content, list)
-            and all(b["type"] == "text" for b in content)
-        ):
-            message = {"role": "assistant", "content": "".join(b["text"] for b in content)}
+        if message["role"] == "assistant" and isinstance(content, list):
+            if all(b["type"] == "text" for b in content):
+                content = "".join(b["text"] for b in content)
+            else:
+                content = [b for b in content if b["type"] != "text" or b["text"].strip()]
+            message = {"role": "assistant", "content": content}
         out.append(message)
     return system, out, without_cache(params)
 
 
+BLANK_LEAD_USE = {"type": "tool_use", "id": "call_a", "name": "f", "input": {}}
+BLANK_LEAD_RESULT = {"type": "tool_result", "tool_use_id": "call_a", "content": ""}
+
+
 @SETTINGS
 @given(an_messages(), an_params())
+@example(  # found by the property: a blank text before a tool call, refused by Anthropic
+    [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "text", "text": " "}, BLANK_LEAD_USE]},
+        {"role": "user", "content": [BLANK_LEAD_RESULT]},
+    ],
+    {},
+)
 def test_anthropic_to_openai_and_back_keeps_the_request(messages, params) -> None:
     """Anthropic → OpenAI → Anthropic keeps messages, tool_use and tool_result blocks, images,
     tools, tool_choice (with disable_parallel_tool_use), stop_sequences and the user id, up to
-    the normalisation: cache_control removed, an assistant's text blocks as one string."""
+    the normalisation: cache_control removed, an assistant's text blocks as one string, its
+    whitespace-only text before tool calls left out."""
     there = to_openai(messages, params)
     back = to_anthropic(*split(there))
     system = back.pop("system", None)
