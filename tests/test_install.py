@@ -52,7 +52,8 @@ def test_man_finds_the_pages_of_a_fresh_install(wheel, tmp_path):
     """Installed under a fresh prefix with its bin on PATH (a venv, or /usr/local), `man -w`
     finds rrcli(1), rrcli-run(1) and rrcli-profile(5) there."""
     prefix = tmp_path / "prefix"
-    pip("install", "--prefix", prefix, wheel, cwd=tmp_path)
+    # --ignore-installed: pip would otherwise uninstall the rrcli this suite runs from first
+    pip("install", "--prefix", prefix, "--ignore-installed", wheel, cwd=tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "MANPATH"}
     env["PATH"] = f"{prefix / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin"
     for section, page in (("1", "rrcli"), ("1", "rrcli-run"), ("5", "rrcli-profile")):
