@@ -301,11 +301,11 @@ class ControlSignal(Exception):
 class Halted(ControlSignal):
     """Raised where a halted run refuses to start an attempt (the budget would pass): the job
     ends without a result line, so ``--resume`` runs it. ``reason``: the halt's (``budget``,
-    ...; None while the run has not halted: this one attempt was refused), ``said``: what
-    happened in words any front-end may use."""
+    ...; ``budget`` too for one attempt refused before the run halts), ``said``: what happened
+    in words any front-end may use."""
 
-    def __init__(self, reason: str | None = None, said: str = "") -> None:
-        super().__init__(said or reason or "halted")
+    def __init__(self, reason: str, said: str) -> None:
+        super().__init__(said)
         self.reason = reason
         self.said = said
 

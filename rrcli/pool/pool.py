@@ -299,8 +299,8 @@ def _refused(job: Job, exc: Halted | NoHealthyBackend) -> CallError:
         kind, message = "no_healthy_backend", str(exc)
     elif exc.reason == "budget":
         kind, message = "budget", exc.said
-    else:  # the pool's own halt, or a call refused before any: its words say the fix
-        kind, message = "no_healthy_backend", exc.said or "no backend may take this call"
+    else:  # a halt of the pool's own (a call it cannot bound): its words say the fix
+        kind, message = "no_healthy_backend", exc.said
     error = {"type": kind, "message": message}
     record = {"id": job.id, "status": "error", "deployment": None, "attempts": 0, "error": error}
     return CallError(message, type=kind, result=record)
