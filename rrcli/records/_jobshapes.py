@@ -32,6 +32,10 @@ __all__ = [
 ]
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# OpenAI's request types let an assistant message leave its content out or null (beside
+# tool_calls, a refusal or audio: an agent's history dumped with exclude_none has no content
+# key) and a function message's content be null; every other message says something.
+_MAY_BE_EMPTY = frozenset({"assistant", "function"})
 _COMMON = ("id", "custom_id", "session", "metadata")
 #: what each non-chat endpoint's job carries in place of messages (OpenAI's own field name)
 INPUT_FIELDS = {
@@ -92,11 +96,14 @@ def _check_messages(messages: object, where: str) -> tuple[dict[str, Any], ...]:
             got = _json(role) if role is not None else "nothing"
             raise LineError(f"{where}[{i}].role must be one of {accepted}, got {got}")
         content = m.get("content", _MISSING)
-        if type(content) not in (str, list) and not (content is None and role == "assistant"):
-            got = "nothing" if content is _MISSING else type_name(content)
-            raise LineError(
-                f"{where}[{i}].content must be a string or an array of content parts, got {got}"
-            )
+        if type(content) in (str, list):
+            continue
+        if (content is None or content is _MISSING) and role in _MAY_BE_EMPTY:
+            continue
+        got = "nothing" if content is _MISSING else type_name(content)
+        raise LineError(
+            f"{where}[{i}].content must be a string or an array of content parts, got {got}"
+        )
     return tuple(messages)
 
 

@@ -1,0 +1,114 @@
+"""An agent's history as agents send it: the assistant's tool call with no ``content`` key (a
+pydantic message dumped with ``exclude_none=True``), then the tool's answer, taken by
+``rrcli run``, ``rrcli serve`` (through the official openai SDK) and ``rrcli.Pool``, toward an
+OpenAI backend as it is and toward an Anthropic one translated."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+from runkit import read_jsonl, rrcli, write_profile
+from servekit import Served
+
+import rrcli as library
+
+openai = pytest.importorskip("openai")
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "weather", "arguments": '{"city": "Paris"}'},
+}
+HISTORY = [
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {"role": "assistant", "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "sunny"}]},
+]
+
+
+def _profile(tmp_path, sim, api):
+    backend = {"id": "b0", "base_url": sim.openai_url}
+    if api == "anthropic":
+        backend = {"id": "b0", "provider": "anthropic", "base_url": sim.url}
+    return write_profile(tmp_path / "pool.toml", [backend], name="pool")
+
+
+def _sent(sim):
+    """The messages the backend received on its last call."""
+    return sim.received()[-1]["body"]["messages"]
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_run_takes_a_tool_call_without_content(tmp_path, sim_server, api):
+    """A jobs line whose assistant message has tool_calls and no content is answered, and the
+    backend receives the call in its own API."""
+    sim = sim_server()
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(
+        f'{{"id": "a", "messages": {_json(HISTORY)}, "params": {{"max_tokens": 20}}}}\n'
+    )
+    done = rrcli("run", jobs, "-p", _profile(tmp_path, sim, api), "-q", cwd=tmp_path)
+    assert 0 == done.returncode, done.stderr
+    assert ["ok"] == [r["status"] for r in read_jsonl(tmp_path / "jobs.results.jsonl")]
+    assert _called(_sent(sim), api)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_serve_takes_an_openai_sdk_agents_history(tmp_path, sim_server, api):
+    """The openai SDK's agent loop: the reply's message dumped with exclude_none (no content
+    key beside its tool calls) goes back with the tool's answer, and is answered."""
+    sim = sim_server(ttft_ms=2, tokens_per_s=5000)
+    served = Served(_profile(tmp_path, sim, api), tmp_path, "--no-auth")
+    try:
+        client = openai.OpenAI(base_url=served.url + "/v1", api_key="none", max_retries=0)
+        asked = [{"role": "user", "content": "What is the weather in Paris?"}]
+        first = client.chat.completions.create(
+            model="pool", messages=asked, tools=[WEATHER], tool_choice="required", max_tokens=20
+        )
+        message = first.choices[0].message
+        assert message.tool_calls and message.content is None
+        turn = message.model_dump(exclude_none=True)
+        assert "content" not in turn
+        answer = {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": "sunny"}
+        second = client.chat.completions.create(
+            model="pool", messages=[*asked, turn, answer], tools=[WEATHER], max_tokens=20
+        )
+    finally:
+        served.stop()
+    assert second.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert _called(_sent(sim), api)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_pool_takes_a_tool_call_without_content(tmp_path, sim_server, api):
+    """``pool.chat`` answers a history whose assistant message has only tool_calls."""
+    sim = sim_server()
+
+    async def main():
+        async with library.Pool.from_profile(_profile(tmp_path, sim, api)) as pool:
+            return await pool.chat(HISTORY, max_tokens=20)
+
+    record = asyncio.run(main())
+    assert "ok" == record["status"]
+    assert _called(_sent(sim), api)
+
+
+def _called(messages, api) -> bool:
+    """Whether the backend's history holds the assistant's weather call in its API's shape."""
+    turn = messages[1]
+    if api == "openai":
+        return "weather" == turn["tool_calls"][0]["function"]["name"] and "content" not in turn
+    return [("tool_use", "weather")] == [(b["type"], b.get("name")) for b in turn["content"]]
+
+
+def _json(value) -> str:
+    return orjson.dumps(value).decode()
