@@ -266,6 +266,7 @@ async def _streamed(
     ended: Callable[[object], None] | None,
 ) -> Response:
     """The stream starts at the first text; until then the call may still fail with a status."""
+    head = wire.stream_head(model, job.params)
     texts: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
     task = asyncio.ensure_future(pool.submit(job, exclude, lambda d, t: texts.put_nowait((d, t))))
     task.add_done_callback(lambda _: texts.put_nowait(None))
@@ -276,7 +277,6 @@ async def _streamed(
         task.cancel(CLIENT_LEFT)
         return Response(status_code=499)
     item = first.result()
-    head = wire.stream_head(model)
     if item is None:
         try:
             outcome = settled(task.result())

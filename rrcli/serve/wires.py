@@ -51,7 +51,9 @@ class Wire:
     def answer(self, outcome: CallOutcome) -> dict[str, Any]:
         raise NotImplementedError
 
-    def stream_head(self, model: str) -> dict[str, Any]:
+    def stream_head(self, model: str, params: dict[str, Any]) -> dict[str, Any]:
+        """What every event of one stream repeats; ``params``: the request's, which may ask
+        for more than the text (OpenAI's ``stream_options``)."""
         raise NotImplementedError
 
     def stream_text(self, head: dict[str, Any], text: str, first: bool) -> bytes:
@@ -89,38 +91,58 @@ class OpenAIWire(Wire):
 
     # -- a streamed chat completion -------------------------------------------------------------
 
-    def stream_head(self, model: str) -> dict[str, Any]:
-        return {"id": _fresh("chatcmpl-"), "created": int(time.time()), "model": model}
+    def stream_head(self, model: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The chunks' shared fields, and whether the client asked for the usage chunk (which
+        has no choices: a client that did not ask reads ``chunk.choices[0]`` of every chunk)."""
+        options = params.get("stream_options")
+        frame = {
+            "id": _fresh("chatcmpl-"),
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+        }
+        return {"frame": frame, "usage": type(options) is dict and options.get("include_usage")}
 
     def stream_text(self, head: dict[str, Any], text: str, first: bool) -> bytes:
         delta: dict[str, Any] = {"content": text}
         if first:
             delta = {"role": "assistant", **delta}
-        return self._chunk(head, delta, None)
+        return self._chunk(head, 0, delta, None)
 
     def stream_end(self, head: dict[str, Any], reply: Reply, first: bool) -> bytes:
-        """The last chunks: what the text did not carry, the finish reason, usage, [DONE]."""
-        delta: dict[str, Any] = {"role": "assistant"} if first else {}
-        if first and reply.output:
-            delta["content"] = reply.output
-        calls = reply.tool_calls
-        if calls:
-            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
-        reason = openai_finish_reason(reply.finish_reason or "stop")
-        usage = _usage(reply)
-        end = self._chunk(head, delta, reason)
-        tail = {**self._frame(head), "choices": [], "usage": usage}
-        return end + _sse(tail) + _DONE
+        """The last chunks: what the text did not carry, the finish reason, each further
+        choice whole (the text relayed as it came is the first choice's), usage when asked,
+        [DONE]."""
+        choices = reply.choices or [
+            {
+                "output": reply.output,
+                "tool_calls": reply.tool_calls,
+                "finish_reason": reply.finish_reason,
+            }
+        ]
+        end = b""
+        for index, choice in enumerate(choices):
+            started = index > 0 or first  # the first choice's role went with its first text
+            delta: dict[str, Any] = {"role": "assistant"} if started else {}
+            if started and choice.get("output"):
+                delta["content"] = choice["output"]
+            calls = choice.get("tool_calls")
+            if calls:
+                delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
+            reason = openai_finish_reason(choice.get("finish_reason") or "stop")
+            end += self._chunk(head, index, delta, reason)
+        if head["usage"]:
+            end += _sse({**head["frame"], "choices": [], "usage": _usage(reply)})
+        return end + _DONE
 
     def stream_error(self, status: int, message: str) -> bytes:
         return b"data: " + self.error(status, message) + b"\n\n"
 
-    def _frame(self, head: dict[str, Any]) -> dict[str, Any]:
-        return {"object": "chat.completion.chunk", **head}
-
-    def _chunk(self, head: dict[str, Any], delta: dict[str, Any], reason: str | None) -> bytes:
-        choice = {"index": 0, "delta": delta, "finish_reason": reason}
-        return _sse({**self._frame(head), "choices": [choice]})
+    def _chunk(
+        self, head: dict[str, Any], index: int, delta: dict[str, Any], reason: str | None
+    ) -> bytes:
+        choice = {"index": index, "delta": delta, "finish_reason": reason}
+        return _sse({**head["frame"], "choices": [choice]})
 
 
 class AnthropicWire(Wire):
@@ -139,7 +161,7 @@ class AnthropicWire(Wire):
 
     # -- a streamed message --------------------------------------------------------------------
 
-    def stream_head(self, model: str) -> dict[str, Any]:
+    def stream_head(self, model: str, params: dict[str, Any]) -> dict[str, Any]:
         return {"id": _fresh("msg_"), "model": model}
 
     def stream_text(self, head: dict[str, Any], text: str, first: bool) -> bytes:
