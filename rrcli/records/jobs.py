@@ -17,6 +17,7 @@ one is made a line, and a frozen dataclass would set each of its fields through
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
 from array import array
@@ -41,6 +42,7 @@ from rrcli.records._jobshapes import (
 
 __all__ = [
     "MAX_LINE_BYTES",
+    "MAX_SESSION_BYTES",
     "InvalidJob",
     "Job",
     "KeySet",
@@ -51,10 +53,15 @@ __all__ = [
     "open_jobs_file",
     "parse_job",
     "request_job",
+    "session_name",
     "shard_of",
 ]
 
 MAX_LINE_BYTES = 64 << 20  # a longer line is invalid (and skipped without being held in memory)
+#: the most UTF-8 bytes of a session name kept (bindings, traces, results); a longer name is
+#: kept as its start and a digest of the whole
+MAX_SESSION_BYTES = 256
+_DIGEST_CHARS = 64  # sha256's hex digest
 
 _BOM = b"\xef\xbb\xbf"
 _PEEK_BYTES = 1 << 16  # what check_json_lines looks at, at most
@@ -118,6 +125,21 @@ class InvalidJob(msgspec.Struct, frozen=True):
 def job_key(job_id: object) -> str:
     """The str form of an id (an int ``5`` and a string ``"5"`` are the same job)."""
     return job_id if type(job_id) is str else str(job_id)
+
+
+def session_name(name: str) -> str:
+    """The name a session is kept under: ``name`` itself up to ``MAX_SESSION_BYTES`` bytes of
+    UTF-8; a longer one its start, ``~`` and the sha256 of the whole (so two long names that
+    differ anywhere stay two sessions), ``MAX_SESSION_BYTES`` bytes at most. A session name is a
+    key, held by the router's bindings and written in every trace and result line: a client
+    that names its session with megabytes (a 4 MiB ``user``) would make each of those as big."""
+    if len(name) * 4 <= MAX_SESSION_BYTES:  # no character is more than 4 bytes of UTF-8
+        return name
+    data = name.encode("utf-8", "surrogatepass")
+    if len(data) <= MAX_SESSION_BYTES:
+        return name
+    start = data[: MAX_SESSION_BYTES - 1 - _DIGEST_CHARS].decode("utf-8", "ignore")
+    return f"{start}~{hashlib.sha256(data).hexdigest()}"
 
 
 def shard_of(key: str, n: int) -> int:
@@ -207,6 +229,8 @@ def _parse(obj: object, n: int, wide: bool) -> Job:
         if type(session) is not int:
             raise LineError(f"session must be a string, got {type_name(session)}")
         session = str(session)
+    if session is not key:  # a job that is its own session: its id is written whole anyway
+        session = session_name(session)
     metadata = obj.get("metadata")
     if metadata is not None and type(metadata) is not dict:
         raise LineError(f"metadata must be an object, got {type_name(metadata)}")
@@ -282,7 +306,7 @@ def request_job(
         messages=messages,
         turns=turns,
         params=params,
-        session=key if session is None else session,
+        session=key if session is None else session_name(session),
         metadata=None,
         custom_id=None,
         stream=stream,

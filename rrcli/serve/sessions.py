@@ -5,7 +5,9 @@ path's ``/s/{session}/``, the headers ``x-rrcli-session``, ``x-session-id``,
 ``x-claude-code-session-id``, ``session_id``, the body's ``prompt_cache_key``, OpenAI's ``user``,
 Anthropic's ``metadata.user_id``. With ``binding = "session"`` the router binds a session at its
 first call to a backend with room and keeps it there; ``Idle`` forgets a session no request
-named for ``session_idle`` seconds, so a long-lived server's bindings stay bounded.
+named for ``session_idle`` seconds, so a long-lived server's bindings stay bounded. A name is
+kept as ``records.jobs.session_name`` keeps it (at most ``MAX_SESSION_BYTES``), so each session
+held costs a bounded few hundred bytes whatever the client named it with.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from rrcli.records.jobs import session_name
+
 __all__ = ["HEADERS", "Idle", "session_of"]
 
 #: the headers that name a session, in the order they are looked at
@@ -22,7 +26,12 @@ HEADERS = ("x-rrcli-session", "x-session-id", "x-claude-code-session-id", "sessi
 
 
 def session_of(path: str | None, headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
-    """The session a request names, or None."""
+    """The session a request names (as ``session_name`` keeps it), or None."""
+    named = _named(path, headers, body)
+    return None if named is None else session_name(named)
+
+
+def _named(path: str | None, headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
     if path:
         return path
     for name in HEADERS:
