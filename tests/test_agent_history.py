@@ -28,6 +28,7 @@ CALL = {
     "type": "function",
     "function": {"name": "weather", "arguments": '{"city": "Paris"}'},
 }
+PDF = "data:application/pdf;base64,JVBERi0xLjQK"
 HISTORY = [
     {"role": "user", "content": "What is the weather in Paris?"},
     {"role": "assistant", "tool_calls": [CALL]},
@@ -112,3 +113,42 @@ def _called(messages, api) -> bool:
 
 def _json(value) -> str:
     return orjson.dumps(value).decode()
+
+
+def test_a_mixed_pool_sends_audio_where_it_is_taken_and_a_pdf_to_either(tmp_path, sim_server):
+    """On a pool of an OpenAI and an Anthropic backend, jobs with an input_audio part all go
+    to the OpenAI backend and are ok (none fails as untranslatable); jobs with a base64 PDF
+    file part go to both, the Anthropic backend receiving it as a document block."""
+    sim = sim_server()
+    backends = [
+        {"id": "oa", "base_url": sim.openai_url},
+        {"id": "an", "provider": "anthropic", "base_url": sim.url},
+    ]
+    profile = write_profile(tmp_path / "pool.toml", backends, strategy="round_robin")
+    audio = {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}
+    pdf = {"type": "file", "file": {"filename": "a.pdf", "file_data": PDF}}
+    lines = [
+        {"id": f"{kind}{i}", "messages": [{"role": "user", "content": [part]}]}
+        for kind, part in (("audio", audio), ("pdf", pdf))
+        for i in range(4)
+    ]
+    for line in lines:
+        line["messages"][0]["content"].insert(0, {"type": "text", "text": "What is this?"})
+        line["params"] = {"max_tokens": 20}
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    traces = tmp_path / "jobs.traces.jsonl"
+    done = rrcli("run", jobs, "-p", profile, "-q", "--traces", traces, cwd=tmp_path)
+    assert 0 == done.returncode, done.stderr
+    results = {r["id"]: r for r in read_jsonl(tmp_path / "jobs.results.jsonl")}
+    assert {"ok"} == {r["status"] for r in results.values()}
+    assert {"oa"} == {results[f"audio{i}"]["deployment"] for i in range(4)}
+    assert {"oa", "an"} == {results[f"pdf{i}"]["deployment"] for i in range(4)}
+    documents = [
+        block
+        for request in sim.received("/v1/messages")
+        for message in request["body"]["messages"]
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "document"
+    ]
+    assert documents and all("application/pdf" == d["source"]["media_type"] for d in documents)

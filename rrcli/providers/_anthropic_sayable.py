@@ -6,10 +6,21 @@ before a job is routed to an Anthropic backend, so ``_to_anthropic`` never meets
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["EXPRESSIBLE", "schema_format", "unsayable"]
+__all__ = [
+    "EXPRESSIBLE",
+    "file_source",
+    "image_source",
+    "schema_format",
+    "unsayable",
+]
+
+_DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
+#: the files a document block takes as base64 data
+_DOCUMENTS = frozenset({"application/pdf"})
 
 
 def _always(value: object) -> bool:
@@ -84,14 +95,62 @@ EXPRESSIBLE: dict[str, Callable[[Any], bool]] = {
 def unsayable(messages: list[dict[str, Any]]) -> tuple[str, ...]:
     """Where OpenAI-shaped ``messages`` say what a Messages request cannot: a participant's
     ``name``, a user message with no text (Anthropic refuses empty content, and whitespace-only
-    text)."""
+    text), a part with no Anthropic block (audio, a file that is no base64 PDF, an image whose
+    data: URL is not base64), a ``function_call``, a tool call that is no function call (a
+    custom tool's). A job that says one of these goes to a backend whose API has it."""
     found = []
     for i, message in enumerate(messages):
         if message.get("name") is not None:
             found.append(f"messages[{i}].name")
         if message.get("role") == "user" and _blank(message.get("content")):
             found.append(f"messages[{i}].content")
+        if message.get("function_call") is not None:
+            found.append(f"messages[{i}].function_call")
+        content = message.get("content")
+        for j, part in enumerate(content if isinstance(content, list) else ()):
+            if not _part_sayable(part):
+                found.append(f"messages[{i}].content[{j}]")
+        calls = message.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            found.append(f"messages[{i}].tool_calls")
+        for j, call in enumerate(calls if isinstance(calls, list) else ()):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                found.append(f"messages[{i}].tool_calls[{j}]")
     return tuple(found)
+
+
+def _part_sayable(part: Any) -> bool:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind == "image_url":
+        return image_source(part) is not None
+    if kind == "file":
+        return file_source(part) is not None
+    return kind != "input_audio"
+
+
+def image_source(part: dict[str, Any]) -> dict[str, Any] | None:
+    """An image_url part's image as an image block's source; None for no URL or a data: URL
+    that is not base64."""
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, dict) else image
+    if not isinstance(url, str):
+        return None
+    if not url.startswith("data:"):
+        return {"type": "url", "url": url}
+    match = _DATA_URL.fullmatch(url)
+    return None if match is None else {"type": "base64", "media_type": match[1], "data": match[2]}
+
+
+def file_source(part: dict[str, Any]) -> dict[str, Any] | None:
+    """A file part's file as a document block's source: a PDF given as base64 data (a file id
+    names a file of OpenAI's, which Anthropic cannot read); None otherwise."""
+    file = part.get("file")
+    data = file.get("file_data") if isinstance(file, dict) else None
+    match = _DATA_URL.fullmatch(data) if isinstance(data, str) else None
+    if match is None or match[1] not in _DOCUMENTS:
+        return None
+    return {"type": "base64", "media_type": match[1], "data": match[2]}
 
 
 def _blank(content: Any) -> bool:

@@ -6,19 +6,22 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
 
 from rrcli.errors import UntranslatableError
-from rrcli.providers._anthropic_sayable import EXPRESSIBLE, schema_format
+from rrcli.providers._anthropic_sayable import (
+    EXPRESSIBLE,
+    file_source,
+    image_source,
+    schema_format,
+)
 from rrcli.providers._to_openai import apply_rules, text_of
 
 __all__ = ["answer_name", "to_anthropic"]
 
-_DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 _ANSWER = "Answer by calling this tool: its input is the answer."
 _Rule = Callable[[dict[str, Any], str, Any], None]
 
@@ -336,27 +339,23 @@ def _anthropic_content(content: Any, where: str) -> Any:
 def _anthropic_part(part: Any, where: str) -> Any:
     kind = part.get("type") if isinstance(part, dict) else None
     if kind == "image_url":
-        return _image_block(part, where)
+        return _block("image", image_source(part), part, where, "an image URL or base64 data")
+    if kind == "file":
+        return _block("document", file_source(part), part, where, "a PDF as base64 file_data")
     if kind == "refusal":
         return {"type": "text", "text": part.get("refusal", "")}
-    if kind in ("input_audio", "file"):
-        raise UntranslatableError(f"{where}: a {kind} part has no form in Anthropic's API")
+    if kind == "input_audio":
+        raise UntranslatableError(f"{where}: an input_audio part has no form in Anthropic's API")
     return part  # text, or already an Anthropic block (a pause_turn continuation's)
 
 
-def _image_block(part: dict[str, Any], where: str) -> dict[str, Any]:
-    image = part.get("image_url")
-    url = image.get("url") if isinstance(image, dict) else image
-    if not isinstance(url, str):
-        raise UntranslatableError(f"{where}.image_url has no url")
-    if url.startswith("data:"):
-        match = _DATA_URL.fullmatch(url)
-        if match is None:
-            raise UntranslatableError(f"{where}: Anthropic takes base64 data: URLs only")
-        source = {"type": "base64", "media_type": match[1], "data": match[2]}
-    else:
-        source = {"type": "url", "url": url}
-    block = {"type": "image", "source": source}
+def _block(
+    kind: str, source: dict[str, Any] | None, part: dict[str, Any], where: str, takes: str
+) -> dict[str, Any]:
+    """An image or document block of ``source``; a part without one has no form there."""
+    if source is None:
+        raise UntranslatableError(f"{where}: Anthropic's {kind} blocks take {takes} only")
+    block = {"type": kind, "source": source}
     if "cache_control" in part:
         block["cache_control"] = part["cache_control"]
     return block

@@ -187,6 +187,14 @@ def _openai_part(block: Any, where: str) -> Any:
         if source.get("type") == "base64":
             url = f"data:{source.get('media_type')};base64,{source.get('data')}"
             return {"type": "image_url", "image_url": {"url": url}}
+    elif kind == "document":
+        source = block.get("source")
+        source = source if isinstance(source, dict) else {}
+        if source.get("type") == "base64" and source.get("media_type") == "application/pdf":
+            data = f"data:application/pdf;base64,{source.get('data')}"
+            title = block.get("title")
+            name = title if isinstance(title, str) and title else "document.pdf"
+            return {"type": "file", "file": {"filename": name, "file_data": data}}
     elif kind in ("image_url", "input_audio", "file"):
         return block  # already an OpenAI part
     raise UntranslatableError(f"{where}: {_kind(block)} has no form in the chat completions API")

@@ -13,9 +13,11 @@ rrcli-jobs(5) show them as a table.
 router never sends such a job to that backend. So a field the table does not name passes
 unchanged at send time: it is a field of the backend's own API (its ``params``, or a job written
 for it). A null, or a default that says nothing (``n`` = 1, ``logprobs`` false, a penalty of 0,
-``thinking`` disabled), is dropped. Content with no counterpart (audio, files, documents, a tool
-call whose arguments are not a JSON object) raises ``UntranslatableError``: the job fails with
-that reason and nothing is sent.
+``thinking`` disabled), is dropped. Parts with no Anthropic block (audio, a file that is no base64
+PDF) route a job away from Anthropic backends as fields do (``_anthropic_sayable.unsayable``);
+content with no counterpart that no routing can avoid (a tool call whose arguments are not a
+JSON object, a document toward OpenAI) raises ``UntranslatableError``: the job fails with that
+reason and nothing is sent.
 
 Pure: no HTTP client, no I/O.
 """
