@@ -152,3 +152,41 @@ def test_a_mixed_pool_sends_audio_where_it_is_taken_and_a_pdf_to_either(tmp_path
         if isinstance(block, dict) and block.get("type") == "document"
     ]
     assert documents and all("application/pdf" == d["source"]["media_type"] for d in documents)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_serve_takes_an_anthropic_sdk_agents_history(tmp_path, sim_server, api):
+    """The anthropic SDK's agent loop: the reply's content blocks (the SDK's own models) go
+    back as the assistant turn, then a tool_result with a content list, and are answered, on
+    an Anthropic backend as they are and on an OpenAI one translated."""
+    anthropic = pytest.importorskip("anthropic")
+    sim = sim_server(ttft_ms=2, tokens_per_s=5000)
+    served = Served(_profile(tmp_path, sim, api), tmp_path, "--no-auth")
+    tool = {"name": "weather", "input_schema": WEATHER["function"]["parameters"]}
+    asked = [{"role": "user", "content": "What is the weather in Paris?"}]
+    try:
+        client = anthropic.Anthropic(base_url=served.url, api_key="none", max_retries=0)
+        first = client.messages.create(
+            model="pool", max_tokens=20, messages=asked, tools=[tool], tool_choice={"type": "any"}
+        )
+        use = next(b for b in first.content if b.type == "tool_use")
+        result = {
+            "type": "tool_result",
+            "tool_use_id": use.id,
+            "content": [{"type": "text", "text": "sunny"}],
+        }
+        history = [
+            *asked,
+            {"role": "assistant", "content": first.content},
+            {"role": "user", "content": [result]},
+        ]
+        second = client.messages.create(model="pool", max_tokens=20, messages=history, tools=[tool])
+    finally:
+        served.stop()
+    assert second.stop_reason in ("end_turn", "max_tokens", "tool_use")
+    sent = _sent(sim)
+    if api == "openai":
+        assert ["user", "assistant", "tool"] == [m["role"] for m in sent]
+        assert "sunny" == sent[2]["content"]
+    else:
+        assert "tool_result" == sent[2]["content"][0]["type"]
