@@ -61,6 +61,7 @@ CALL: tuple[tuple[str, Any], ...] = (
     ("response_model", str | None),
     ("server_address", str | None),
     ("binding", Literal["new", "kept", "rebound"] | None),
+    ("rebound_for", str | None),  # why a session bound again: an error type, or ``removed``
     ("outcome", Outcome),
     ("http_status", int | None),
     ("error_type", str | None),

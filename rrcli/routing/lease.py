@@ -54,6 +54,7 @@ class Lease:
 
     state: BackendState
     binding: str | None = None  # "new" | "kept" | "rebound" | None (binding = "request")
+    rebound_for: str | None = None  # why its session was bound again (binding "rebound")
     held: bool = True
     reservation: tuple[str, float] | None = None
     charge: Charge = UNPRICED  # what its latest attempt was charged (the cashier's)
