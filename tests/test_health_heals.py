@@ -1,0 +1,103 @@
+"""Health's probes of a backend down (routing/health.py): when they run, what brings the
+backend back, and that closing the engine ends them. The probe and the sleep are handed in, as
+the engine hands in the backend's own provider (tests/test_serve_heals.py drives them over
+HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import orjson
+
+from rrcli.errors import ProviderError
+from rrcli.records.trace import TraceWriter
+from rrcli.routing.control import RunControl
+from rrcli.routing.health import Health, probe_waits
+from tests.test_router import _profile, _router, _run
+
+REFUSED = ProviderError("connect error: refused", type="connect_error", transient=True)
+REVOKED = ProviderError("HTTP 401", type="http_401", transient=False, backend_down=True)
+
+
+def test_probe_waits_double_from_recover_after_up_to_ten_minutes():
+    """The waits before each probe: recover_after, then doubling, never past 600 s."""
+    assert [0.5, 1.0, 2.0, 4.0, 8.0] == list(itertools.islice(probe_waits(0.5), 5))
+    assert [30.0, 60.0, 120.0, 240.0, 480.0, 600.0, 600.0] == list(
+        itertools.islice(probe_waits(30.0), 7)
+    )
+
+
+def _health(router, answers, waits, lines, recover_after=0.5):
+    async def probe(deployment: str) -> ProviderError | None:
+        return answers.pop(0) if len(answers) > 1 else answers[0]  # the last one repeats
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        await asyncio.sleep(0)
+
+    traces = TraceWriter(None, "run-1", tap=lines.append)
+    health = Health(
+        router, traces, RunControl(), recover_after=recover_after, probe=probe, sleep=sleep
+    )
+    return health, traces
+
+
+def test_a_backend_down_is_back_after_the_first_probe_answered():
+    """b1 down: probed after 0.5 s, then 1 s, then 2 s; the third probe is answered and b1 is
+    chosen again, the trace saying down then up."""
+
+    async def main():
+        router = _router(_profile())
+        waits: list[float] = []
+        lines: list[bytes] = []
+        health, _ = _health(router, [REFUSED, REFUSED, None], waits, lines)
+        health.down("b1", REVOKED)
+        out = [router.healthy]
+        await asyncio.gather(*health._probes.values())
+        out.append(router.healthy)
+        chosen = set()
+        for _ in range(3):
+            lease = await router.acquire()
+            chosen.add(lease.state.backend.id)
+            await router.release(lease)
+        states = [(r["state"], r["reason"]) for r in map(orjson.loads, lines)]
+        return out, waits, sorted(chosen), states
+
+    assert (
+        [2, 3],
+        [0.5, 1.0, 2.0],
+        ["b0", "b1", "b2"],
+        [("down", "http_401"), ("up", "probe_ok")],
+    ) == _run(main())
+
+
+def test_without_recover_after_a_backend_stays_down_and_an_empty_pool_halts():
+    """recover_after 0 (a run's default): no probe; every backend down halts the run."""
+
+    async def main():
+        router = _router(_profile(caps=(1, 1)))
+        health, _ = _health(router, [], [], [], recover_after=0.0)
+        health.down("b0", REVOKED)
+        health.down("b1", REVOKED)
+        return dict(health._probes), router.healthy, health.control.halted.reason
+
+    assert ({}, 0, "no_backend") == _run(main())
+
+
+def test_closing_ends_the_probes_of_a_backend_that_never_answers():
+    """A probe that keeps failing goes on until ``close`` cancels it; the backend stays down."""
+
+    async def main():
+        router = _router(_profile())
+        waits: list[float] = []
+        health, _ = _health(router, [REFUSED], waits, [])
+        health.down("b2", REFUSED)
+        (probing,) = health._probes.values()
+        while len(waits) < 12:
+            await asyncio.sleep(0)
+        going = not probing.done()
+        await health.close()
+        return going, probing.cancelled(), dict(health._probes), router.states[2].down, waits[-1]
+
+    assert (True, True, {}, "connect_error", 600.0) == _run(main())
