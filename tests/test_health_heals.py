@@ -101,3 +101,31 @@ def test_closing_ends_the_probes_of_a_backend_that_never_answers():
         return going, probing.cancelled(), dict(health._probes), router.states[2].down, waits[-1]
 
     assert (True, True, {}, "connect_error", 600.0) == _run(main())
+
+
+def test_a_pool_closed_leaves_no_probe_running(tmp_path, sim_server):
+    """rrcli.Pool over a backend whose server refuses its key: the backend goes down and is
+    probed every 0.05 s (then 0.1, 0.2...); once the pool is closed no probe reaches the server
+    any more, and no task of it is left running."""
+    import pytest
+
+    from rrcli import CallError, Pool
+    from tests.runkit import write_profile
+
+    sim = sim_server(api_keys=("sk-the-servers-key-0123",))
+    backends = [{"id": "b0", "base_url": sim.openai_url, "auth": "key",
+                 "credentials": {"api_key": "sk-another-key-4567"}}]  # fmt: skip
+    path = write_profile(tmp_path / "p.toml", backends, health={"recover_after": 0.05})
+
+    async def main():
+        async with Pool.from_profile(path) as pool:
+            with pytest.raises(CallError):
+                await pool.chat([{"role": "user", "content": "hi"}])
+            while sim.stats()["requests"] < 3:  # the call, then probes
+                await asyncio.sleep(0.05)
+        closed = sim.stats()["requests"]
+        await asyncio.sleep(1.0)
+        healing = [t for t in asyncio.all_tasks() if "_heal" in repr(t.get_coro())]
+        return sim.stats()["requests"] - closed, healing
+
+    assert (0, []) == _run(main())
