@@ -167,3 +167,38 @@ def test_ready_is_false_while_every_backend_refuses_connections_and_true_when_on
     assert 0 == code, err
     assert [(200, True), (503, False), (200, True)] == [before, refused, back]
     assert "b1" == answered.headers["x-rrcli-deployment"]
+
+
+def test_a_continuation_pinned_to_a_dead_backend_gets_the_apis_error(tmp_path, sim_server):
+    """A bound session's response was made on one backend, then that backend dies: the request
+    continuing it (``previous_response_id``) is answered with an error in OpenAI's shape, never
+    sent to the other backend (which would not know the id); the session's next fresh request is
+    answered by the other backend."""
+    sims = [sim_server(latency_ms=5), sim_server(latency_ms=5)]
+    backends = openai_backends(*(s.openai_url for s in sims))
+    retry = {"max_retries": 1, "backoff_initial": 0.02, "backoff_max": 0.05}
+    path = write_profile(
+        tmp_path / "pool.toml", backends, name="pool", binding="session", retry=retry
+    )
+    traces = tmp_path / "serve.traces.jsonl"
+    served = Served(path, tmp_path, "--no-auth", "--traces", str(traces))
+    try:
+        client = _client(served, **{"x-session-id": "agent-2"})
+        made = client.responses.with_raw_response.create(model="pool", input="Hello")
+        bound = made.headers["x-rrcli-deployment"]
+        other = sims[1 - int(bound[1:])]
+        sims[int(bound[1:])].stop()
+        before = other.stats()["requests"]
+        with pytest.raises(openai.APIStatusError) as pinned:
+            client.responses.create(
+                model="pool", input="More", previous_response_id=made.parse().id
+            )
+        sent_elsewhere = other.stats()["requests"] - before
+        fresh = client.responses.with_raw_response.create(model="pool", input="Again")
+    finally:
+        code, err = served.stop()
+    assert 0 == code, err
+    error = pinned.value.response.json()["error"]
+    assert (502, "connect_error") == (pinned.value.status_code, error["code"])
+    assert 0 == sent_elsewhere
+    assert bound != fresh.headers["x-rrcli-deployment"]
