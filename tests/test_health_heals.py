@@ -129,3 +129,26 @@ def test_a_pool_closed_leaves_no_probe_running(tmp_path, sim_server):
         return sim.stats()["requests"] - closed, healing
 
     assert (0, []) == _run(main())
+
+
+def test_the_status_is_ready_only_while_a_deployment_is_up_and_budget_is_left():
+    """``EngineStatus.ready`` (what /ready says): a deployment up and the engine running with
+    budget left; not while every deployment is down or cooling, nor once the budget is spent."""
+    from rrcli.routing.status import BudgetStatus, DeploymentStatus, EngineStatus
+
+    def deployment(state: str) -> DeploymentStatus:
+        why = None if state == "up" else "http_401"
+        return DeploymentStatus("b", state, why, 0, 1, 1, 0.0, 0.0, 0, 0, 0, 0)
+
+    def ready(states, budget=None, control="running") -> bool:
+        return EngineStatus(tuple(map(deployment, states)), budget, control).ready
+
+    left, spent = BudgetStatus(1.0, 0.5, 0.1, 0.4), BudgetStatus(1.0, 1.0, 0.0, 0.0)
+    assert [True, False, False, True, False, False] == [
+        ready(["down", "up"]),
+        ready(["down", "cooling"]),
+        ready(["down", "down"]),
+        ready(["up"], left),
+        ready(["up"], spent),
+        ready(["up"], None, "draining"),
+    ]
