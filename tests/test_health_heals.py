@@ -152,3 +152,18 @@ def test_the_status_is_ready_only_while_a_deployment_is_up_and_budget_is_left():
         ready(["up"], spent),
         ready(["up"], None, "draining"),
     ]
+
+
+def test_a_recover_after_past_ten_minutes_is_a_profile_error_naming_the_bound(tmp_path):
+    """``[health] recover_after = 900``: validate names the key, the bound and the fix; 0.5 is
+    valid and shown in the normalized profile."""
+    from tests.runkit import rrcli, write_profile
+
+    backends = [{"id": "a", "base_url": "http://127.0.0.1:9/v1"}, {"id": "b", "provider": "sim"}]
+    bad = write_profile(tmp_path / "bad.toml", backends, health={"recover_after": 900})
+    good = write_profile(tmp_path / "good.toml", backends, health={"recover_after": 0.5})
+    refused = rrcli("validate", bad, cwd=tmp_path)
+    shown = rrcli("validate", "--json", good, cwd=tmp_path)
+    assert 1 == refused.returncode
+    assert "health.recover_after: must be between 0 and 600" in refused.stdout + refused.stderr
+    assert {"recover_after": 0.5} == orjson.loads(shown.stdout)["profile"]["health"]
