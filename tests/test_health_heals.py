@@ -167,3 +167,35 @@ def test_a_recover_after_past_ten_minutes_is_a_profile_error_naming_the_bound(tm
     assert 1 == refused.returncode
     assert "health.recover_after: must be between 0 and 600" in refused.stdout + refused.stderr
     assert {"recover_after": 0.5} == orjson.loads(shown.stdout)["profile"]["health"]
+
+
+def test_rrcli_run_keeps_a_401_backend_down_unless_its_profile_says_recover_after(
+    tmp_path, sim_server
+):
+    """The same run twice over a healthy backend and one whose key is refused: by default the
+    refused backend is sent only the calls the trace records (no probe) and the trace has one
+    ``backend`` record; with ``[health] recover_after = 0.1`` it is probed while the run lasts
+    (requests the trace does not record), still down (the key is still wrong)."""
+    from tests.runkit import calls, read_jsonl, rrcli, write_profile, write_jobs
+
+    healthy = sim_server(latency_ms=40)
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 40)
+    seen = []
+    for health in ({}, {"health": {"recover_after": 0.1}}):
+        dead = sim_server(api_keys=("sk-the-servers-key-0123",))
+        backends = [
+            {"id": "ok", "base_url": healthy.openai_url, "max_concurrency": 2},
+            {"id": "dead", "base_url": dead.openai_url, "auth": "key",
+             "credentials": {"api_key": "sk-another-key-4567"}},
+        ]  # fmt: skip
+        profile = write_profile(tmp_path / "p.toml", backends, **health)
+        traces = tmp_path / f"t{len(seen)}.jsonl"
+        result = rrcli(
+            "run", jobs, "-p", profile, "-q", "--traces", traces,
+            "--out", tmp_path / f"r{len(seen)}.jsonl", cwd=tmp_path,
+        )  # fmt: skip
+        assert 0 == result.returncode, result.stderr
+        traced = sum(c["deployment"] == "dead" for c in calls(traces))
+        states = [r["state"] for r in read_jsonl(traces) if r["event"] == "backend"]
+        seen.append((dead.stats()["requests"] > traced, states))
+    assert [(False, ["down"]), (True, ["down"])] == seen
