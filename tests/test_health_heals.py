@@ -9,11 +9,15 @@ import asyncio
 import itertools
 
 import orjson
+import pytest
 
+from rrcli import CallError, Pool
 from rrcli.errors import ProviderError
 from rrcli.records.trace import TraceWriter
 from rrcli.routing.control import RunControl
 from rrcli.routing.health import Health, probe_waits
+from rrcli.routing.status import BudgetStatus, DeploymentStatus, EngineStatus
+from tests.runkit import calls, read_jsonl, rrcli, write_jobs, write_profile
 from tests.test_router import _profile, _router, _run
 
 REFUSED = ProviderError("connect error: refused", type="connect_error", transient=True)
@@ -107,11 +111,6 @@ def test_a_pool_closed_leaves_no_probe_running(tmp_path, sim_server):
     """rrcli.Pool over a backend whose server refuses its key: the backend goes down and is
     probed every 0.05 s (then 0.1, 0.2...); once the pool is closed no probe reaches the server
     any more, and no task of it is left running."""
-    import pytest
-
-    from rrcli import CallError, Pool
-    from tests.runkit import write_profile
-
     sim = sim_server(api_keys=("sk-the-servers-key-0123",))
     backends = [{"id": "b0", "base_url": sim.openai_url, "auth": "key",
                  "credentials": {"api_key": "sk-another-key-4567"}}]  # fmt: skip
@@ -134,7 +133,6 @@ def test_a_pool_closed_leaves_no_probe_running(tmp_path, sim_server):
 def test_the_status_is_ready_only_while_a_deployment_is_up_and_budget_is_left():
     """``EngineStatus.ready`` (what /ready says): a deployment up and the engine running with
     budget left; not while every deployment is down or cooling, nor once the budget is spent."""
-    from rrcli.routing.status import BudgetStatus, DeploymentStatus, EngineStatus
 
     def deployment(state: str) -> DeploymentStatus:
         why = None if state == "up" else "http_401"
@@ -157,8 +155,6 @@ def test_the_status_is_ready_only_while_a_deployment_is_up_and_budget_is_left():
 def test_a_recover_after_past_ten_minutes_is_a_profile_error_naming_the_bound(tmp_path):
     """``[health] recover_after = 900``: validate names the key, the bound and the fix; 0.5 is
     valid and shown in the normalized profile."""
-    from tests.runkit import rrcli, write_profile
-
     backends = [{"id": "a", "base_url": "http://127.0.0.1:9/v1"}, {"id": "b", "provider": "sim"}]
     bad = write_profile(tmp_path / "bad.toml", backends, health={"recover_after": 900})
     good = write_profile(tmp_path / "good.toml", backends, health={"recover_after": 0.5})
@@ -176,8 +172,6 @@ def test_rrcli_run_keeps_a_401_backend_down_unless_its_profile_says_recover_afte
     refused backend is sent only the calls the trace records (no probe) and the trace has one
     ``backend`` record; with ``[health] recover_after = 0.1`` it is probed while the run lasts
     (requests the trace does not record), still down (the key is still wrong)."""
-    from tests.runkit import calls, read_jsonl, rrcli, write_profile, write_jobs
-
     healthy = sim_server(latency_ms=40)
     jobs = write_jobs(tmp_path / "jobs.jsonl", 40)
     seen = []
