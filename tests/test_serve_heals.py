@@ -11,6 +11,7 @@ import pytest
 from conftest import RunningSim
 from runkit import calls, read_jsonl, write_profile
 from servekit import Served, openai_backends
+from test_traceschema import check_record
 
 from rrcli.sim.behaviour import config_from_options
 
@@ -129,6 +130,8 @@ def test_a_revoked_key_restored_is_back_within_its_probe_interval(tmp_path, sim_
     assert (503, False) == revoked
     assert (200, True) == restored
     assert "b0" == back.headers["x-rrcli-deployment"]
+    for record in read_jsonl(traces):
+        check_record(record)  # the trace's schema, the "up" record's included
     states = [(r["state"], r["reason"]) for r in read_jsonl(traces) if r["event"] == "backend"]
     assert [("down", "http_401"), ("up", "probe_ok")] == states
 
