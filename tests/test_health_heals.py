@@ -116,16 +116,19 @@ def test_a_pool_closed_leaves_no_probe_running(tmp_path, sim_server):
                  "credentials": {"api_key": "sk-another-key-4567"}}]  # fmt: skip
     path = write_profile(tmp_path / "p.toml", backends, health={"recover_after": 0.05})
 
+    def requests() -> int:  # the server's count, asked from a thread: the loop goes on meanwhile
+        return sim.stats()["requests"]
+
     async def main():
         async with Pool.from_profile(path) as pool:
             with pytest.raises(CallError):
                 await pool.chat([{"role": "user", "content": "hi"}])
-            while sim.stats()["requests"] < 3:  # the call, then probes
+            while await asyncio.to_thread(requests) < 3:  # the call, then probes
                 await asyncio.sleep(0.05)
-        closed = sim.stats()["requests"]
+        closed = await asyncio.to_thread(requests)
         await asyncio.sleep(1.0)
         healing = [t for t in asyncio.all_tasks() if "_heal" in repr(t.get_coro())]
-        return sim.stats()["requests"] - closed, healing
+        return await asyncio.to_thread(requests) - closed, healing
 
     assert (0, []) == _run(main())
 
