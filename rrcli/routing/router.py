@@ -111,8 +111,9 @@ class Router:
         chosen by, and then recorded as sent to, the backend that takes it); ``moved_for``: the
         error that moved the call off its backend (``exclude`` names it), the reason its
         session binds again. A session bound again has the lease's ``rebound_for`` say why:
-        that error, its backend's reason for being down, or ``removed`` (a saved binding's
-        backend no longer in the profile). Raises NoBackendError."""
+        that error, its backend's reason for being down, ``not_eligible`` (the call may not go
+        there: its endpoint or model) or ``removed`` (a saved binding's backend no longer in the
+        profile). Raises NoBackendError."""
         if self._prefixes is None or messages is None or not self._prefixes.reads():
             return self._acquire(session, exclude, None, None, moved_for)
         prompt = self.prompts.of(messages, params)
@@ -132,7 +133,7 @@ class Router:
             state, tag, why = self._bound(session)
             if state is None or state.backend.id in exclude or not await self._slot(state):
                 if state is not None:  # moved off its backend, or its backend went down
-                    tag, why = "rebound", state.down or moved_for or "failover"
+                    tag, why = "rebound", state.down or moved_for or "not_eligible"
                 state = await self._route(exclude, prompt)
                 self._bind(session, state, tag, why)
                 if tag == "rebound":
