@@ -136,6 +136,7 @@ def _call(run_id, j, turn, attempt, backend, stream, begin, end, rng, good) -> d
         "response_model": backend.model + "-2024" if good else None,
         "server_address": f"{backend.id}.example:443",
         "binding": None,
+        "rebound_for": None,
         "outcome": "ok",
         "http_status": status,
         "error_type": None if good else f"http_{status}",

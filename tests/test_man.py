@@ -77,6 +77,7 @@ def test_profile_page_documents_every_key():
         COOLDOWN,
         CREDENTIALS,
         GATE,
+        HEALTH,
         QUEUE,
         RETRY,
         SERVE,
@@ -85,5 +86,6 @@ def test_profile_page_documents_every_key():
     )
 
     text = page_text(MAN / "rrcli-profile.5")
-    keys = {*TOP, *BACKEND, *CREDENTIALS, *RETRY, *GATE, *COOLDOWN, *CACHE, *SIM, *QUEUE, *SERVE}
+    keys = {*TOP, *BACKEND, *CREDENTIALS, *RETRY, *GATE, *COOLDOWN, *HEALTH, *CACHE, *SIM, *QUEUE}
+    keys |= {*SERVE}
     assert [] == sorted(k for k in keys if k not in text)

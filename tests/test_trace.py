@@ -133,9 +133,9 @@ def test_call_record_has_exactly_the_spec_fields_in_order(tmp_path):
     (record,) = read(path)
     expected_fields = [
         "event", "run_id", "job_id", "session", "turn", "attempt", "deployment", "provider",
-        "model", "response_model", "server_address", "binding", "outcome", "http_status",
-        "error_type", "retry_after_ms", "backoff_ms", "queue_ms", "ts_start", "ts_end",
-        "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens",
+        "model", "response_model", "server_address", "binding", "rebound_for", "outcome",
+        "http_status", "error_type", "retry_after_ms", "backoff_ms", "queue_ms", "ts_start",
+        "ts_end", "latency_ms", "ttft_ms", "input_tokens", "output_tokens", "cached_input_tokens",
         "usage_estimated", "cost_usd", "cost_estimated", "stream", "endpoint",
     ]  # fmt: skip
     assert expected_fields == list(record)

@@ -22,6 +22,7 @@ from rrcli.config.profile import (
     CacheSettings,
     CooldownSettings,
     GateSettings,
+    HealthSettings,
     Profile,
     QueueSettings,
     RetrySettings,
@@ -33,6 +34,7 @@ from rrcli.config.schema import (
     CACHE,
     COOLDOWN,
     GATE,
+    HEALTH,
     QUEUE,
     RETRY,
     SERVE,
@@ -97,15 +99,17 @@ def check_document(
 
 
 def _settings(check: Checker, top: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``[retry]``, ``[gate]``, ``[cooldown]``, ``[budget]``, ``[cache]`` and ``[queue]``
-    sections."""
+    """The ``[retry]``, ``[gate]``, ``[cooldown]``, ``[health]``, ``[budget]``, ``[cache]``,
+    ``[queue]`` and ``[serve]`` sections."""
     cooldown = as_floats(check.table(top.get("cooldown", {}), COOLDOWN, "cooldown"), COOLDOWN)
+    health = as_floats(check.table(top.get("health", {}), HEALTH, "health"), HEALTH)
     budget = as_floats(check.table(top.get("budget", {}), BUDGET, "budget"), BUDGET)
     return {
         "budget": BudgetSettings(**budget),
         "retry": _retry(check, check.table(top.get("retry", {}), RETRY, "retry")),
         "gate": _gate(check, check.table(top.get("gate", {}), GATE, "gate")),
         "cooldown": CooldownSettings(**cooldown),
+        "health": HealthSettings(**health),
         "cache": _cache(check, check.table(top.get("cache", {}), CACHE, "cache")),
         "queue": _queue(check, check.table(top.get("queue", {}), QUEUE, "queue")),
         "serve": ServeSettings(

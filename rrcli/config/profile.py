@@ -27,8 +27,10 @@ __all__ = [
     "MAX_CONTINUATIONS",
     "MAX_IN_FLIGHT",
     "MAX_LOOKAHEAD",
+    "MAX_RECOVER_AFTER",
     "MAX_RESPONSE_BYTES",
     "MAX_SERVER_PAUSE",
+    "SERVE_RECOVER_AFTER",
     "STRATEGIES",
     "Backend",
     "BudgetSettings",
@@ -36,6 +38,7 @@ __all__ = [
     "CooldownSettings",
     "Credentials",
     "GateSettings",
+    "HealthSettings",
     "Price",
     "Profile",
     "QueueSettings",
@@ -50,6 +53,11 @@ MAX_RESPONSE_BYTES = 64 * 2**20  # a response body's default size limit, decompr
 MAX_SERVER_PAUSE = 3600.0  # seconds: the longest delay ever taken from a server's headers
 MAX_LOOKAHEAD = 100_000  # the most jobs a lookahead window may hold: more is a typo
 MAX_CONTINUATIONS = 1000  # the most continuations a profile may allow one call: more is a typo
+#: seconds between probes of a backend down: the wait after a failed probe doubles up to this
+MAX_RECOVER_AFTER = 600.0
+#: seconds before the first probe of a backend down, for a pool that lives long (serve, Pool)
+#: when its profile does not say; ``rrcli run`` keeps a backend down for the run instead
+SERVE_RECOVER_AFTER = 30.0
 
 #: tokens a backend's prefix cache is taken to hold when its profile does not say: the KV cache
 #: of one vLLM or SGLang replica of a small model on one GPU
@@ -263,6 +271,17 @@ class CooldownSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class HealthSettings:
+    """When a backend down (a key refused, an account out of quota, a model or path not found,
+    connections refused past its retries) is probed again: ``recover_after`` seconds after it
+    went down, the wait doubling after each failed probe up to MAX_RECOVER_AFTER; a probe that
+    succeeds brings it back. 0 keeps it down for good; None: the front-end's default (serve
+    and ``rrcli.Pool``: SERVE_RECOVER_AFTER; ``rrcli run``: down for the run)."""
+
+    recover_after: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CacheSettings:
     """The response cache (``[cache]``): its SQLite file ("" for none; a relative path is from
     the working folder, as ``--cache``'s) and what a run does with it (CACHE_MODES)."""
@@ -294,6 +313,7 @@ class Profile:
     retry: RetrySettings = field(default_factory=RetrySettings)
     gate: GateSettings = field(default_factory=GateSettings)
     cooldown: CooldownSettings = field(default_factory=CooldownSettings)
+    health: HealthSettings = field(default_factory=HealthSettings)
     cache: CacheSettings = field(default_factory=CacheSettings)
     budget: BudgetSettings = field(default_factory=BudgetSettings)
     queue: QueueSettings = field(default_factory=QueueSettings)
@@ -350,6 +370,8 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
     if redact and "url" in out["gate"]:
         out["gate"]["url"] = redacted_url(out["gate"]["url"])
     out["cooldown"] = _plain(profile.cooldown)
+    if profile.health.recover_after is not None:
+        out["health"] = _plain(profile.health)
     if profile.cache != CacheSettings():
         out["cache"] = {k: v for k, v in _plain(profile.cache).items() if v}
     out["queue"] = _plain(profile.queue)

@@ -21,6 +21,7 @@ from rrcli.config.profile import (
     MAX_CONTINUATIONS,
     MAX_IN_FLIGHT,
     MAX_LOOKAHEAD,
+    MAX_RECOVER_AFTER,
     MAX_SERVER_PAUSE,
     STRATEGIES,
 )
@@ -137,6 +138,7 @@ TOP = {
     "retry": Field("table"),
     "gate": Field("table"),
     "cooldown": Field("table"),
+    "health": Field("table"),
     "cache": Field("table"),
     "budget": Field("table"),
     "queue": Field("table"),
@@ -209,6 +211,7 @@ COOLDOWN = {
     "duration": Field("number", above(0)),
     "round_robin": Field("bool"),
 }
+HEALTH = {"recover_after": Field("number", within(0, MAX_RECOVER_AFTER))}
 CACHE = {"path": Field("str", NOT_EMPTY), "mode": Field("str", choices=CACHE_MODES)}
 BUDGET = {"max_cost_usd": Field("number", at_least(0))}
 MAX_PRICE = 10_000.0  # USD per million tokens: ten times the dearest model's; more is a typo

@@ -2,7 +2,8 @@
 ``open_engine`` checks the keys and a budget's prices, opens the response cache, has the
 front-end claim its outputs, builds the gates, the budget over them, the router over both, one
 provider per backend, has the front-end open its outputs, lists the observers of every attempt
-(the cashier, the trace, health, the -v log, the router), and hands back the ``Engine``, every
+(the cashier, the trace, health with its probes of a backend down, the -v log, the router), and
+hands back the ``Engine``, every
 part built whole; ``Engine.close`` takes it down. ``flush_periodically`` flushes its outputs as
 calls end.
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rrcli.config.prices import pool_prices
-from rrcli.config.profile import Price, Profile
+from rrcli.config.profile import Backend, Price, Profile
 from rrcli.engine.cached import ResponseCache, open_cache
 from rrcli.engine.engine import Engine
 from rrcli.engine.money import budget_prices, make_budget, output_caps
@@ -31,14 +32,17 @@ from rrcli.engine.observers import Observer, Traced, logged
 from rrcli.engine.options import EngineOptions
 from rrcli.engine.quiet import debug_logged
 from rrcli.engine.summary import RunSummary
+from rrcli.errors import ProviderError
 from rrcli.logs import get_logger
 from rrcli.providers import make_provider
+from rrcli.providers.base import Provider
+from rrcli.providers.probe import PROBE_TIMEOUT, probe_call
 from rrcli.records.origins import ResponseOrigins
 from rrcli.records.results import ResultSink, ResumeState
 from rrcli.records.trace import TraceWriter
 from rrcli.routing.cashier import Cashier
 from rrcli.routing.control import RunControl
-from rrcli.routing.health import Health
+from rrcli.routing.health import Health, Probe
 from rrcli.routing.router import Router
 
 __all__ = [
@@ -133,7 +137,19 @@ async def open_engine(
     cashier = Cashier(pool_prices(profile.backends), budget)
     addresses = {bid: provider.server_address for bid, provider in providers.items()}
     observers: list[Observer] = [cashier.observe, Traced(traces, addresses).observe]
-    observers.append(Health(router, traces, control).observe)
+    recover_after = profile.health.recover_after
+    if recover_after is None:
+        recover_after = options.recover_after
+    probe = _prober(profile.backends, providers)
+    health = Health(
+        router,
+        traces,
+        control,
+        recover_after=recover_after,
+        probe=probe,
+        lasting=options.lasting,
+    )
+    observers.append(health.observe)
     if debug_logged():
         observers.append(logged)
     observers.append(router.observe)
@@ -148,6 +164,7 @@ async def open_engine(
         rng=rng,
         cashier=cashier,
         observers=tuple(observers),
+        health=health,
         budget=budget,
         gates=gates,
         stream=options.stream,
@@ -206,6 +223,26 @@ def _providers(
     return {
         b.id: make_provider(b, keys[b.id], retry=profile.retry, seed=seed) for b in profile.backends
     }
+
+
+def _prober(backends: tuple[Backend, ...], providers: Mapping[str, Provider]) -> Probe:
+    """A backend's probe: the smallest call it serves (providers/probe.py), through its own
+    provider (its key, its client), waited for at most PROBE_TIMEOUT; neither gated nor
+    charged: one call of a few tokens a backend down, at most every ``recover_after``."""
+    by_id = {b.id: b for b in backends}
+
+    async def probe(deployment: str) -> ProviderError | None:
+        try:
+            call = probe_call(by_id[deployment])
+            await asyncio.wait_for(providers[deployment].send(call), PROBE_TIMEOUT)
+        except ProviderError as exc:
+            return exc
+        except TimeoutError:
+            message = f"timeout: the probe had no answer within {PROBE_TIMEOUT:g} s"
+            return ProviderError(message, type="timeout", transient=True)
+        return None
+
+    return probe
 
 
 def open_gates(profile: Profile, rng: random.Random, *, local: bool = False) -> Mapping[str, Any]:

@@ -58,6 +58,7 @@ from rrcli.routing.budget import Budget
 from rrcli.routing.cashier import Cashier
 from rrcli.routing.control import RunControl
 from rrcli.routing.costs import NO_OUTPUT
+from rrcli.routing.health import Health
 from rrcli.routing.lease import Lease
 from rrcli.routing.retry import RetryPolicy
 from rrcli.routing.router import Router
@@ -77,7 +78,8 @@ class Engine:
     ``stream``: every call streamed; ``on_text`` takes text as it arrives (--prompt --stream);
     ``keep_response``: result lines carry the provider's body; ``cache``: the response cache;
     ``budget``: the run's, when it has one; ``cashier``: what each deployment was charged;
-    ``observers``: each attempt's (engine/observers.py);
+    ``observers``: each attempt's (engine/observers.py); ``health``: the one among them that
+    takes backends down and probes them back (its probes cancelled by ``close``);
     ``results`` None: no result lines are made (a pool whose caller takes none); ``caps``: a
     budget's output caps (engine.money); ``origins``: the backend that created each Responses
     answer already known (a resumed file's); ``gates``: the router's, given back at the end;
@@ -94,6 +96,7 @@ class Engine:
     rng: random.Random
     cashier: Cashier
     observers: tuple[Observer, ...]
+    health: Health | None = None
     budget: Budget | None = None
     gates: Mapping[str, Any] = field(default_factory=dict)
     stream: bool = False
@@ -128,6 +131,8 @@ class Engine:
         """The run's end, however it ended: the run_end record, outputs flushed, connections and
         shared leases given back, the end logged."""
         summary, budget = self.summary, self.budget
+        if self.health is not None:
+            await self.health.close()
         halted = None if summary.halted is None else summary.halted.reason
         self.traces.run_end(summary.jobs, summary.interrupted, budget and budget.record(), halted)
         if budget is not None:
@@ -211,14 +216,23 @@ class Engine:
         """A job run and finished as a line is, never on ``exclude``; a stream's text to
         ``on_text(deployment, text)`` (then neither retried nor moved). A job no backend may
         take ends ``invalid``, its ``error`` saying why (``reason``, ``endpoint``, ``message``).
-        Raises Halted, NoHealthyBackend."""
-        self.finish(outcome := await self._run(job, exclude, on_text))
+        A call of a session it names is the session's next turn (from 0). Raises Halted,
+        NoHealthyBackend."""
+        turn = 0
+        if job.session is not job.key and job.kind != "session":
+            turn = self.router.turn(job.session)
+        self.finish(outcome := await self._run(job, exclude, on_text, turn))
         return outcome
 
     async def _run(
-        self, job: Job, exclude: frozenset[str] = frozenset(), on_text: OnText | None = None
+        self,
+        job: Job,
+        exclude: frozenset[str] = frozenset(),
+        on_text: OnText | None = None,
+        turn: int = 0,
     ) -> CallOutcome:
-        """One job's calls, as its kind asks; ``on_text``: a submitted stream's reader."""
+        """One job's calls, as its kind asks; ``on_text``: a submitted stream's reader; ``turn``:
+        its session's turn (a session job numbers its own)."""
         excluded, refusal = self.rules.check(job)
         if exclude:
             excluded |= exclude
@@ -228,8 +242,8 @@ class Engine:
             if job.kind == "session":
                 return await self._run_session(job, excluded, on_text)
             if job.endpoint == "responses" and "previous_response_id" in job.params:
-                return await self._continue_response(job, excluded, on_text)
-            return await self._call(job, list(job.messages), 0, excluded, on_text)
+                return await self._continue_response(job, excluded, on_text, turn)
+            return await self._call(job, list(job.messages), turn, excluded, on_text)
         except Unaffordable as exc:  # its worst case alone is more than the whole budget
             return refused_job(job, "unaffordable", str(exc))
 
@@ -269,7 +283,7 @@ class Engine:
         return structs.replace(turns[-1], turns=tuple(turns))
 
     async def _continue_response(
-        self, job: Job, excluded: frozenset[str], on_text: OnText | None
+        self, job: Job, excluded: frozenset[str], on_text: OnText | None, turn: int
     ) -> CallOutcome:
         """A Responses job continuing ``previous_response_id``: on the backend that created it
         when this run knows which (its own responses, a resumed file's), else routed as any."""
@@ -280,7 +294,7 @@ class Engine:
             if gone is not None:
                 error = {"type": "response_origin_gone", "message": gone}
                 return CallOutcome(job, "error", error=error, session=self._session_of(job))
-        return await self._call(job, [], 0, excluded, on_text)
+        return await self._call(job, [], turn, excluded, on_text)
 
     def _call(
         self,
@@ -323,19 +337,23 @@ class Engine:
         on_text: OnText | None,
     ) -> CallOutcome:
         """One call of a job: its attempts on the routed backend (never one of ``excluded``);
-        routed again when that backend goes down, and with ``failover`` when its budget is
-        spent on a transient error, to a backend not yet tried. NoHealthyBackend: none is
-        left (the run halted)."""
+        routed again when that backend goes down, and, when its budget is spent on a transient
+        error before any text, to a backend not yet tried: with ``failover``, and for a session
+        it names (bound again there). NoHealthyBackend: none is left."""
         tried = excluded
         outcome: CallOutcome | None = None
+        # a session the job names moves off a backend that fails it, with or without failover
+        moves = self.profile.retry.failover or (self.session_binding and job.session is not job.key)
         while True:
             queued = time.monotonic()  # queue_ms counts the wait for a slot from here
+            last = None if outcome is None or outcome.attempt is None else outcome.attempt.error
             try:
                 lease = await self.router.acquire(
                     session=job.session if self.session_binding else None,
                     exclude=tried,
                     messages=messages,
                     params=job.params,
+                    moved_for=None if last is None else last.type,
                 )
             except NoHealthyBackend:
                 raise
@@ -345,7 +363,7 @@ class Engine:
                     return outcome
                 error = {"type": "no_backend", "message": str(exc)}
                 return CallOutcome(job, "error", error=error, session=self._session_of(job))
-            failover = self.profile.retry.failover and len(tried) + 1 < len(self.router.states)
+            failover = moves and len(tried) + 1 < len(self.router.states)
             before = 0 if outcome is None else outcome.attempts
             try:
                 outcome = await self._attempts(
@@ -371,7 +389,8 @@ class Engine:
     ) -> CallOutcome:
         """The attempts of one call on the leased backend, numbered on from ``before`` (retries,
         a pause_turn continued on its slot; ``failover``: it may move on; a stream's text to
-        ``on_text``), its slot then freed."""
+        ``on_text``; never once a turn paused: it goes on where it began), its slot then
+        freed."""
         provider = self.providers[(backend := lease.state.backend).id]
         call = self._request(job, messages, backend, lease.cache_key)
         estimate = (call.input_tokens or 0) + (output_cap(call.params) or 0)  # estimate_call_tokens
@@ -397,7 +416,7 @@ class Engine:
                 backoff, decision = None, "ok"
                 if error is not None:
                     backoff, decision = self._judged(
-                        error, echo, number - before, ended - first_try, failover
+                        error, echo, number - before, ended - first_try, failover and paused is None
                     )
                 attempt = Attempt(
                     job_id=job.id,
@@ -406,6 +425,7 @@ class Engine:
                     number=number,
                     backend=backend,
                     binding=lease.binding,
+                    rebound_for=lease.rebound_for,
                     stream=call.stream,
                     endpoint=job.endpoint,
                     ts_start=ts_start,

@@ -20,7 +20,11 @@ class EngineOptions:
     ``results``: the results file the run writes (None: standard output or a callback), named in
     the trace's run record so a resume counts that file's spend only; ``stream``: every call
     streamed; ``keep_response``: result lines carry the provider's
-    body; ``seed``: the run's random choices (None: the profile's)."""
+    body; ``seed``: the run's random choices (None: the profile's); ``recover_after``: the
+    seconds before a backend down is probed again when the profile's ``[health]`` does not
+    say (0: down for the run); ``lasting``: the front-end outlives its pool's outages (serve,
+    Pool): with every backend down and healing, calls are refused until a probe brings one
+    back, where a run halts."""
 
     traces: Path | None = None
     out: Path | None = None
@@ -33,3 +37,5 @@ class EngineOptions:
     stream: bool = False
     keep_response: bool = False
     seed: int | None = None
+    recover_after: float = 0.0
+    lasting: bool = False

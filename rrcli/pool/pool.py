@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rrcli.config.load import load_profile
-from rrcli.config.profile import Profile
+from rrcli.config.profile import SERVE_RECOVER_AFTER, Profile
 from rrcli.engine.assembly import flush_periodically, open_engine
 from rrcli.engine.echo import OnText
 from rrcli.engine.engine import Engine
@@ -74,7 +74,13 @@ class Pool:
     ) -> None:
         self.profile = profile
         self._environ = os.environ if environ is None else environ
-        self._options = EngineOptions(traces=traces, max_cost=max_cost, keep_response=keep_response)
+        self._options = EngineOptions(
+            traces=traces,
+            max_cost=max_cost,
+            keep_response=keep_response,
+            recover_after=SERVE_RECOVER_AFTER,
+            lasting=True,
+        )
         self._on_result = on_result
         self._stack = ExitStack()
         self._engine: Engine | None = None

@@ -54,6 +54,7 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     error: ProviderError | None
     decision: Decision
     backoff_s: float | None = None  # the sleep before the next attempt (decision "retry")
+    rebound_for: str | None = None  # binding "rebound": why the session was bound again
 
     @property
     def latency_ms(self) -> float:

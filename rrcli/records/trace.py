@@ -224,6 +224,7 @@ class TraceWriter:
                 "response_model": None if reply is None else reply.response_model,
                 "server_address": server_address,
                 "binding": attempt.binding,
+                "rebound_for": attempt.rebound_for,
                 "outcome": "retry" if (decision := attempt.decision) == "failover" else decision,
                 "http_status": reply.http_status if reply else error and error.status_code,
                 "error_type": None if error is None else error.type,

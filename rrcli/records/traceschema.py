@@ -61,6 +61,7 @@ CALL: tuple[tuple[str, Any], ...] = (
     ("response_model", str | None),
     ("server_address", str | None),
     ("binding", Literal["new", "kept", "rebound"] | None),
+    ("rebound_for", str | None),  # why a session bound again: an error type, or ``removed``
     ("outcome", Outcome),
     ("http_status", int | None),
     ("error_type", str | None),
@@ -102,9 +103,11 @@ RESULT_STATUSES = ("ok", "error", "invalid")
 JOB_COUNTS = (*RESULT_STATUSES, "skipped")
 #: the backend record, when a backend changes state during a run: ``down`` when an
 #: answer says it can serve no call (``reason``: the error type, such as ``http_401`` or
-#: ``insufficient_quota``; ``message``: the server's words and what to check)
+#: ``insufficient_quota``; ``message``: the server's words and what to check), or, where
+#: backends heal, its connections were refused past a call's retries (``connect_error``);
+#: ``up`` when a probe brought it back (``reason``: ``probe_ok``)
 BACKEND_EVENT_FIELDS = ("event", "run_id", "ts", "deployment", "state", "reason", "message")
-BACKEND_STATES = ("down",)
+BACKEND_STATES = ("down", "up")
 #: every event a trace holds, in the order a run writes them first
 EVENTS = ("run", "call", "backend", "run_end")
 

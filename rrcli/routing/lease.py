@@ -34,7 +34,7 @@ class BackendState:
     ewma_latency_ms: float | None = None
     cooldown_until: float = 0.0
     failures_in_a_row: int = 0
-    down: str | None = None  # why it left the pool for the rest of the run, or None
+    down: str | None = None  # why it left the pool (until a probe brings it back), or None
     cooled_for: str | None = None  # why its latest cooldown began
     sessions: int = 0  # sessions bound to it now
 
@@ -54,6 +54,7 @@ class Lease:
 
     state: BackendState
     binding: str | None = None  # "new" | "kept" | "rebound" | None (binding = "request")
+    rebound_for: str | None = None  # why its session was bound again (binding "rebound")
     held: bool = True
     reservation: tuple[str, float] | None = None
     charge: Charge = UNPRICED  # what its latest attempt was charged (the cashier's)

@@ -7,7 +7,8 @@ backends; the router takes the slot on the chosen backend's gate and hands it ba
 ``Lease``. It is the gates' one driver: every attempt starts at ``admit`` (slot, rate
 budget) and is ``observe``d once.
 
-A backend whose answer says it can serve no call leaves the pool (``take_down``; health.py).
+A backend whose answer says it can serve no call leaves the pool (``take_down``; health.py)
+until a probe brings it back (``bring_up``).
 Counters cannot drift: ``in_flight`` goes up only in ``_grant`` and down only in ``release``,
 each guarded by ``lease.held``; a request cancelled while waiting never got a lease, and a slot
 handed to it as it was cancelled is passed on. Times are seconds unless a name ends in ``_ms``;
@@ -79,7 +80,9 @@ class Router:
         self._sleep = sleep
         self._sessions = profile.binding == "session"
         self._max_pause = profile.retry.max_server_pause  # the longest a server may hold a backend
-        self._bindings: dict[str, tuple[BackendState, str]] = {}
+        #: each session's binding: its backend, tag (new | kept | rebound) and, rebound, why
+        self._bindings: dict[str, tuple[BackendState, str, str | None]] = {}
+        self._turns: dict[str, int] = {}  # the calls each session handed in so far (``turn``)
         self._saved: dict[str, str] = dict(bindings or {})  # --resume's {session: deployment}
         self.budget = budget  # the run's budget, when it has one: admission reserves from it
         distinct = {id(s.gate): s.gate for s in self.states}.values()
@@ -98,17 +101,23 @@ class Router:
         exclude: frozenset[str] = frozenset(),
         messages: Sequence[Mapping[str, Any]] | None = None,
         params: Mapping[str, Any] | None = None,
+        moved_for: str | None = None,
     ) -> Awaitable[Lease]:
         """One routing decision, awaited: a lease holding ONE slot on the chosen backend's gate.
 
         With ``binding = "session"`` a session routes at its first call and stays there while
         its backend is up; ``exclude`` names backends not to use; ``messages`` and ``params``
         are the call's prompt, for a strategy that reads it (cache_aware: the call's prompt
-        chosen by, and then recorded as sent to, the backend that takes it). Raises
-        NoBackendError."""
+        chosen by, and then recorded as sent to, the backend that takes it); ``moved_for``: the
+        error that moved the call off its backend (``exclude`` names it), the reason its
+        session binds again. A session bound again has the lease's ``rebound_for`` say why:
+        that error, its backend's reason for being down, ``not_eligible`` (the call may not go
+        there: its endpoint or model) or ``removed`` (a saved binding's backend no longer in the
+        profile). Raises NoBackendError."""
         if self._prefixes is None or messages is None or not self._prefixes.reads():
-            return self._acquire(session, exclude, None)
-        return self._acquire(session, exclude, self.prompts.of(messages, params), params)
+            return self._acquire(session, exclude, None, None, moved_for)
+        prompt = self.prompts.of(messages, params)
+        return self._acquire(session, exclude, prompt, params, moved_for)
 
     async def _acquire(
         self,
@@ -116,16 +125,21 @@ class Router:
         exclude: frozenset[str],
         prompt: Prompt | None,
         params: Mapping[str, Any] | None = None,
+        moved_for: str | None = None,
     ) -> Lease:
         if not (self._sessions and session is not None):
             lease = self._grant(await self._route(exclude, prompt), None)
         else:
-            state, tag = self._bound(session)
+            state, tag, why = self._bound(session)
             if state is None or state.backend.id in exclude or not await self._slot(state):
-                tag = tag if state is None else "rebound"  # failover, or its backend went down
+                if state is not None:  # moved off its backend, or its backend went down
+                    tag, why = "rebound", state.down or moved_for or "not_eligible"
                 state = await self._route(exclude, prompt)
-                self._bind(session, state, tag)
+                self._bind(session, state, tag, why)
+                if tag == "rebound":
+                    log.info("rrcli.session_rebound", session=session, to=state.backend.id, why=why)
             lease = self._grant(state, tag)
+            lease.rebound_for = why
         if prompt is not None:  # cache_aware: the prompt is recorded where it went, keyed there
             prefixes, position = self._prefixes, lease.state.position
             assert prefixes is not None
@@ -133,18 +147,19 @@ class Router:
                 lease.cache_key = prefixes.cache_keys.key(position, prompt.text, self._clock())
         return lease
 
-    def _bound(self, session: str) -> tuple[BackendState | None, str]:
-        """The backend ``session`` is bound to (a binding saved by an earlier run taken up now)
-        and the binding's tag; None and the tag of a binding to make when it has none."""
+    def _bound(self, session: str) -> tuple[BackendState | None, str, str | None]:
+        """The backend ``session`` is bound to (a binding saved by an earlier run taken up now),
+        the binding's tag and why it was bound again; None and the tag and why of a binding to
+        make when it has none."""
         bound = self._bindings.get(session)
         if bound is not None:
             return bound
         if session not in self._saved:
-            return None, "new"
+            return None, "new", None
         if (saved := self._by_id.get(self._saved.pop(session))) is None:
-            return None, "rebound"
+            return None, "rebound", "removed"
         self._bind(session, saved, "kept")
-        return saved, "kept"
+        return saved, "kept", None
 
     async def reacquire(self, lease: Lease) -> None:
         """A retry takes a slot again on the SAME backend (FIFO at its gate); raises
@@ -226,7 +241,7 @@ class Router:
     @property
     def bindings(self) -> dict[str, str]:
         """The sessions bound now: ``{session: deployment id}``."""
-        return {session: state.backend.id for session, (state, _) in self._bindings.items()}
+        return {session: bound[0].backend.id for session, bound in self._bindings.items()}
 
     def restore_bindings(self, mapping: Mapping[str, str]) -> None:
         """Saved ``{session: deployment id}`` bindings from an earlier run (``--resume``)."""
@@ -238,14 +253,22 @@ class Router:
         if bound is not None:
             bound[0].sessions -= 1
         self._saved.pop(session, None)
+        self._turns.pop(session, None)
 
-    def _bind(self, session: str, state: BackendState, tag: str) -> None:
+    def turn(self, session: str) -> int:
+        """The turn of ``session``'s next call: how many calls it handed in before (from 0),
+        until it is forgotten."""
+        turn = self._turns.get(session, 0)
+        self._turns[session] = turn + 1
+        return turn
+
+    def _bind(self, session: str, state: BackendState, tag: str, why: str | None = None) -> None:
         """Bind ``session`` to ``state`` (instead of where it was bound), counted there."""
         bound = self._bindings.get(session)
         if bound is not None:
             bound[0].sessions -= 1
         state.sessions += 1
-        self._bindings[session] = (state, tag)
+        self._bindings[session] = (state, tag, why)
 
     @property
     def warm(self) -> bool:
@@ -272,8 +295,9 @@ class Router:
         return len(self._admitted)
 
     def take_down(self, deployment: str, reason: str) -> BackendState | None:
-        """Take backend ``deployment`` out of the pool for the run, its state returned (None: it
-        already was out); calls waiting at its gate choose again, calls in flight finish."""
+        """Take backend ``deployment`` out of the pool (until ``bring_up``), its state returned
+        (None: it already was out); calls waiting at its gate choose again, calls in flight
+        finish."""
         if (state := self._by_id[deployment]).down is not None:
             return None
         state.down = reason
@@ -283,6 +307,17 @@ class Router:
         for waiter in self._waiting.queue:  # first_available requests left with no backend fail
             if not (waiter.granted.done() or healthy - waiter.exclude):
                 waiter.granted.set_exception(no_backend(self.states, bool(healthy), waiter.exclude))
+        return state
+
+    def bring_up(self, deployment: str) -> BackendState | None:
+        """Bring backend ``deployment`` back into the pool (a probe was answered), its state
+        returned (None: it was not out); it starts with no failures and no cooldown."""
+        if (state := self._by_id[deployment]).down is None:
+            return None
+        state.down, state.failures_in_a_row = None, 0
+        state.cooldown_until, state.cooled_for = 0.0, None
+        admits = self._strategy.admits
+        self._admitted = tuple(s for s in self.states if s.down is None and admits(s.backend))
         return state
 
     # -- internals ---------------------------------------------------------------------------

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["BudgetStatus", "Control", "DeploymentStatus", "EngineStatus", "status_of"]
 
 #: a deployment's state: ``up`` takes calls, ``cooling`` takes none until its cooldown ends,
-#: ``down`` has left the pool for the rest of the run
+#: ``down`` has left the pool (until a probe brings it back, when backends heal)
 State = Literal["up", "cooling", "down"]
 #: the run's switch: ``running``; ``draining`` (stopped: calls in flight finish, no new one
 #: starts); ``cancelled`` (calls in flight cancelled too); ``halted`` (the run stopped by itself)
@@ -91,6 +91,14 @@ class EngineStatus(msgspec.Struct, frozen=True):
     def spent(self) -> float:
         """USD this engine charged (its deployments' spend)."""
         return sum(d.spent for d in self.deployments)
+
+    @property
+    def ready(self) -> bool:
+        """Whether a call could start now: the engine running, its budget not spent, and a
+        deployment up (neither down nor cooling)."""
+        if self.stopping or (self.budget is not None and self.budget.spent >= self.budget.limit):
+            return False
+        return any(d.state == "up" for d in self.deployments)
 
     @property
     def stopping(self) -> bool:

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rrcli.config.addresses import no_lookup
 from rrcli.config.load import ValidationReport, resolve_profile_path, validate_profile
@@ -26,11 +26,9 @@ from rrcli.config.profile import Backend, Price, Profile, RetrySettings
 from rrcli.config.redaction import redacted_url
 from rrcli.errors import ProviderError, UsageError
 from rrcli.providers import make_provider
+from rrcli.providers.probe import PROBE_TIMEOUT, probe_call
 from rrcli.records.jobs import InvalidJob, iter_jobs, open_jobs_file
 from rrcli.routing.serving import RouteRules
-
-if TYPE_CHECKING:
-    from rrcli.providers.base import Call
 
 __all__ = [
     "CheckReport",
@@ -41,16 +39,6 @@ __all__ = [
     "probe",
     "validate",
 ]
-
-PROBE_MESSAGES = [{"role": "user", "content": "Reply with the word ok."}]
-#: what a probe sends to a backend that serves no chat: its first endpoint, a tiny input
-PROBE_INPUTS = {
-    "embeddings": ("ok", {}),
-    "responses": ("Reply with the word ok.", {"max_output_tokens": 16}),
-    "completions": ("ok", {"max_tokens": 5}),
-    "moderations": ("ok", {}),
-}
-PROBE_TIMEOUT = 20.0  # seconds a probe waits at most, whatever the backend's timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,24 +170,13 @@ def validate(
     return CheckReport(report, jobs_report, probes, prices)
 
 
-def _probe_call(backend: Backend) -> Call:
-    """A tiny request to an endpoint ``backend`` serves: chat when it does, else its first."""
-    from rrcli.providers.base import Call  # the HTTP client loads only when a probe is sent
-
-    if "chat" in backend.endpoints:
-        return Call(PROBE_MESSAGES, {**backend.params, "max_tokens": 5})
-    endpoint = backend.endpoints[0]
-    value, params = PROBE_INPUTS[endpoint]
-    return Call([], {**backend.params, **params}, endpoint=endpoint, input=value)
-
-
 async def _probe_one(backend: Backend, environ: Mapping[str, str], timeout: float) -> ProbeResult:
     try:
         key = backend.credentials.resolve(environ)
     except UsageError as exc:
         return ProbeResult(backend.id, False, None, str(exc))
     provider = make_provider(backend, key, retry=RetrySettings(), seed=0)
-    call = _probe_call(backend)
+    call = probe_call(backend)
     url_for = getattr(provider, "url_for", None)  # None: the in-process sim, no network
     url = None if url_for is None else redacted_url(url_for(call))
     t0 = time.monotonic()

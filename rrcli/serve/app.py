@@ -74,9 +74,7 @@ def _health(gateway: Gateway) -> Any:
 
 def _ready(gateway: Gateway) -> Any:
     async def ready(request: Request) -> Response:
-        healthy = not gateway.draining and any(
-            not pool.engine.status().stopping for pool in gateway.pools
-        )
+        healthy = not gateway.draining and any(pool.engine.status().ready for pool in gateway.pools)
         status = 200 if healthy else 503
         body = orjson.dumps({"ready": healthy})
         return Response(body, status_code=status, media_type=_JSON)
