@@ -101,8 +101,8 @@ def test_upstream_failures_name_the_deployment_never_its_address_or_key(tmp_path
     for text in said:
         assert [] == [w for w in ("127.0.0.1", "BAD_KEY", "wrong-key", BACKEND_KEY) if w in text]
     assert "BAD_KEY" in log and 0 == code  # the operator's log says what to check
-    records = read_jsonl(traces)
-    assert {"azure-east", "quota-1"} <= {r["deployment"] for r in records if r["event"] == "backend"}
+    down = {r["deployment"] for r in read_jsonl(traces) if r["event"] == "backend"}
+    assert {"azure-east", "quota-1"} <= down
 
 
 def test_models_metrics_and_every_v1_path_need_the_client_key(tmp_path, sim_server):
@@ -165,8 +165,10 @@ def test_metrics_tell_state_calls_errors_tokens_spend_and_budget(tmp_path, sim_s
     outcome and failures by error type, its tokens and spend as the trace has them, the sessions
     bound, the admission waits, the budget's limit, spent and reserved, and the refusals by
     reason; no label holds a session name or a model a client sent."""
-    good, locked, busy = sim_server(), sim_server(api_keys=(BACKEND_KEY,)), sim_server(
-        retry_after_ms=60000
+    good, locked, busy = (
+        sim_server(),
+        sim_server(api_keys=(BACKEND_KEY,)),
+        sim_server(retry_after_ms=60000),
     )
     backends = [
         _backend("good", good.openai_url, "m-good", price=PRICE, max_concurrency=3, params=CAP),
