@@ -9,9 +9,11 @@ bound."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 
 import httpx2
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from runkit import calls, read_jsonl, rrcli, write_profile
@@ -319,3 +321,36 @@ def test_the_made_client_key_is_shown_only_once_the_port_is_bound(tmp_path, sim_
         served.stop()
     assert shown.startswith("client key (shown once): sk-rrcli-")
     assert answered.choices[0].message.content
+
+
+def test_a_servers_own_error_types_are_one_label_and_never_reach_the_client(tmp_path, canned):
+    """A backend answering 200 with an error object whose type is new at every request (and
+    whose message names an inner address): each client gets a 502 naming the deployment, not
+    the server's words; /metrics counts the failures under one ``other`` error type."""
+    seen = itertools.count()
+
+    def answer(request):
+        kind = f"weird_type_{next(seen)}"
+        body = {"error": {"type": kind, "message": "failed at 10.0.0.7:9999"}}
+        return 200, {"content-type": "application/json"}, orjson.dumps(body)
+
+    backends = [_backend("odd", canned(answer) + "/v1", "m-odd")]
+    served, _ = _serve(tmp_path, backends, retry={"max_retries": 0})
+    try:
+        o, _ = _sdks(served)
+        said = []
+        for _ in range(4):
+            with pytest.raises(openai.InternalServerError) as caught:
+                o.chat.completions.create(model="m-odd", messages=HI)
+            said.append(caught.value.response.text)
+        seen_metrics = _scrape(served)
+    finally:
+        served.stop()
+    assert all("upstream call failed at deployment `odd` (other)" in text for text in said)
+    assert not any("10.0.0.7" in text or "weird_type" in text for text in said)
+    kinds = {
+        dict(labels)["error_type"]: value
+        for (name, labels), value in seen_metrics.items()
+        if name == "rrcli_deployment_call_errors_total"
+    }
+    assert {"other": 4} == kinds

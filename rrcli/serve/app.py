@@ -344,7 +344,8 @@ async def _relay(
         try:
             reply = settled(task.result()).reply
         except CallError as error:
-            yield wire.stream_error(*told(error, _status(error), pool.engine.status()))
+            status, message, _ = told(error, _status(error), pool.engine.status())
+            yield wire.stream_error(status, message)
             return
         assert reply is not None
         yield wire.stream_end(head, reply, False)
@@ -417,7 +418,7 @@ def _status(error: CallError) -> int:
 def _failed(wire: Wire, error: CallError, pool: Pool) -> Response:
     """The answer to a failed call: upstream failures said as ``upstream.told`` says them; a
     call refused before any backend was asked (``refused``) is one the metrics count."""
-    status, message = told(error, _status(error), pool.engine.status())
+    status, message, kind = told(error, _status(error), pool.engine.status())
     headers = {"x-rrcli-attempts": str(error.result.get("attempts", 0))}
     deployment = error.result.get("deployment")
     if deployment:
@@ -426,7 +427,7 @@ def _failed(wire: Wire, error: CallError, pool: Pool) -> Response:
         headers["retry-after"] = str(max(1, round(error.retry_after)))
     elif status in (429, 503) and error.type != "insufficient_quota":
         headers["retry-after"] = "1"
-    response = Json(wire.error(status, message, error.type), status, headers)
+    response = Json(wire.error(status, message, kind), status, headers)
     refused = _NOT_ASKED.get(error.type)
     if error.type == "no_healthy_backend" and not error.result.get("attempts"):
         refused = "no_healthy_backend"

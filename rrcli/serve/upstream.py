@@ -32,30 +32,30 @@ _DOWN = {
 _TIMEOUTS = frozenset({"timeout", "connect_timeout", "pool_timeout"})
 
 
-def told(error: CallError, status: int, engine: EngineStatus) -> tuple[int, str]:
-    """The status and message a client is answered for ``error`` (``status``: the one its
-    type and the backend's status give), ``engine`` the pool's status now."""
+def told(error: CallError, status: int, engine: EngineStatus) -> tuple[int, str, str]:
+    """The status, message and error type a client is answered for ``error`` (``status``: the
+    one its type and the backend's status give), ``engine`` the pool's status now."""
     deployment = error.result.get("deployment")
     if error.type == "no_healthy_backend":
         down = [(d.id, d.why) for d in engine.deployments if d.state == "down"]
         if not down:
-            return status, error.message
+            return status, error.message, error.type
         named = "; ".join(f"deployment `{d}`: {_DOWN.get(why or '', why)}" for d, why in down)
-        return 503, f"no healthy backend left — {named}"
+        return 503, f"no healthy backend left — {named}", error.type
     if not deployment:
-        return status, error.message
+        return status, error.message, error.type
     if error.type in _DOWN and (error.type != "http_404" or _down_for(engine, deployment)):
         code = 503 if error.type == "insufficient_quota" else 502
-        return code, f"{_DOWN[error.type]} at deployment `{deployment}`"
+        return code, f"{_DOWN[error.type]} at deployment `{deployment}`", error.type
     if status not in (502, 504):
-        return status, error.message
-    kind = known_error_type(error.type)
+        return status, error.message, error.type
+    kind = known_error_type(error.type)  # a server's own words are not the client's to read
     if kind in _TIMEOUTS:
-        return status, f"upstream timed out at deployment `{deployment}` ({kind})"
+        return status, f"upstream timed out at deployment `{deployment}` ({kind})", kind
     code = error.status_code
     if code is not None and code >= 500:
-        return status, f"upstream error at deployment `{deployment}` (HTTP {code})"
-    return status, f"upstream call failed at deployment `{deployment}` ({kind})"
+        return status, f"upstream error at deployment `{deployment}` (HTTP {code})", kind
+    return status, f"upstream call failed at deployment `{deployment}` ({kind})", kind
 
 
 def _down_for(engine: EngineStatus, deployment: object) -> bool:
