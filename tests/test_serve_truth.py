@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import threading
 
 import httpx2
 import orjson
@@ -354,3 +355,43 @@ def test_a_servers_own_error_types_are_one_label_and_never_reach_the_client(tmp_
         if name == "rrcli_deployment_call_errors_total"
     }
     assert {"other": 4} == kinds
+
+
+def test_metrics_count_cache_aware_hits_and_admission_waits(tmp_path, sim_server):
+    """With cache_aware, one long prompt sent four times goes where it is warm three times:
+    /metrics counts three cache-aware hits, on the deployment the trace shows served them.
+    Three requests at once to a backend of cap 1 whose answers take 0.3 s: two wait to be
+    admitted, for 0.3 s or more between them."""
+    a, b = sim_server(), sim_server(latency_ms=300)
+    long = [{"role": "user", "content": "the same long question " * 80}]
+    backends = [
+        _backend("a", a.openai_url, "m-warm"),
+        _backend("a2", a.openai_url, "m-warm"),
+        _backend("slow", b.openai_url, "m-slow", max_concurrency=1),
+    ]
+    served, traces = _serve(tmp_path, backends, strategy="cache_aware")
+    try:
+        o, _ = _sdks(served)
+        for _ in range(4):
+            o.chat.completions.create(model="m-warm", messages=long)
+        threads = [
+            threading.Thread(target=lambda: o.chat.completions.create(model="m-slow", messages=HI))
+            for _ in range(3)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        seen = _scrape(served)
+    finally:
+        served.stop()
+    served_by = [r["deployment"] for r in calls(traces) if r["model"] == "m-warm"]
+    hits = {
+        dict(labels)["deployment"]: value
+        for (name, labels), value in seen.items()
+        if name == "rrcli_deployment_cache_aware_hits_total" and value
+    }
+    assert {served_by[1]: 3} == hits and len(set(served_by[1:4])) == 1
+    waits = ("rrcli_deployment_admission_waits_total", (("deployment", "slow"),))
+    waited = ("rrcli_deployment_admission_wait_seconds_total", (("deployment", "slow"),))
+    assert 2 == seen[waits] and seen[waited] >= 0.3

@@ -153,7 +153,8 @@ class Engine:
     def status(self) -> EngineStatus:
         """The engine now, as one frozen picture (routing/status.py), built when asked."""
         router, cashier = self.router, self.cashier
-        return status_of(router.states, cashier.spent, self.budget, self.control, self.tally)
+        hits = () if router.pictured is None else router.pictured.hits
+        return status_of(router.states, cashier.spent, self.budget, self.control, self.tally, hits)
 
     def ended(self, rest: Iterator[object] | None) -> None:
         """How the run ended, on its summary: interrupted, or halted (a budget's halt says the

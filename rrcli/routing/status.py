@@ -10,18 +10,18 @@ on, and building one costs a few microseconds (a frozen dataclass sets each fiel
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
 from rrcli.records.dollars import usd
 from rrcli.routing.control import Halt, RunControl
+from rrcli.routing.tally import Counts, Tally
 
 if TYPE_CHECKING:
     from rrcli.routing.budget import Budget
     from rrcli.routing.lease import BackendState
-    from rrcli.routing.tally import Counts, Tally
 
 __all__ = ["BudgetStatus", "Control", "DeploymentStatus", "EngineStatus", "status_of"]
 
@@ -41,7 +41,8 @@ class DeploymentStatus(msgspec.Struct, frozen=True):
     attempts ``ok``, ``retried`` (another attempt followed) and ``errors`` (final); of the
     tally (routing/tally.py): its failed attempts by error type (``failures``, a closed set of
     types), those ``cancelled``, its answers' tokens, the attempts that waited to be admitted
-    (``waits``) and the seconds all its attempts waited (``waited_s``)."""
+    (``waits``) and the seconds all its attempts waited (``waited_s``); with cache_aware, the
+    decisions that chose it for the prefix it held warm (``cache_hits``)."""
 
     id: str
     state: State
@@ -62,6 +63,7 @@ class DeploymentStatus(msgspec.Struct, frozen=True):
     cached_input_tokens: int = 0
     waits: int = 0
     waited_s: float = 0.0
+    cache_hits: int = 0
 
 
 class BudgetStatus(msgspec.Struct, frozen=True):
@@ -128,18 +130,22 @@ def status_of(
     budget: Budget | None,
     control: RunControl,
     tally: Tally | None = None,
+    hits: Sequence[int] = (),
 ) -> EngineStatus:
     """The picture of an engine whose backends are ``states``, ``spent`` its USD by deployment
-    (the cashier's), under ``budget`` and ``control``, its attempts counted by ``tally``."""
+    (the cashier's), under ``budget`` and ``control``, its attempts counted by ``tally``,
+    ``hits`` cache_aware's warm decisions by backend position (none: another strategy)."""
     counts = {} if tally is None else tally.counts
     deployments = tuple(
-        _deployment(state, spent.get(state.backend.id, 0.0), counts.get(state.backend.id))
+        _deployment(state, spent.get(state.backend.id, 0.0), counts.get(state.backend.id), hits)
         for state in states
     )
     return EngineStatus(deployments, _budget(budget), _control(control), control.halted)
 
 
-def _deployment(state: BackendState, spent: float, counts: Counts | None) -> DeploymentStatus:
+def _deployment(
+    state: BackendState, spent: float, counts: Counts | None, hits: Sequence[int]
+) -> DeploymentStatus:
     gate = state.gate
     cooldown = max(0.0, state.cooldown_until - state.clock())
     if state.down is not None:
@@ -162,7 +168,8 @@ def _deployment(state: BackendState, spent: float, counts: Counts | None) -> Dep
         state.done,
         state.retries,
         state.errors,
-        *(() if counts is None else _counted(counts)),
+        *(_counted(Counts() if counts is None else counts)),
+        hits[state.position] if hits else 0,
     )
 
 

@@ -7,7 +7,8 @@ first byte (a whole answer's end; a stream's first text) by API and endpoint; re
 flight; requests refused before any backend was asked, by API and reason; the answers each
 deployment gave. The rest is read from each pool's ``Engine.status()`` when scraped: per
 deployment its state (up, cooling, down), calls in flight and cap, calls by outcome and failed
-ones by error type, tokens, spend, sessions bound and admission waits; each pool's budget.
+ones by error type, tokens, spend, sessions bound, admission waits and cache_aware's warm
+choices; each pool's budget.
 Every label's values are a closed set (APIs, endpoints, statuses, reasons, outcomes, error
 types, states) or the profiles' own names (pools, deployments): never a client's words.
 """
@@ -173,6 +174,11 @@ def _deployments(names: list[str], statuses: list[EngineStatus]) -> Iterator[Met
     waits = CounterMetricFamily(
         "rrcli_deployment_admission_waits", "Calls that waited to be admitted", labels=d
     )
+    hits = CounterMetricFamily(
+        "rrcli_deployment_cache_aware_hits",
+        "Calls cache_aware sent to it for the prompt prefix it held warm",
+        labels=d,
+    )
     waited = CounterMetricFamily(
         "rrcli_deployment_admission_wait_seconds",
         "Seconds calls waited to be admitted (routing, a slot, the rate limits)",
@@ -202,8 +208,9 @@ def _deployments(names: list[str], statuses: list[EngineStatus]) -> Iterator[Met
             sessions.add_metric(label, dep.sessions)
             waits.add_metric(label, dep.waits)
             waited.add_metric(label, dep.waited_s)
+            hits.add_metric(label, dep.cache_hits)
     yield from (state, in_flight, cap, calls, failures, *tokens.values(), cost, sessions)
-    yield from (waits, waited)
+    yield from (waits, waited, hits)
 
 
 def _budgets(names: list[str], statuses: list[EngineStatus]) -> Iterator[Metric]:
