@@ -268,7 +268,8 @@ def test_answers_name_the_backends_model_and_jobs_have_one_id_form(tmp_path, sim
 def test_refused_requests_are_counted_and_the_first_of_each_kind_traced(tmp_path, sim_server):
     """Requests refused before any backend is asked (a wrong key, a body that is not a
     request, an unknown model), each sent twice: /metrics counts both of each, and the trace
-    holds one ``refused`` record per reason, the first, with what the client was told."""
+    holds one ``refused`` record per reason, the first, with what the client was told, and
+    ``rrcli stats`` reads the trace with no malformed line."""
     sim = sim_server()
     served, traces = _serve(tmp_path, [_backend("b0", sim.openai_url, "m-real")])
     url = served.url + "/v1/chat/completions"
@@ -294,6 +295,8 @@ def test_refused_requests_are_counted_and_the_first_of_each_kind_traced(tmp_path
         ("unknown_model", 404),
     ] == [(r["reason"], r["status"]) for r in refused]
     assert "body.messages must be an array of messages, got string" == refused[1]["message"]
+    stats = rrcli("stats", traces, "--json", cwd=tmp_path)
+    assert (0, 0) == (stats.returncode, orjson.loads(stats.stdout)["malformed_lines"])
 
 
 def test_the_made_client_key_is_shown_only_once_the_port_is_bound(tmp_path, sim_server):

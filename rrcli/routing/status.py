@@ -11,17 +11,17 @@ on, and building one costs a few microseconds (a frozen dataclass sets each fiel
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
 from rrcli.records.dollars import usd
 from rrcli.routing.control import Halt, RunControl
-from rrcli.routing.tally import Counts, Tally
 
 if TYPE_CHECKING:
     from rrcli.routing.budget import Budget
     from rrcli.routing.lease import BackendState
+    from rrcli.routing.tally import Counts, Tally
 
 __all__ = ["BudgetStatus", "Control", "DeploymentStatus", "EngineStatus", "status_of"]
 
@@ -168,16 +168,22 @@ def _deployment(
         state.done,
         state.retries,
         state.errors,
-        *(_counted(Counts() if counts is None else counts)),
-        hits[state.position] if hits else 0,
+        cache_hits=hits[state.position] if hits else 0,
+        **({} if counts is None else _counted(counts)),
     )
 
 
-def _counted(c: Counts) -> tuple[object, ...]:
-    """The tally's fields of a deployment's status, in their order."""
-    failures = tuple(sorted(c.failures.items()))
-    return (failures, c.cancelled, c.input_tokens, c.output_tokens, c.cached_input_tokens,
-            c.waits, c.waited_s)  # fmt: skip
+def _counted(c: Counts) -> dict[str, Any]:
+    """The tally's fields of a deployment's status."""
+    return {
+        "failures": tuple(sorted(c.failures.items())),
+        "cancelled": c.cancelled,
+        "input_tokens": c.input_tokens,
+        "output_tokens": c.output_tokens,
+        "cached_input_tokens": c.cached_input_tokens,
+        "waits": c.waits,
+        "waited_s": c.waited_s,
+    }
 
 
 def _budget(budget: Budget | None) -> BudgetStatus | None:
