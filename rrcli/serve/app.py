@@ -324,8 +324,9 @@ async def _streamed(
 
 
 def _model_of(pool: Pool, deployment: str) -> str:
-    """The model of the pool's backend ``deployment``."""
-    return next(b.model for b in pool.profile.backends if b.id == deployment)
+    """The model of the pool's backend ``deployment`` (its id, should the profile no longer
+    have it)."""
+    return next((b.model for b in pool.profile.backends if b.id == deployment), deployment)
 
 
 async def _relay(
