@@ -168,22 +168,20 @@ def _deployment(
         state.done,
         state.retries,
         state.errors,
-        cache_hits=hits[state.position] if hits else 0,
-        **({} if counts is None else _counted(counts)),
+        *(_NO_COUNTS if counts is None else _counted(counts)),
+        hits[state.position] if hits else 0,
     )
 
 
-def _counted(c: Counts) -> dict[str, Any]:
-    """The tally's fields of a deployment's status."""
-    return {
-        "failures": tuple(sorted(c.failures.items())),
-        "cancelled": c.cancelled,
-        "input_tokens": c.input_tokens,
-        "output_tokens": c.output_tokens,
-        "cached_input_tokens": c.cached_input_tokens,
-        "waits": c.waits,
-        "waited_s": c.waited_s,
-    }
+#: the tally's fields of a deployment with no attempt yet, in their order
+_NO_COUNTS = ((), 0, 0, 0, 0, 0, 0.0)
+
+
+def _counted(c: Counts) -> tuple[Any, ...]:
+    """The tally's fields of a deployment's status, in their order (``_NO_COUNTS``'s)."""
+    failures = tuple(sorted(c.failures.items())) if c.failures else ()
+    return (failures, c.cancelled, c.input_tokens, c.output_tokens, c.cached_input_tokens,
+            c.waits, c.waited_s)  # fmt: skip
 
 
 def _budget(budget: Budget | None) -> BudgetStatus | None:
