@@ -293,8 +293,9 @@ def serve_command(
         drain_timeout=table.drain_timeout,
         max_body_bytes=table.max_body_bytes,
         session_idle=table.session_idle,
+        open_metrics=table.open_metrics,
     )
-    keys = client_keys(options, os.environ, lambda s: click.echo(s))
+    keys, made = client_keys(options, os.environ)
 
     def watch(gateway: Any) -> None:
         activity = Activity(gateway)
@@ -303,7 +304,8 @@ def serve_command(
     display = _render.RunDisplay(enabled=sys.stderr.isatty() and not quiet)
     try:
         with display:
-            run = serve(loaded, options, keys=keys, echo=lambda s: click.echo(s), on_start=watch)
+            echo = lambda s: click.echo(s)  # noqa: E731
+            run = serve(loaded, options, keys=keys, made=made, echo=echo, on_start=watch)
             with asyncio.Runner(loop_factory=event_loop()) as runner:
                 runner.run(run)
     except KeyboardInterrupt:

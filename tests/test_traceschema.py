@@ -35,6 +35,8 @@ def check_record(record: dict[str, Any]) -> None:
     elif record["event"] == "backend":
         assert list(schema.BACKEND_EVENT_FIELDS) == list(record)
         assert record["state"] in schema.BACKEND_STATES
+    elif record["event"] == "refused":
+        assert list(schema.REFUSED_FIELDS) == list(record)
     else:
         assert list(schema.RUN_END_FIELDS) == list(record)
         assert list(schema.JOB_COUNTS) == list(record["jobs"])
@@ -114,6 +116,7 @@ def test_the_reader_reads_schema_fields_with_schema_types():
         decoding._Price: schema.PRICE_FIELDS,
         decoding.RunEnd: schema.RUN_END_FIELDS,
         decoding.BackendEvent: schema.BACKEND_EVENT_FIELDS,
+        decoding.Refused: schema.REFUSED_FIELDS,
     }
     for struct, fields in nested.items():
         assert set() == set(struct.__struct_fields__) - set(fields), struct.__name__

@@ -246,7 +246,8 @@ class QueueSettings:
 class ServeSettings:
     """``rrcli serve``: where it listens, the variable of its client keys ("": a key made at
     start), the seconds a session may stay idle before it is forgotten, the largest request
-    body in bytes, the seconds SIGTERM lets requests in flight finish."""
+    body in bytes, the seconds SIGTERM lets requests in flight finish, whether ``/metrics``
+    answers without a client key (a scraper on a private network)."""
 
     host: str = "127.0.0.1"
     port: int = 8787
@@ -254,6 +255,7 @@ class ServeSettings:
     session_idle: float = 3600.0
     max_body_bytes: int = 32 << 20
     drain_timeout: float = 30.0
+    open_metrics: bool = False
 
 
 @dataclass(frozen=True, slots=True)

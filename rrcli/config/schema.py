@@ -205,6 +205,7 @@ SERVE = {
     "session_idle": Field("number", above(0)),
     "max_body_bytes": POSITIVE_INT,
     "drain_timeout": Field("number", at_least(0)),
+    "open_metrics": Field("bool"),
 }
 COOLDOWN = {
     "consecutive_failures": Field("int", at_least(0)),

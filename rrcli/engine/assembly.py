@@ -2,10 +2,9 @@
 ``open_engine`` checks the keys and a budget's prices, opens the response cache, has the
 front-end claim its outputs, builds the gates, the budget over them, the router over both, one
 provider per backend, has the front-end open its outputs, lists the observers of every attempt
-(the cashier, the trace, health with its probes of a backend down, the -v log, the router), and
-hands back the ``Engine``, every
-part built whole; ``Engine.close`` takes it down. ``flush_periodically`` flushes its outputs as
-calls end.
+(the cashier, the trace, health with its probes of a backend down, the -v log, the router, the
+tally), and hands back the ``Engine``, every part built whole; ``Engine.close`` takes it down.
+``flush_periodically`` flushes its outputs as calls end.
 
 The order is the one that keeps a refusal cheap: what can be checked without touching a file
 (a key unset, a budget over an unpriced backend) is checked first, then what can be refused
@@ -44,6 +43,7 @@ from rrcli.routing.cashier import Cashier
 from rrcli.routing.control import RunControl
 from rrcli.routing.health import Health, Probe
 from rrcli.routing.router import Router
+from rrcli.routing.tally import Tally
 
 __all__ = [
     "FLUSH_INTERVAL",
@@ -153,6 +153,8 @@ async def open_engine(
     if debug_logged():
         observers.append(logged)
     observers.append(router.observe)
+    tally = Tally()
+    observers.append(tally.observe)
     return Engine(
         profile=profile,
         router=router,
@@ -165,6 +167,7 @@ async def open_engine(
         cashier=cashier,
         observers=tuple(observers),
         health=health,
+        tally=tally,
         budget=budget,
         gates=gates,
         stream=options.stream,

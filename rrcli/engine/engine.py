@@ -64,6 +64,7 @@ from rrcli.routing.retry import RetryPolicy
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
 from rrcli.routing.status import EngineStatus, status_of
+from rrcli.routing.tally import Tally
 from rrcli.tokens import estimate_prompt_tokens, output_cap
 
 __all__ = ["Engine", "ResultSink"]
@@ -78,8 +79,8 @@ class Engine:
     ``stream``: every call streamed; ``on_text`` takes text as it arrives (--prompt --stream);
     ``keep_response``: result lines carry the provider's body; ``cache``: the response cache;
     ``budget``: the run's, when it has one; ``cashier``: what each deployment was charged;
-    ``observers``: each attempt's (engine/observers.py); ``health``: the one among them that
-    takes backends down and probes them back (its probes cancelled by ``close``);
+    ``observers``: each attempt's (engine/observers.py), ``tally`` among them; ``health``: the one
+    among them that takes backends down and probes them back (its probes cancelled by ``close``);
     ``results`` None: no result lines are made (a pool whose caller takes none); ``caps``: a
     budget's output caps (engine.money); ``origins``: the backend that created each Responses
     answer already known (a resumed file's); ``gates``: the router's, given back at the end;
@@ -97,6 +98,7 @@ class Engine:
     cashier: Cashier
     observers: tuple[Observer, ...]
     health: Health | None = None
+    tally: Tally | None = None
     budget: Budget | None = None
     gates: Mapping[str, Any] = field(default_factory=dict)
     stream: bool = False
@@ -155,7 +157,9 @@ class Engine:
 
     def status(self) -> EngineStatus:
         """The engine now, as one frozen picture (routing/status.py), built when asked."""
-        return status_of(self.router.states, self.cashier.spent, self.budget, self.control)
+        router, cashier = self.router, self.cashier
+        hits = () if router.pictured is None else router.pictured.hits
+        return status_of(router.states, cashier.spent, self.budget, self.control, self.tally, hits)
 
     def ended(self, rest: Iterator[object] | None) -> None:
         """How the run ended, on its summary: interrupted, or halted (a budget's halt says the

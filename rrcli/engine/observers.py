@@ -5,7 +5,8 @@ was made on) while the attempt still holds its slot, in the order the assembly l
 - the trace (``Traced``): its ``call`` record, with the cashier's charge;
 - health (``routing.health``): a backend whose answer says it serves no call leaves the pool;
 - with -v, the log (``logged``): one debug line;
-- the router: counters, EWMA latency, cooldowns, AIMD, server pauses, the tpm settlement.
+- the router: counters, EWMA latency, cooldowns, AIMD, server pauses, the tpm settlement;
+- the tally (``routing.tally``): failures by error type, tokens, admission waits.
 
 An observer returns None when it is done, or a step for the engine to await (a shared ledger's
 or gate's round trip); the steps are awaited in the observers' order.

@@ -43,6 +43,7 @@ from rrcli.errors import (
 from rrcli.providers.ratelimit import server_delay
 
 __all__ = [
+    "ERROR_TYPES",
     "Call",
     "Provider",
     "Reply",
@@ -171,6 +172,41 @@ _TRANSPORT_ERRORS: tuple[tuple[str, type[ProviderError], str, bool], ...] = (
     ("UnsupportedProtocol", ProviderError, "unsupported_protocol", False),
     ("LocalProtocolError", ProviderError, "local_protocol_error", False),
     ("InvalidURL", ProviderError, "invalid_url", False),
+)
+
+
+#: the error types a failed attempt may have besides ``http_<status>``: rrcli's own, and the
+#: APIs' error types a stream's error event may name (a server's other words are not in it)
+ERROR_TYPES = frozenset(
+    {
+        *(type_ for _, _, type_, _ in _TRANSPORT_ERRORS),
+        "transport_error",
+        "invalid_response",
+        "redirect",
+        "response_too_large",
+        "endpoint_not_served",
+        "stream_broken",
+        "stream_error",
+        "invalid_request",
+        "forbidden_address",
+        "insufficient_quota",
+        "context_length_exceeded",
+        "untranslatable",
+        "too_many_continuations",
+        "cancelled",
+        "client_disconnected",
+        "closed",
+        "overloaded_error",
+        "rate_limit_error",
+        "api_error",
+        "server_error",
+        "timeout_error",
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "billing_error",
+    }
 )
 
 

@@ -318,6 +318,22 @@ class TraceWriter:
             }
         )
 
+    def refused(self, api: str, endpoint: str, reason: str, status: int, message: str) -> None:
+        """The ``refused`` record: a request in ``api`` to ``endpoint`` answered ``status``
+        for ``reason`` before any backend was asked, the client told ``message``."""
+        self._put(
+            {
+                "event": "refused",
+                "run_id": self.run_id,
+                "ts": rfc3339(self._clock()),
+                "api": api,
+                "endpoint": endpoint,
+                "reason": reason,
+                "status": status,
+                "message": message,
+            }
+        )
+
     def run_end(
         self,
         jobs: Mapping[str, int],

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_CALL_COST_USD",
     "OUTCOMES",
     "PROFILE_FIELDS",
+    "REFUSED_FIELDS",
     "RESULT_STATUSES",
     "RUN_END_FIELDS",
     "RUN_FIELDS",
@@ -108,8 +109,14 @@ JOB_COUNTS = (*RESULT_STATUSES, "skipped")
 #: ``up`` when a probe brought it back (``reason``: ``probe_ok``)
 BACKEND_EVENT_FIELDS = ("event", "run_id", "ts", "deployment", "state", "reason", "message")
 BACKEND_STATES = ("down", "up")
+#: the refused record, written by ``rrcli serve`` the first time it refuses a request for a
+#: ``reason`` (``unauthorized``, ``too_large``, ``invalid_request``, ``unknown_model``...:
+#: ``serve.metrics.REFUSALS``) before any backend was asked; later ones are only counted, in
+#: /metrics. ``api`` and ``endpoint`` the request's, ``status`` the answer's, ``message`` what
+#: the client was told (cut to 300 characters)
+REFUSED_FIELDS = ("event", "run_id", "ts", "api", "endpoint", "reason", "status", "message")
 #: every event a trace holds, in the order a run writes them first
-EVENTS = ("run", "call", "backend", "run_end")
+EVENTS = ("run", "call", "backend", "refused", "run_end")
 
 _seconds: dict[int, str] = {}  # epoch second → "YYYY-MM-DDTHH:MM:SS"
 # ".000Z" ... ".999Z": a lookup and a concatenation instead of formatting (550 → 380 ns a call)

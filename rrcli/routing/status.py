@@ -10,8 +10,8 @@ on, and building one costs a few microseconds (a frozen dataclass sets each fiel
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -21,6 +21,7 @@ from rrcli.routing.control import Halt, RunControl
 if TYPE_CHECKING:
     from rrcli.routing.budget import Budget
     from rrcli.routing.lease import BackendState
+    from rrcli.routing.tally import Counts, Tally
 
 __all__ = ["BudgetStatus", "Control", "DeploymentStatus", "EngineStatus", "status_of"]
 
@@ -37,7 +38,11 @@ class DeploymentStatus(msgspec.Struct, frozen=True):
     ``in_flight`` its own calls now, ``cap`` its gate's cap now (``max_cap``: the most an
     adaptive cap grows to); ``cooldown_s`` left of its cooldown (0.0 when not cooling);
     ``spent`` USD charged for its attempts by this engine; ``sessions`` bound to it now; its
-    attempts ``ok``, ``retried`` (another attempt followed) and ``errors`` (final)."""
+    attempts ``ok``, ``retried`` (another attempt followed) and ``errors`` (final); of the
+    tally (routing/tally.py): its failed attempts by error type (``failures``, a closed set of
+    types), those ``cancelled``, its answers' tokens, the attempts that waited to be admitted
+    (``waits``) and the seconds all its attempts waited (``waited_s``); with cache_aware, the
+    decisions that chose it for the prefix it held warm (``cache_hits``)."""
 
     id: str
     state: State
@@ -51,6 +56,14 @@ class DeploymentStatus(msgspec.Struct, frozen=True):
     ok: int
     retried: int
     errors: int
+    failures: tuple[tuple[str, int], ...] = ()
+    cancelled: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    waits: int = 0
+    waited_s: float = 0.0
+    cache_hits: int = 0
 
 
 class BudgetStatus(msgspec.Struct, frozen=True):
@@ -124,14 +137,23 @@ def status_of(
     spent: Mapping[str, float],
     budget: Budget | None,
     control: RunControl,
+    tally: Tally | None = None,
+    hits: Sequence[int] = (),
 ) -> EngineStatus:
     """The picture of an engine whose backends are ``states``, ``spent`` its USD by deployment
-    (the cashier's), under ``budget`` and ``control``."""
-    deployments = tuple(_deployment(state, spent.get(state.backend.id, 0.0)) for state in states)
+    (the cashier's), under ``budget`` and ``control``, its attempts counted by ``tally``,
+    ``hits`` cache_aware's warm decisions by backend position (none: another strategy)."""
+    counts = {} if tally is None else tally.counts
+    deployments = tuple(
+        _deployment(state, spent.get(state.backend.id, 0.0), counts.get(state.backend.id), hits)
+        for state in states
+    )
     return EngineStatus(deployments, _budget(budget), _control(control), control.halted)
 
 
-def _deployment(state: BackendState, spent: float) -> DeploymentStatus:
+def _deployment(
+    state: BackendState, spent: float, counts: Counts | None, hits: Sequence[int]
+) -> DeploymentStatus:
     gate = state.gate
     cooldown = max(0.0, state.cooldown_until - state.clock())
     if state.down is not None:
@@ -154,7 +176,20 @@ def _deployment(state: BackendState, spent: float) -> DeploymentStatus:
         state.done,
         state.retries,
         state.errors,
+        *(_NO_COUNTS if counts is None else _counted(counts)),
+        hits[state.position] if hits else 0,
     )
+
+
+#: the tally's fields of a deployment with no attempt yet, in their order
+_NO_COUNTS = ((), 0, 0, 0, 0, 0, 0.0)
+
+
+def _counted(c: Counts) -> tuple[Any, ...]:
+    """The tally's fields of a deployment's status, in their order (``_NO_COUNTS``'s)."""
+    failures = tuple(sorted(c.failures.items())) if c.failures else ()
+    return (failures, c.cancelled, c.input_tokens, c.output_tokens, c.cached_input_tokens,
+            c.waits, c.waited_s)  # fmt: skip
 
 
 def _budget(budget: Budget | None) -> BudgetStatus | None:

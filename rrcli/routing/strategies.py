@@ -246,6 +246,8 @@ class CacheAware(_Rotating):
         self._idle = self.IDLE if not any(self._keyed) else float("inf")  # (reads)
         self._unread = 0  # calls since the last whose prompt was read, while idle
         self.cache_keys = CacheKeys()  # the prompt_cache_keys of the backends that set them
+        #: by position, the decisions that chose it for the prefix it holds warm
+        self.hits = [0] * len(capacities)
         self._threshold = threshold
         self._abs = balance_abs
         self._rel = balance_rel
@@ -296,7 +298,9 @@ class CacheAware(_Rotating):
                         best = max(matches)
                         if best * BLOCK_TOKENS >= self._threshold * prompt.tokens:
                             warm = [c for c, m in zip(warm, matches, strict=True) if m == best]
-                            return candidates.index(warm[self._least(warm)])
+                            chosen = warm[self._least(warm)]
+                            self.hits[chosen.position] += 1
+                            return candidates.index(chosen)
                 return self._least(candidates)
         self.cold += 1
         return self._least(candidates)

@@ -32,6 +32,7 @@ from rrcli.serve.dispatch import ON_GONE, Json, Routes, header_of
 from rrcli.serve.gateway import Gateway, read_headers
 from rrcli.serve.metrics import CONTENT_TYPE
 from rrcli.serve.sessions import session_of
+from rrcli.serve.upstream import told
 from rrcli.serve.wires import ANTHROPIC, OPENAI, Wire
 
 __all__ = ["build_app"]
@@ -44,8 +45,21 @@ _OPENAI_PATHS = {
     "completions": "completions",
     "moderations": "moderations",
 }
-#: the ids of the requests' jobs (the trace's ``job_id``), one sequence for the process
+#: the numbers of the requests' jobs (the trace's ``job_id`` ``req_<n>``, whichever API the
+#: request came in), one sequence for the process
 _IDS = itertools.count(1)
+#: why a request was refused before any backend was asked (serve.metrics.REFUSALS), by the
+#: status it was answered: a refusal's status says its reason
+_REFUSED = {
+    401: "unauthorized",
+    413: "too_large",
+    400: "invalid_request",
+    404: "unknown_model",
+    429: "cooling",
+    503: "draining",
+}
+#: ... and by the type of a call's error that no backend was asked for
+_NOT_ASKED = {"invalid_job": "invalid_request", "budget": "budget"}
 
 
 def build_app(gateway: Gateway) -> Routes:
@@ -84,6 +98,9 @@ def _ready(gateway: Gateway) -> Any:
 
 def _metrics(gateway: Gateway) -> Any:
     async def metrics(request: Request) -> Response:
+        keyed = gateway.settings.open_metrics or gateway.authorized(read_headers(request.scope))
+        if not keyed:
+            return _unauthorized(gateway, "metrics")
         return Response(gateway.metrics.render(), media_type=CONTENT_TYPE)
 
     return metrics
@@ -91,10 +108,18 @@ def _metrics(gateway: Gateway) -> Any:
 
 def _models(gateway: Gateway) -> Any:
     async def models(request: Request) -> Response:
+        if not gateway.authorized(read_headers(request.scope)):
+            return _unauthorized(gateway, "models")
         data = [{"id": m, "object": "model", "owned_by": "rrcli"} for m in gateway.models()]
         return Response(orjson.dumps({"object": "list", "data": data}), media_type=_JSON)
 
     return models
+
+
+def _unauthorized(gateway: Gateway, endpoint: str) -> Response:
+    """A GET without the client key: 401, counted as the API requests' refusals are."""
+    gateway.metrics.refused(OPENAI.name, endpoint, "unauthorized", 401, _NO_KEY)
+    return _error(OPENAI, 401, _NO_KEY)
 
 
 def _api(gateway: Gateway, wire: Wire, endpoint: str) -> Any:
@@ -109,6 +134,9 @@ def _api(gateway: Gateway, wire: Wire, endpoint: str) -> Any:
             status = response.status_code
             deployment = header_of(response, b"x-rrcli-deployment")
             streamed = isinstance(response, StreamingResponse)
+            if isinstance(response, Json) and response.refused is not None:
+                reason, message = response.refused
+                metrics.refused(wire.name, endpoint, reason, status, message)
             return response
         finally:
             gateway.in_flight -= 1
@@ -119,7 +147,10 @@ def _api(gateway: Gateway, wire: Wire, endpoint: str) -> Any:
 
 
 def _error(wire: Wire, status: int, message: str, **headers: str) -> Response:
-    return Json(wire.error(status, message), status, headers)
+    """A request refused before any backend was asked, in ``wire``'s error shape."""
+    response = Json(wire.error(status, message), status, headers)
+    response.refused = (_REFUSED[status], message)
+    return response
 
 
 async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request) -> Response:
@@ -128,7 +159,7 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
         return _error(wire, 503, "the server is shutting down — send the request to another")
     heads = read_headers(request.scope)
     if not gateway.authorized(heads):
-        return _error(wire, 401, "invalid or missing API key (Authorization: Bearer, x-api-key)")
+        return _error(wire, 401, _NO_KEY)
     body = await _body(request, heads, gateway.settings.max_body_bytes)
     if isinstance(body, Response):
         return body if body.status_code != 400 else _error(wire, 400, _NOT_JSON)
@@ -154,15 +185,15 @@ async def _handle(gateway: Gateway, wire: Wire, endpoint: str, request: Request)
             **{"retry-after": after},
         )
     session = session_of(request.path_params.get("session"), heads, body)
-    model = str(body.get("model", ""))
-    job = request_job(wire.name, endpoint, body, id=next(_IDS), session=session)
+    job = request_job(wire.name, endpoint, body, id=f"req_{next(_IDS)}", session=session)
     ended = None if session is None else gateway.sessions.begin(session)
     if type(job) is Job and job.stream:
-        return await _streamed(wire, pool, job, exclude, request, model, ended)
+        return await _streamed(wire, pool, job, exclude, request, ended)
     return await _plain(wire, pool, job, exclude, request, ended)
 
 
 _NOT_JSON = "the request body is not a JSON object"
+_NO_KEY = "invalid or missing API key (Authorization: Bearer, x-api-key)"
 
 
 async def _counted(pool: Pool, exclude: frozenset[str], body: dict[str, Any]) -> Response:
@@ -211,7 +242,7 @@ async def _plain(
             return Response(status_code=499)
         settled(outcome)
     except CallError as error:
-        return _failed(wire, error)
+        return _failed(wire, error, pool)
     return Json(orjson.dumps(wire.answer(outcome)), headers=_headers(outcome))
 
 
@@ -260,11 +291,10 @@ async def _streamed(
     job: Job,
     exclude: frozenset[str],
     request: Request,
-    model: str,
     ended: Callable[[object], None] | None,
 ) -> Response:
-    """The stream starts at the first text; until then the call may still fail with a status."""
-    head = wire.stream_head(model, job.params)
+    """The stream starts at the first text; until then the call may still fail with a status.
+    Its ``model`` is the backend's, as a plain answer's is."""
     texts: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
     task = asyncio.ensure_future(pool.submit(job, exclude, lambda d, t: texts.put_nowait((d, t))))
     task.add_done_callback(lambda _: texts.put_nowait(None))
@@ -279,18 +309,27 @@ async def _streamed(
         try:
             outcome = settled(task.result())
         except CallError as error:
-            return _failed(wire, error)
-        assert outcome.reply is not None
+            return _failed(wire, error, pool)
+        assert outcome.reply is not None and outcome.attempt is not None
+        head = wire.stream_head(outcome.attempt.backend.model, job.params)
         end = wire.stream_end(head, outcome.reply, True)
         return Response(end, headers=_headers(outcome), media_type="text/event-stream")
     deployment, text = item
-    events = _relay(wire, head, text, texts, task)
+    head = wire.stream_head(_model_of(pool, deployment), job.params)
+    events = _relay(wire, pool, head, text, texts, task)
     headers = {"x-rrcli-deployment": deployment, "cache-control": "no-cache"}
     return StreamingResponse(events, headers=headers, media_type="text/event-stream")
 
 
+def _model_of(pool: Pool, deployment: str) -> str:
+    """The model of the pool's backend ``deployment`` (its id, should the profile no longer
+    have it)."""
+    return next((b.model for b in pool.profile.backends if b.id == deployment), deployment)
+
+
 async def _relay(
     wire: Wire,
+    pool: Pool,
     head: dict[str, Any],
     text: str,
     texts: asyncio.Queue[tuple[str, str] | None],
@@ -304,7 +343,8 @@ async def _relay(
         try:
             reply = settled(task.result()).reply
         except CallError as error:
-            yield wire.stream_error(_status(error), error.message)
+            status, message, _ = told(error, _status(error), pool.engine.status())
+            yield wire.stream_error(status, message)
             return
         assert reply is not None
         yield wire.stream_end(head, reply, False)
@@ -374,15 +414,22 @@ def _status(error: CallError) -> int:
     return 504 if "timeout" in error.type else 502
 
 
-def _failed(wire: Wire, error: CallError) -> Response:
-    status = _status(error)
+def _failed(wire: Wire, error: CallError, pool: Pool) -> Response:
+    """The answer to a failed call: upstream failures said as ``upstream.told`` says them; a
+    call refused before any backend was asked (``refused``) is one the metrics count."""
+    status, message, kind = told(error, _status(error), pool.engine.status())
     headers = {"x-rrcli-attempts": str(error.result.get("attempts", 0))}
     deployment = error.result.get("deployment")
     if deployment:
         headers["x-rrcli-deployment"] = str(deployment)
     if error.retry_after is not None:
         headers["retry-after"] = str(max(1, round(error.retry_after)))
-    elif status in (429, 503):
+    elif status in (429, 503) and error.type != "insufficient_quota":
         headers["retry-after"] = "1"
-    body = wire.error(status, error.message, error.type)
-    return Json(body, status, headers)
+    response = Json(wire.error(status, message, kind), status, headers)
+    refused = _NOT_ASKED.get(error.type)
+    if error.type == "no_healthy_backend" and not error.result.get("attempts"):
+        refused = "no_healthy_backend"
+    if refused is not None:
+        response.refused = (refused, message)
+    return response

@@ -82,7 +82,10 @@ def _error(wire: Wire, status: int, message: str) -> Response:
 
 class Json(Response):
     """A JSON answer (``body`` already encoded), its head made at once: starlette's Response
-    looks at and encodes each header on its own."""
+    looks at and encodes each header on its own. ``refused``: (reason, message) of a request
+    refused before any backend was asked, for the gateway's counts."""
+
+    refused: tuple[str, str] | None = None
 
     def __init__(
         self, body: bytes, status: int = 200, headers: Mapping[str, str] | None = None

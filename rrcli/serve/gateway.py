@@ -21,11 +21,12 @@ _READ = frozenset(n.encode() for n in ("content-length", "authorization", "x-api
 @dataclass(frozen=True, slots=True)
 class Settings:
     """``[serve]``: the client keys (empty: no auth), the body limit in bytes, the seconds a
-    session may stay idle before it is forgotten."""
+    session may stay idle before it is forgotten, whether /metrics is open without a key."""
 
     keys: frozenset[str] = frozenset()
     max_body_bytes: int = 32 << 20
     session_idle: float = 3600.0
+    open_metrics: bool = False
 
 
 class Gateway:

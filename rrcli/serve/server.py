@@ -42,8 +42,8 @@ SWEEP_INTERVAL = 30.0  # the most seconds between looks for idle sessions
 @dataclass(frozen=True, slots=True)
 class ServeOptions:
     """What ``rrcli serve`` was asked: where to listen, the trace file, the client keys'
-    variable (``--key-env``), ``no_auth``, the drain timeout, the body limit and the sessions'
-    idle time in seconds."""
+    variable (``--key-env``), ``no_auth``, the drain timeout, the body limit, the sessions'
+    idle time in seconds and whether /metrics is open without a key."""
 
     host: str = "127.0.0.1"
     port: int = 8787
@@ -53,20 +53,20 @@ class ServeOptions:
     drain_timeout: float = 30.0
     max_body_bytes: int = 32 << 20
     session_idle: float = 3600.0
+    open_metrics: bool = False
 
 
-def client_keys(
-    options: ServeOptions, environ: Mapping[str, str], echo: Callable[[str], None]
-) -> frozenset[str]:
-    """The keys clients must send: those of ``key_env`` (comma-separated), else one made now
-    and shown by ``echo``; none with ``no_auth`` (loopback only)."""
+def client_keys(options: ServeOptions, environ: Mapping[str, str]) -> tuple[frozenset[str], bool]:
+    """The keys clients must send, and whether the key was made now (``serve`` shows it once
+    it listens): those of ``key_env`` (comma-separated), else one made now; none with
+    ``no_auth`` (loopback only)."""
     if options.no_auth:
         if not _loopback(options.host):
             raise UsageError(
                 f"--no-auth on {options.host}: only a loopback host may serve without keys "
                 "(anyone reaching it would spend the pool's keys) — set --key-env instead"
             )
-        return frozenset()
+        return frozenset(), False
     if options.key_env:
         value = environ.get(options.key_env, "")
         keys = frozenset(k.strip() for k in value.split(",") if k.strip())
@@ -75,10 +75,8 @@ def client_keys(
                 f"--key-env {options.key_env}: the variable is unset or empty — export it "
                 "with the client keys (comma-separated)"
             )
-        return keys
-    key = "sk-rrcli-" + secrets.token_urlsafe(24)
-    echo(f"client key (shown once): {key}")
-    return frozenset({key})
+        return keys, False
+    return frozenset({"sk-rrcli-" + secrets.token_urlsafe(24)}), True
 
 
 def event_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -115,18 +113,21 @@ async def serve(
     options: ServeOptions,
     *,
     keys: frozenset[str],
+    made: bool = False,
     environ: Mapping[str, str] | None = None,
     echo: Callable[[str], None] = print,
     sock: socket.socket | None = None,
     on_start: Callable[[Gateway], None] | None = None,
 ) -> None:
     """Serve the pools of ``profiles`` until SIGTERM or Ctrl-C, then drain and return;
-    ``on_start`` is handed the gateway once it listens (the live display reads it). The
-    process's objects at that point are frozen out of the cyclic collector (``gc.freeze``)."""
+    ``made``: the one key of ``keys`` was made at start, shown once the port is bound (never
+    when binding fails); ``on_start`` is handed the gateway once it listens (the live display
+    reads it). The process's objects at that point are frozen out of the cyclic collector
+    (``gc.freeze``)."""
     environ = os.environ if environ is None else environ
     paths = _trace_paths(profiles, options.traces)
     pools = [Pool(p, environ=environ, traces=t) for p, t in zip(profiles, paths, strict=True)]
-    settings = Settings(keys, options.max_body_bytes, options.session_idle)
+    settings = Settings(keys, options.max_body_bytes, options.session_idle, options.open_metrics)
     opened: list[Pool] = []
     try:
         for pool in pools:
@@ -137,7 +138,7 @@ async def serve(
         # server: moved out of the collector's reach, a full collection walks only what requests
         # left behind (its longest pause at 64 in flight: 16 ms, not 69 ms)
         gc.freeze()
-        await _run(gateway, options, echo, sock, on_start)
+        await _run(gateway, options, echo, sock, on_start, made)
     finally:
         for pool in opened:
             await pool.close()
@@ -149,6 +150,7 @@ async def _run(
     echo: Callable[[str], None],
     sock: socket.socket | None,
     on_start: Callable[[Gateway], None] | None,
+    made: bool,
 ) -> None:
     config = uvicorn.Config(
         build_app(gateway),
@@ -177,6 +179,8 @@ async def _run(
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     names = ", ".join(pool_name(p) for p in gateway.pools)
     echo(f"rrcli serve: http://{_name(sock)} (pools: {names})")
+    if made:
+        echo(f"client key (shown once): {next(iter(gateway.settings.keys))}")
     if on_start is not None:
         on_start(gateway)
     try:

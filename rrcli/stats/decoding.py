@@ -122,13 +122,20 @@ class BackendEvent(msgspec.Struct, tag="backend", tag_field="event", gc=False):
     state: str
 
 
-META = (Run, RunEnd, BackendEvent)  # the records that are not calls
+class Refused(msgspec.Struct, tag="refused", tag_field="event", gc=False):
+    """A request serve refused before any backend was asked: known, read, and not used."""
+
+    run_id: str
+    reason: str
+
+
+META = (Run, RunEnd, BackendEvent, Refused)  # the records that are not calls
 FIELDS = {name: at for at, name in enumerate(Call.__struct_fields__)}  # name → its place
 assert all(len(kind.__struct_fields__) < len(FIELDS) for kind in META)
 
 
 def _decoder(call: type[msgspec.Struct]) -> msgspec.json.Decoder:
-    return msgspec.json.Decoder(call | Run | RunEnd | BackendEvent)
+    return msgspec.json.Decoder(call | Run | RunEnd | BackendEvent | Refused)
 
 
 _PLAIN = _decoder(Call)
