@@ -11,6 +11,16 @@ result). ``Budget.settle`` replaces the reservation by what the attempt was char
 (``costs.attempt_cost``: its usage, nothing for a request no provider billed, its
 reservation when its usage is unknown). So the spend never passes the limit.
 
+What bounds a call's bill is its reservation, so the reservation bounds what the backend can
+bill for the body it is sent: its input at the most a provider may count it, and its output
+at the LARGEST cap any spelling of the request asks for (``tokens.output_cap``:
+``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``; a backend may read any),
+times every answer of every prompt (``costs.answers``: ``n``, ``best_of``, each prompt of a
+completions prompt list). The body sent carries that ONE cap, in one spelling of its API
+(``tokens.one_cap``, the budget's own cap when the request sets none; translated toward
+Anthropic as ``max_tokens``), so no backend reads a larger one; a request whose cap is no
+whole number is refused before anything is sent (``tokens.cap_fault``).
+
 Where spend is kept is a ``Ledger``: this process's (``LocalLedger``), or one shared in Redis
 by every process (``fleet.ledger.RedisLedger``), which a waiting attempt polls. The spend of
 earlier runs of the same results file (``--resume``) is read from the traces first
