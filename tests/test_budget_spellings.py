@@ -86,8 +86,8 @@ def _held(server, cap: tuple[str, int], refused: int) -> None:
     """What a user checks: the bill within the budget, the budget mostly used, the calls past
     it refused, and one cap in one spelling in every body sent."""
     word, value = cap
-    assert refused > 0
     assert 0.6 * LIMIT < server.billed() <= LIMIT
+    assert refused > 0
     assert {(f"{word}={value}",)} == _sent_caps(server)
 
 
