@@ -5,6 +5,7 @@ local gate all keep what was billed within the one limit.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import orjson
@@ -12,6 +13,8 @@ import pytest
 from billing import GPT_4O
 from runkit import popen, rrcli, write_profile
 from test_redis_gate import _server
+
+from rrcli.fleet.ledger import RedisLedger, budget_hub, budget_keys
 
 
 @pytest.fixture
@@ -114,3 +117,24 @@ def test_a_queue_worker_halted_by_the_budget_says_how_the_jobs_left_run(
     assert 0 == second.returncode, second.stderr
     assert 200 == server.ledger.calls
     assert 1.0 < server.billed() <= 2.0
+
+
+def test_a_dead_process_reservation_expires_and_its_room_comes_back(redis_server):
+    """A process that set $0.8 of a $1 budget aside and died without settling it: once its
+    reservation's time passed, its amount is held no more, so another process on the budget
+    is granted $0.8 and sees only that held, not $1.6."""
+    keys = budget_keys("expiring")
+
+    async def main() -> tuple[str | None, str | None, float]:
+        dead = RedisLedger(budget_hub(redis_server.url), keys, 1.0, 0.3, "dead.jsonl")
+        assert await dead.reserve(0.8) is not None
+        await dead._hub.close()  # it dies: no settle, no renewal
+        live = RedisLedger(budget_hub(redis_server.url), keys, 1.0, 0.3, "live.jsonl")
+        before = await live.reserve(0.8)
+        await asyncio.sleep(0.6)  # past the dead reservation's time
+        after = await live.reserve(0.8)
+        await live._hub.close()
+        return before, after, live.reserved
+
+    before, after, held = asyncio.run(main())
+    assert (None, True, 0.8) == (before, after is not None, pytest.approx(held))
