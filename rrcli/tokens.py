@@ -160,9 +160,12 @@ def cap_word(params: Mapping[str, Any], endpoint: str, dialect: str, fallback: s
 def one_cap(params: dict[str, Any], word: str, default: int | None = None) -> None:
     """Leave in ``params`` one spelling of the output cap, ``word``, every other removed: at
     ``output_cap`` (the largest any spelling set), else at ``default`` (a budget's), else at
-    the 0 the request set, else none. So the body a backend gets carries the cap a budget
-    reserved (``output_cap`` of the params left), and no other it might read instead."""
+    the 0 the request set. So the body a backend gets carries the cap a budget reserved
+    (``output_cap`` of the params left), and no other it might read instead. Params with no
+    whole cap and no ``default`` (nothing reserved) are left as they are."""
     said = _largest(params)
+    if said is None and default is None:
+        return
     for spelling in CAP_WORDS:
         params.pop(spelling, None)
     cap = said if said or default is None else default
