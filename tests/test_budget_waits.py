@@ -81,3 +81,33 @@ def test_a_new_call_never_takes_budget_room_ahead_of_one_waiting(tmp_path, billi
     assert ["ok"] * 3 == [r["status"] for r in records]
     said = [body["messages"][0]["content"] for body in server.requests]
     assert ["first", "waiting", "newer"] == said
+
+
+def test_a_call_cancelled_while_it_waits_for_its_rate_limit_gives_its_budget_room_back(
+    tmp_path, billing_server
+):
+    """Through ``rrcli.Pool`` on a backend of one request a minute: a second call sets its
+    worst case aside, then waits for the rate limit; cancelled there (its caller went away),
+    it was never sent, and the budget holds nothing for it any more."""
+    server = billing_server(writes=5)
+    entry = {"id": "b0", "base_url": server.openai_url, "model": "gpt-4o", "price": GPT_4O,
+             "rpm": 1}  # fmt: skip
+    path = write_profile(tmp_path / "pool.toml", [entry], name="pool")
+
+    async def main() -> tuple[float, float]:
+        async with rrcli.Pool.from_profile(path, max_cost=1.0) as pool:
+            await pool.chat([{"role": "user", "content": "first"}], max_tokens=100)
+            second = asyncio.ensure_future(
+                pool.chat([{"role": "user", "content": "second"}], max_tokens=100)
+            )
+            while pool.engine.status().budget.reserved == 0.0:  # its room is set aside
+                await asyncio.sleep(0.01)
+            waiting = pool.engine.status().budget.reserved
+            second.cancel()
+            await asyncio.gather(second, return_exceptions=True)
+            return waiting, pool.engine.status().budget.reserved
+
+    waiting, after = asyncio.run(main())
+    assert waiting > 0.0
+    assert 0.0 == after
+    assert ["first"] == [body["messages"][0]["content"] for body in server.requests]

@@ -394,7 +394,12 @@ class Engine:
                 if self._closed:
                     message = "the engine was closed before the call was sent"
                     raise EngineClosed(message, attempts=number - 1)
-                if await self.router.admit(lease, estimate, call):  # its backend left: route again
+                try:
+                    moved = await self.router.admit(lease, estimate, call)
+                except BaseException:  # it ends unsent (cancelled while it waited for its gate)
+                    await self.router.refund(lease)
+                    raise
+                if moved:  # its backend left while it waited: route again
                     assert attempt is not None  # only a retry waits for its backend's slot again
                     return self._outcome(job, attempt, None)
                 if sending is not None:

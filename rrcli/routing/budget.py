@@ -9,7 +9,9 @@ not fit even once nothing is in flight (the spend alone leaves too little) is re
 worst case seen, the run halts (exit 3: calls in flight finish, jobs not started get no
 result). ``Budget.settle`` replaces the reservation by what the attempt was charged
 (``costs.attempt_cost``: its usage, nothing for a request no provider billed, its
-reservation when its usage is unknown). So the spend never passes the limit.
+reservation when its usage is unknown); an attempt that ends unsent (cancelled while it waits
+in line, or after its room was set aside) gives that room back (``Router.refund``). So the
+spend never passes the limit, and no room is held for an attempt that is gone.
 
 What bounds a call's bill is its reservation, so the reservation bounds what the backend can
 bill for the body it is sent: its input at the most a provider may count it, and its output
