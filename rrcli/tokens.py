@@ -18,21 +18,26 @@ import orjson
 
 __all__ = [
     "BLOCK_TOKENS",
+    "CAP_WORDS",
     "MAX_USAGE_TOKENS",
     "UNCAPPED_OUTPUT",
     "MediaTokens",
     "PrefixBlocks",
+    "cap_fault",
+    "cap_word",
     "estimate_call_tokens",
     "estimate_input_tokens",
     "estimate_prompt_tokens",
     "estimate_value_tokens",
     "input_bound",
     "input_token_bound",
+    "one_cap",
     "output_cap",
     "plausible_call_tokens",
     "prefix_blocks",
     "rendered_prompt",
     "rendered_with_reply",
+    "whole_tokens",
 ]
 
 CHARS_PER_TOKEN = 4
@@ -97,17 +102,88 @@ def estimate_call_tokens(
     return given + (output_cap(params) or 0)
 
 
+#: the request parameters that cap a call's output, in every API rrcli speaks
+CAP_WORDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+_MOST_TOKENS = 1 << 62  # a cap no API takes, still sendable as a 64-bit integer
+
+
+def whole_tokens(value: object) -> int | None:
+    """``value`` as a count of tokens: a whole number, 0 or more (an integer, or a float
+    without a fraction as JSON may write one); None for anything else."""
+    if type(value) is int:
+        return value if 0 <= value < _MOST_TOKENS else None
+    if type(value) is float and value.is_integer() and 0 <= value < _MOST_TOKENS:
+        return int(value)
+    return None
+
+
 def output_cap(params: Mapping[str, Any]) -> int | None:
-    """The output cap a request sets: ``max_tokens``, ``max_completion_tokens`` or the Responses
-    API's ``max_output_tokens`` (the first set); None when none is set to a whole number."""
+    """The output cap a request sets: the LARGEST of its spellings (``max_tokens``,
+    ``max_completion_tokens``, the Responses API's ``max_output_tokens``), since a backend may
+    read any of them (SGLang and others read ``max_completion_tokens`` first); None when none
+    is set to a whole number above 0 (a backend may read 0 as no cap)."""
+    return _largest(params) or None
+
+
+def _largest(params: Mapping[str, Any]) -> int | None:
+    """The largest whole number of tokens any spelling of the cap sets (0 included)."""
     if not params:  # most calls set no params at all
         return None
-    out = (
-        params.get("max_tokens")
-        or params.get("max_completion_tokens")
-        or params.get("max_output_tokens")
-    )
-    return out if isinstance(out, int) else None
+    most = None
+    for word in CAP_WORDS:
+        value = params.get(word)
+        if value is not None:
+            cap = whole_tokens(value)
+            if cap is not None and (most is None or cap > most):
+                most = cap
+    return most
+
+
+#: the spellings of the output cap each API takes, by (dialect, endpoint)
+_API_CAP_WORDS = {
+    ("openai", "chat"): ("max_tokens", "max_completion_tokens"),
+    ("openai", "completions"): ("max_tokens",),
+    ("openai", "responses"): ("max_output_tokens",),
+    ("anthropic", "chat"): ("max_tokens",),
+}
+
+
+def cap_word(params: Mapping[str, Any], endpoint: str, dialect: str, fallback: str) -> str:
+    """The one spelling a call's output cap is sent in: the call's own when it sets only one
+    and its API (``dialect``, ``endpoint``) takes it, else ``fallback`` (the backend's)."""
+    said = [word for word in CAP_WORDS if params.get(word) is not None]
+    if len(said) == 1 and said[0] in _API_CAP_WORDS.get((dialect, endpoint), ()):
+        return said[0]
+    return fallback
+
+
+def one_cap(params: dict[str, Any], word: str, default: int | None = None) -> None:
+    """Leave in ``params`` one spelling of the output cap, ``word``, every other removed: at
+    ``output_cap`` (the largest any spelling set), else at ``default`` (a budget's), else at
+    the 0 the request set. So the body a backend gets carries the cap a budget reserved
+    (``output_cap`` of the params left), and no other it might read instead. Params with no
+    whole cap and no ``default`` (nothing reserved) are left as they are."""
+    said = _largest(params)
+    if said is None and default is None:
+        return
+    for spelling in CAP_WORDS:
+        params.pop(spelling, None)
+    cap = said if said or default is None else default
+    if cap is not None:
+        params[word] = cap
+
+
+def cap_fault(params: Mapping[str, Any]) -> str | None:
+    """What is wrong with a request's output cap: the first spelling whose value is no whole
+    number of tokens (``whole_tokens``), as ``max_tokens must be ...``; None when each is
+    one (or null)."""
+    for word in CAP_WORDS:
+        value = params.get(word)
+        if value is not None and whole_tokens(value) is None:
+            shown = orjson.dumps(value, default=str).decode()
+            shown = shown if len(shown) <= 40 else shown[:40] + "..."
+            return f"{word} must be a whole number of tokens (0 or more), got {shown}"
+    return None
 
 
 def input_token_bound(estimate: int) -> int:

@@ -8,9 +8,9 @@ what the provider would charge. How it bills is the worst a provider may do with
 input at one token a character of text (a tokenizer can do no worse), ``IMAGE_TOKENS`` an image
 whatever its URL's length, ``FILE_TOKENS`` a file whatever its id's length, tool definitions
 as their JSON text; output as many tokens as the model writes (``writes``, cut at the
-request's ``max_tokens``) for each of ``n`` (and ``best_of``) answers. ``Billing`` says how it
-misbehaves: no usage in its answers, streams cut after ``cut_after`` generated tokens, an
-Anthropic ``pause_turn`` before every final answer.
+largest cap the request spells) for each of ``n`` (and ``best_of``) answers of each prompt.
+``Billing`` says how it misbehaves: no usage in its answers, streams cut after ``cut_after``
+generated tokens, an Anthropic ``pause_turn`` before every final answer.
 With ``prompt_cache`` its Anthropic answers cache the system text as Anthropic's prompt cache
 does: the first request with a system text writes it (``cache_creation_input_tokens``), later
 ones read it (``cache_read_input_tokens``), each billed at its own price.
@@ -115,8 +115,21 @@ def _input(body: dict[str, Any]) -> int:
 
 
 def _writes(body: dict[str, Any], billing: Billing) -> int:
-    cap = body.get("max_tokens") or body.get("max_completion_tokens")
-    return billing.writes if cap is None else min(int(cap), billing.writes)
+    """Output tokens of one answer: ``writes``, cut at the LARGEST cap the body spells
+    (``max_tokens``, ``max_completion_tokens``: a server may read either, SGLang reads the
+    second first); any other field (``max_output_tokens`` on chat) it ignores, as an
+    OpenAI-compatible server ignores fields it does not know."""
+    caps = [body.get(word) for word in ("max_tokens", "max_completion_tokens")]
+    said = [int(float(cap)) for cap in caps if cap is not None]
+    return min([*said, billing.writes])
+
+
+def _prompts(body: dict[str, Any]) -> int:
+    """How many prompts a completions body holds: each of a list is answered."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and not all(isinstance(t, int) for t in prompt):
+        return len(prompt)
+    return 1
 
 
 class BillingServer:
@@ -202,7 +215,7 @@ class BillingServer:
 
     async def _completions(self, request: Request) -> Response:
         body = await self._body(request)
-        answers = _count(body.get("n")) * _count(body.get("best_of"))
+        answers = _count(body.get("n")) * _count(body.get("best_of")) * _prompts(body)
         given, made = _input(body), _writes(body, self.billing) * answers
         self.ledger.bill(given, made)
         answer: dict[str, Any] = {

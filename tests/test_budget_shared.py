@@ -5,6 +5,9 @@ local gate all keep what was billed within the one limit.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import time
 
 import orjson
@@ -12,6 +15,8 @@ import pytest
 from billing import GPT_4O
 from runkit import popen, rrcli, write_profile
 from test_redis_gate import _server
+
+from rrcli.fleet.ledger import RedisLedger, budget_hub, budget_keys
 
 
 @pytest.fixture
@@ -114,3 +119,54 @@ def test_a_queue_worker_halted_by_the_budget_says_how_the_jobs_left_run(
     assert 0 == second.returncode, second.stderr
     assert 200 == server.ledger.calls
     assert 1.0 < server.billed() <= 2.0
+
+
+def test_a_dead_process_reservation_expires_and_its_room_comes_back(redis_server):
+    """A process that set $0.8 of a $1 budget aside and died without settling it: once its
+    reservation's time passed, its amount is held no more, so another process on the budget
+    is granted $0.8 and sees only that held, not $1.6."""
+    keys = budget_keys("expiring")
+
+    async def main() -> tuple[str | None, str | None, float]:
+        dead = RedisLedger(budget_hub(redis_server.url), keys, 1.0, 0.3, "dead.jsonl")
+        assert await dead.reserve(0.8) is not None
+        await dead._hub.close()  # it dies: no settle, no renewal
+        live = RedisLedger(budget_hub(redis_server.url), keys, 1.0, 0.3, "live.jsonl")
+        before = await live.reserve(0.8)
+        await asyncio.sleep(0.6)  # past the dead reservation's time
+        after = await live.reserve(0.8)
+        await live._hub.close()
+        return before, after, live.reserved
+
+    before, after, held = asyncio.run(main())
+    assert (None, True, 0.8) == (before, after is not None, pytest.approx(held))
+
+
+def test_room_granted_in_redis_to_an_attempt_cancelled_meanwhile_goes_back(redis_server):
+    """An attempt asks the shared budget for $0.8 of $1 and is cancelled (its caller went away)
+    while Redis, paused, has not answered yet: once Redis runs the request and grants the room,
+    it is given back at once, so another process is granted $1 long before the reservation's
+    own time (30 s) would have run out."""
+    keys = budget_keys("cancelled")
+
+    async def main() -> str | None:
+        gone = RedisLedger(budget_hub(redis_server.url), keys, 1.0, 30.0, "gone.jsonl")
+        await gone.settle(await gone.reserve(0.0), 0.0, 0.0)  # connected, its scripts loaded
+        os.kill(redis_server.proc.pid, signal.SIGSTOP)
+        try:
+            asking = asyncio.ensure_future(gone.reserve(0.8))
+            await asyncio.sleep(0.2)  # the request is on its way
+            asking.cancel()
+            await asyncio.gather(asking, return_exceptions=True)
+        finally:
+            os.kill(redis_server.proc.pid, signal.SIGCONT)
+        live = RedisLedger(budget_hub(redis_server.url), keys, 1.0, 30.0, "live.jsonl")
+        for _ in range(100):  # until the room came back (or 5 s: never)
+            if (token := await live.reserve(1.0)) is not None:
+                break
+            await asyncio.sleep(0.05)
+        await live._hub.close()
+        await gone._hub.close()
+        return token
+
+    assert asyncio.run(main()) is not None

@@ -145,8 +145,9 @@ def normal_openai(messages: list[dict[str, Any]], params: dict[str, Any]) -> tup
     params = dict(params)
     if isinstance(params.get("stop"), str):
         params["stop"] = [params["stop"]]
-    if "max_completion_tokens" in params:
-        params["max_tokens"] = params.pop("max_completion_tokens")
+    if "max_completion_tokens" in params:  # the larger of the two spellings, as reserved
+        wider = params.pop("max_completion_tokens")
+        params["max_tokens"] = max(wider, params.get("max_tokens", wider))
     if params.get("parallel_tool_calls") is False:
         params.setdefault("tool_choice", "auto")  # carried by Anthropic's tool_choice
         if params["tool_choice"] == "none":
@@ -181,9 +182,9 @@ def split(body: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 @given(oa_messages(), oa_params())
 def test_openai_to_anthropic_and_back_keeps_the_request(messages, params) -> None:
     """OpenAI → Anthropic → OpenAI keeps messages, tools, tool calls, tool results, images,
-    tool_choice, stop and the user up to the normalisation: stop a list, max_completion_tokens
-    as max_tokens, a tool result's parts as its text, cache_control removed, parallel_tool_calls
-    false carried with an explicit tool_choice."""
+    tool_choice, stop and the user up to the normalisation: stop a list, the larger of
+    max_tokens and max_completion_tokens as max_tokens, a tool result's parts as its text,
+    cache_control removed, parallel_tool_calls false carried with an explicit tool_choice."""
     there = to_anthropic(messages, params)
     system = there.pop("system", None)
     anthropic_messages, anthropic_params = split(there)

@@ -65,7 +65,14 @@ from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
 from rrcli.routing.status import EngineStatus, status_of
 from rrcli.routing.tally import Tally
-from rrcli.tokens import estimate_prompt_tokens, output_cap
+from rrcli.tokens import (
+    CAP_WORDS,
+    cap_fault,
+    cap_word,
+    estimate_prompt_tokens,
+    one_cap,
+    output_cap,
+)
 
 __all__ = ["Engine", "ResultSink"]
 
@@ -242,6 +249,8 @@ class Engine:
             excluded |= exclude
         if refusal is not None:  # no backend serves its endpoint or can express its params
             return refused_job(job, "unserved", refusal)
+        if (fault := cap_fault(job.params)) is not None:  # a cap no reservation can read
+            return refused_job(job, "bad_cap", fault)
         try:
             if job.kind == "session":
                 return await self._run_session(job, excluded, on_text)
@@ -408,7 +417,12 @@ class Engine:
                 if self._closed:
                     message = "the engine was closed before the call was sent"
                     raise EngineClosed(message, attempts=number - 1)
-                if await self.router.admit(lease, estimate, call):  # its backend left: route again
+                try:
+                    moved = await self.router.admit(lease, estimate, call)
+                except BaseException:  # it ends unsent (cancelled while it waited for its gate)
+                    await self.router.refund(lease)
+                    raise
+                if moved:  # its backend left while it waited: route again
                     assert attempt is not None  # only a retry waits for its backend's slot again
                     return self._outcome(job, attempt, None)
                 if sending is not None:
@@ -481,15 +495,18 @@ class Engine:
         params = {**backend.params, **job.params}
         if key is not None:
             params.setdefault("prompt_cache_key", key)
-        cap = self.caps.get(backend.id) if self.caps else None
-        if cap is not None and job.endpoint not in NO_OUTPUT and output_cap(params) is None:
-            params[cap_param(job.endpoint, backend.model)] = (
-                cap  # a budget's cap, in its API's word
-            )
+        dialect, endpoint = dialect_of(job.kind), job.endpoint
+        default = self.caps.get(backend.id) if self.caps else None  # a budget's cap
+        if endpoint not in NO_OUTPUT and (
+            default is not None or not params.keys().isdisjoint(CAP_WORDS)
+        ):
+            # sent in one spelling, at the cap a budget reserves (tokens.one_cap)
+            fallback = cap_param(endpoint, backend.model)
+            one_cap(params, cap_word(params, endpoint, dialect, fallback), default)
         stream = self.stream or bool(job.stream) or bool(params.pop("stream", False))
-        stream = stream and job.endpoint not in UNSTREAMED
+        stream = stream and endpoint not in UNSTREAMED
         prompt = estimate_prompt_tokens(messages, job.input) if count else 0
-        return Call(messages, params, stream, dialect_of(job.kind), job.endpoint, job.input, prompt)
+        return Call(messages, params, stream, dialect, endpoint, job.input, prompt)
 
     def _judged(
         self, error: ProviderError, echo: Echo | None, retry: int, elapsed: float, failover: bool

@@ -176,22 +176,38 @@ class RedisLedger:
         return self._hub.process, self._ttl, self._owner
 
     async def reserve(self, cost: float) -> str | None:
+        """Set ``cost`` aside: its token, or None when it would pass the limit. Cancelled while
+        Redis answers, the round trip goes on and a reservation it made is settled at nothing:
+        room granted to an attempt that is gone is never held for it."""
         hub, token = self._hub, self._hub.token()
         await hub.wait_admissible()  # after an outage, the others' shares come back first
-        ok, spent, held = await hub.run_until_up(
-            RESERVE,
-            self._keys,
-            *self._me(),
-            repr(self.mine),
-            token,
-            repr(cost),
-            repr(self._limit),
+        asking = asyncio.ensure_future(
+            hub.run_until_up(
+                RESERVE,
+                self._keys,
+                *self._me(),
+                repr(self.mine),
+                token,
+                repr(cost),
+                repr(self._limit),
+            )
         )
+        try:
+            ok, spent, held = await asyncio.shield(asking)
+        except asyncio.CancelledError:
+            hub.background(self._give_back(asking, token))
+            raise
         self.spent, self.reserved = float(spent), float(held)
         if not int(ok):
             return None
         self._held[token] = cost
         return token
+
+    async def _give_back(self, asking: asyncio.Future[list[str]], token: str) -> None:
+        """Once the reservation ``token`` a cancelled attempt asked for is answered, drop it."""
+        with contextlib.suppress(Exception):
+            if int((await asking)[0]):
+                await self._hub.run(SETTLE, self._keys, *self._me(), repr(self.mine), token)
 
     async def settle(self, token: str, reserved: float, actual: float) -> None:
         self._held.pop(token, None)

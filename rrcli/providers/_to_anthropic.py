@@ -19,6 +19,7 @@ from rrcli.providers._anthropic_sayable import (
     schema_format,
 )
 from rrcli.providers._to_openai import apply_rules, text_of
+from rrcli.tokens import whole_tokens
 
 __all__ = ["answer_name", "to_anthropic"]
 
@@ -48,7 +49,9 @@ def _default(body: dict[str, Any], key: str, value: Any) -> None:
 
 
 def _max_tokens(body: dict[str, Any], key: str, value: Any) -> None:
-    if key == "max_completion_tokens" or "max_tokens" not in body:
+    """The larger of the two spellings, as a budget reserves them (``tokens.output_cap``)."""
+    held = body.get("max_tokens")
+    if held is None or (whole_tokens(value) or 0) > (whole_tokens(held) or 0):
         body["max_tokens"] = value
 
 

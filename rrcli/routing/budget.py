@@ -9,7 +9,19 @@ not fit even once nothing is in flight (the spend alone leaves too little) is re
 worst case seen, the run halts (exit 3: calls in flight finish, jobs not started get no
 result). ``Budget.settle`` replaces the reservation by what the attempt was charged
 (``costs.attempt_cost``: its usage, nothing for a request no provider billed, its
-reservation when its usage is unknown). So the spend never passes the limit.
+reservation when its usage is unknown); an attempt that ends unsent (cancelled while it waits
+in line, or after its room was set aside) gives that room back (``Router.refund``). So the
+spend never passes the limit, and no room is held for an attempt that is gone.
+
+What bounds a call's bill is its reservation, so the reservation bounds what the backend can
+bill for the body it is sent: its input at the most a provider may count it, and its output
+at the LARGEST cap any spelling of the request asks for (``tokens.output_cap``:
+``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``; a backend may read any),
+times every answer of every prompt (``costs.answers``: ``n``, ``best_of``, each prompt of a
+completions prompt list). The body sent carries that ONE cap, in one spelling of its API
+(``tokens.one_cap``, the budget's own cap when the request sets none; translated toward
+Anthropic as ``max_tokens``), so no backend reads a larger one; a request whose cap is no
+whole number is refused before anything is sent (``tokens.cap_fault``).
 
 Where spend is kept is a ``Ledger``: this process's (``LocalLedger``), or one shared in Redis
 by every process (``fleet.ledger.RedisLedger``), which a waiting attempt polls. The spend of

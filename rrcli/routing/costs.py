@@ -2,8 +2,9 @@
 
 ``attempt_ceiling`` is the worst case a budget reserves: input at its bound (one token a
 character, each image, audio or file part at its documented maximum, tool definitions
-included), plus the output cap times the choices asked for. ``attempt_cost`` is the charge:
-the reply's usage when the server reported it; nothing for an attempt no provider bills (the
+included), plus the output cap (the largest any spelling sets, the one the body carries)
+times the answers it can be billed (``answers``). ``attempt_cost`` is the charge: the reply's
+usage when the server reported it; nothing for an attempt no provider bills (the
 request never reached it, or it answered an error status); and for an attempt whose usage is
 unknown (no usage in the reply, a stream cut after tokens came, a timeout while it generated)
 its reservation, so the spend a budget counts is never below what was billed. All amounts are
@@ -13,6 +14,7 @@ and cache-write prices.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +32,7 @@ __all__ = [
     "NO_OUTPUT",
     "UNPRICED",
     "Charge",
+    "answers",
     "attempt_ceiling",
     "attempt_cost",
     "billed_nothing",
@@ -65,17 +68,35 @@ def choices(params: Mapping[str, Any]) -> int:
     ``best_of`` (completions generate that many and bill them all); at least 1."""
     if "n" not in params and "best_of" not in params:
         return 1
-    return max(1, _count(params.get("n"))) * max(1, _count(params.get("best_of")))
+    return _count(params.get("n")) * _count(params.get("best_of"))
+
+
+def answers(call: Call) -> int:
+    """How many answers ``call`` can be billed: its ``choices`` for each of its prompts (a
+    completions request's ``prompt`` may be a list of them, each answered)."""
+    count = choices(call.params) if call.params else 1
+    prompt = call.input
+    listed = call.endpoint == "completions" and type(prompt) is list and prompt
+    if listed and not all(type(token) is int for token in prompt):  # a list of prompts
+        count *= len(prompt)
+    return count
+
+
+_MOST_ANSWERS = 1 << 32  # a count of answers no request gets: read as that many
 
 
 def _count(value: object) -> int:
+    """A count of answers as a backend may read it (rounded up), at least 1; a value that is
+    no number is 1 (a backend refuses it)."""
     if type(value) is bool or value is None:
         return 1
     try:
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return 1
-    return int(number) if number == number and 1 <= number < 1e6 else 1
+    if number != number or number < 1:
+        return 1
+    return _MOST_ANSWERS if number >= _MOST_ANSWERS else math.ceil(number)
 
 
 def attempt_ceiling(
@@ -89,7 +110,7 @@ def attempt_ceiling(
     if call.endpoint in NO_OUTPUT:
         out = 0
     else:
-        out = (output_cap(call.params) or cap or UNCAPPED_OUTPUT) * choices(call.params)
+        out = (output_cap(call.params) or cap or UNCAPPED_OUTPUT) * answers(call)
     return (given * input_most(price) + out * price.output) / 1e6
 
 
@@ -113,7 +134,7 @@ def over_limit(price: Price, call: Call, limit: float, media: MediaTokens, backe
         f"audio or file at its most; output ${usd(spend_out, 4)} at its cap), more than the "
         f"whole budget of ${usd(limit, 4)}, so it is never sent"
     )
-    room = (limit - spend_in) * 1e6 / (price.output * choices(call.params)) if price.output else 0
+    room = (limit - spend_in) * 1e6 / (price.output * answers(call)) if price.output else 0
     fix = f"lower its max_tokens to {int(room):,} or less"
     if spend_in >= limit or room < 1:
         fix = "shorten its input"

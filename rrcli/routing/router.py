@@ -195,6 +195,14 @@ class Router:
                 return self._admit_after(step, lease, tokens)
         return lease.state.gate.reserve(tokens)
 
+    async def refund(self, lease: Lease) -> None:
+        """Give back the budget room the lease's next attempt set aside and never used: it
+        ended (cancelled, the engine closed) before it was sent."""
+        if self.budget is not None:
+            step = self.budget.settle(lease, 0.0)
+            if step is not None:
+                await step
+
     async def _admit_after(self, step: Awaitable[None], lease: Lease, tokens: int) -> None:
         await step
         await lease.state.gate.reserve(tokens)
