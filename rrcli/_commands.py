@@ -293,6 +293,10 @@ def serve_command(
         drain_timeout=table.drain_timeout,
         max_body_bytes=table.max_body_bytes,
         session_idle=table.session_idle,
+        head_timeout=table.head_timeout,
+        idle_timeout=table.idle_timeout,
+        max_connections=table.max_connections,
+        max_connections_per_address=table.max_connections_per_address,
     )
     keys = client_keys(options, os.environ, lambda s: click.echo(s))
 
