@@ -130,7 +130,7 @@ def _endless_body_cpu(served: Served, head: bytes, chunked: bool) -> tuple[bytes
         sock.sendall(head)
         sock.setblocking(False)
         answered_at, cpu_then = None, 0.0
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if answered_at is None:
                 try:
@@ -148,7 +148,7 @@ def _endless_body_cpu(served: Served, head: bytes, chunked: bool) -> tuple[bytes
             except OSError:  # the server closed the connection
                 break
         if answered_at is None:  # closed before the answer was read here: it is in the socket
-            sock.setblocking(True)
+            sock.settimeout(5)
             answer += sock.recv(65536)
             answered_at, cpu_then = time.monotonic(), _cpu_seconds(pid)
     time.sleep(0.3)
@@ -280,3 +280,86 @@ def test_metrics_histogram_buckets_are_cumulative(tmp_path, sim_server):
     counts = list(buckets.values())
     assert counts == sorted(counts)
     assert (3.0, 5.0, 5.0) == (buckets["0.25"], buckets["0.5"], buckets["+Inf"])
+
+
+def test_a_head_late_or_a_connection_idle_is_closed(tmp_path, sim_server):
+    """With ``head_timeout = 1`` and ``idle_timeout = 1``: a connection that sends part of a
+    head and stops is answered 408 and closed, one that sends nothing is closed, and a
+    kept-alive connection idle after its answer is closed, each within a few seconds."""
+    sim = sim_server()
+    path = write_profile(
+        tmp_path / "pool.toml",
+        openai_backends(sim.openai_url),
+        name="pool",
+        serve={"head_timeout": 1, "idle_timeout": 1},
+    )
+    served = Served(path, tmp_path, "--no-auth")
+    body = b'{"model": "pool", "messages": [{"role": "user", "content": "Hi"}]}'
+    request = b"POST /v1/chat/completions HTTP/1.1\r\nhost: pool\r\ncontent-length: %d\r\n\r\n%s"
+    try:
+        with (
+            socket.create_connection(_address(served.url), timeout=10) as partial,
+            socket.create_connection(_address(served.url), timeout=10) as silent,
+            socket.create_connection(_address(served.url), timeout=10) as kept,
+        ):
+            partial.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: po")
+            kept.sendall(request % (len(body), body))
+            late, nothing, idle = _until_closed(partial), _until_closed(silent), _until_closed(kept)
+    finally:
+        served.stop()
+    assert b"HTTP/1.1 408 " == late[:13]
+    assert b"" == nothing
+    assert b"HTTP/1.1 200 " == idle[:13]
+
+
+def _until_closed(sock: socket.socket) -> bytes:
+    """What the server sent on ``sock`` until it closed it (a timeout fails the test)."""
+    got = b""
+    while chunk := sock.recv(65536):
+        got += chunk
+    return got
+
+
+def test_connections_past_an_address_share_push_out_its_oldest_idle_one(tmp_path, sim_server):
+    """With ``max_connections_per_address = 3``: three requests in flight from the address
+    leave no room, and a fourth connection is answered 503 with Retry-After; three
+    connections holding unfinished heads make room, the oldest closed for a new client,
+    which is served."""
+    sim = sim_server(latency_ms=1500)
+    path = write_profile(
+        tmp_path / "pool.toml",
+        openai_backends(sim.openai_url),
+        name="pool",
+        serve={"max_connections_per_address": 3},
+    )
+    served = Served(path, tmp_path, "--no-auth")
+    url = served.url + "/v1/chat/completions"
+    statuses: list[int] = []
+
+    def one() -> None:
+        with httpx2.Client(timeout=30) as client:
+            statuses.append(client.post(url, json=CHAT).status_code)
+
+    try:
+        threads = [threading.Thread(target=one) for _ in range(3)]
+        for t in threads:
+            t.start()
+        while sim.stats()["requests"] < 3:
+            time.sleep(0.01)
+        with socket.create_connection(_address(served.url), timeout=10) as fourth:
+            full = _until_closed(fourth)
+        for t in threads:
+            t.join(30)
+        heads = [socket.create_connection(_address(served.url), timeout=10) for _ in range(3)]
+        for sock in heads:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")
+        with httpx2.Client(timeout=30) as client:
+            served_after = client.post(url, json=CHAT).status_code
+        oldest = _until_closed(heads[0])
+        for sock in heads:
+            sock.close()
+    finally:
+        served.stop()
+    assert [200] * 3 == statuses
+    assert b"HTTP/1.1 503 " == full[:13] and b"\r\nretry-after: 1\r\n" in full
+    assert (200, b"") == (served_after, oldest)
