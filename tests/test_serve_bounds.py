@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import httpx2
 import pytest
-from runkit import write_profile
+from runkit import rrcli, write_profile
 from servekit import Served, openai_backends
 
 openai = pytest.importorskip("openai")
@@ -363,3 +363,27 @@ def test_connections_past_an_address_share_push_out_its_oldest_idle_one(tmp_path
     assert [200] * 3 == statuses
     assert b"HTTP/1.1 503 " == full[:13] and b"\r\nretry-after: 1\r\n" in full
     assert (200, b"") == (served_after, oldest)
+
+
+def test_validate_names_a_bad_connection_bound_and_its_fix(tmp_path, sim_server):
+    """``rrcli validate`` reports each bad ``[serve]`` connection bound with its field and
+    the fix (exit 1), and takes good ones."""
+    sim = sim_server()
+    bad = {
+        "head_timeout": 0,
+        "idle_timeout": "long",
+        "max_connections": 0,
+        "max_connections_per_address": -1,
+    }
+    good = {k: 1 for k in bad}
+    backends = openai_backends(sim.openai_url, sim.openai_url)
+    bad_path = write_profile(tmp_path / "bad.toml", backends, name="pool", serve=bad)
+    good_path = write_profile(tmp_path / "good.toml", backends, name="pool", serve=good)
+    refused = rrcli("validate", bad_path, cwd=tmp_path)
+    taken = rrcli("validate", good_path, cwd=tmp_path)
+    assert (1, 0) == (refused.returncode, taken.returncode), taken.stdout + taken.stderr
+    out = refused.stdout + refused.stderr
+    assert "serve.head_timeout: must be greater than 0, got 0" in out
+    assert 'serve.idle_timeout: expected a number, got "long"' in out
+    assert "serve.max_connections: must be at least 1, got 0 — use 1 or more" in out
+    assert "serve.max_connections_per_address: must be at least 0, got -1" in out
