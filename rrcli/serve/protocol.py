@@ -95,9 +95,6 @@ class Connections:
         self._all: dict[BoundedHttpTools, None] = {}  # a dict keeps the order of opening
         self._by_address: dict[str, dict[BoundedHttpTools, None]] = {}
 
-    def __len__(self) -> int:
-        return len(self._all)
-
     def admit(self, connection: BoundedHttpTools, address: str) -> bool:
         """Count ``connection``, first closing the oldest without a request in progress
         where a bound is reached; False (not counted) when none can be closed."""
