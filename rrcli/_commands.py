@@ -294,6 +294,10 @@ def serve_command(
         max_body_bytes=table.max_body_bytes,
         session_idle=table.session_idle,
         open_metrics=table.open_metrics,
+        head_timeout=table.head_timeout,
+        idle_timeout=table.idle_timeout,
+        max_connections=table.max_connections,
+        max_connections_per_address=table.max_connections_per_address,
     )
     keys, made = client_keys(options, os.environ)
 

@@ -6,6 +6,7 @@ import os
 import resource
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,13 @@ def rrcli(
     )
 
 
-def popen(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+def popen(
+    *args: str | Path,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    preexec_fn: Callable[[], object] | None = None,
+) -> subprocess.Popen:
+    """The CLI as a process; ``preexec_fn`` runs in it before rrcli starts (to set a limit)."""
     return subprocess.Popen(
         [sys.executable, "-m", "rrcli", *map(str, args)],
         cwd=cwd,
@@ -97,6 +104,7 @@ def popen(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> su
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=preexec_fn,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import select
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,17 @@ from runkit import popen
 class Served:
     """A running ``rrcli serve``: ``url`` (``http://127.0.0.1:PORT``), ``stop()`` (SIGTERM)."""
 
-    def __init__(self, profile: Path, cwd: Path, *args: str, env: dict[str, str] | None = None):
-        self.proc = popen("serve", "-p", profile, "--port", "0", *args, cwd=cwd, env=env)
+    def __init__(
+        self,
+        profile: Path,
+        cwd: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        preexec_fn: Callable[[], object] | None = None,
+    ):
+        self.proc = popen(
+            "serve", "-p", profile, "--port", "0", *args, cwd=cwd, env=env, preexec_fn=preexec_fn
+        )
         self.url = self._address()
 
     def _address(self) -> str:

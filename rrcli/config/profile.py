@@ -247,7 +247,10 @@ class ServeSettings:
     """``rrcli serve``: where it listens, the variable of its client keys ("": a key made at
     start), the seconds a session may stay idle before it is forgotten, the largest request
     body in bytes, the seconds SIGTERM lets requests in flight finish, whether ``/metrics``
-    answers without a client key (a scraper on a private network)."""
+    answers without a client key (a scraper on a private network); and its connections'
+    bounds (serve/protocol.py): the seconds a request's head may take, the seconds a kept-alive
+    connection may stay idle, the most connections open (at most three quarters of the
+    open-files limit) and the most from one client address (0: half of them)."""
 
     host: str = "127.0.0.1"
     port: int = 8787
@@ -256,6 +259,10 @@ class ServeSettings:
     max_body_bytes: int = 32 << 20
     drain_timeout: float = 30.0
     open_metrics: bool = False
+    head_timeout: float = 10.0
+    idle_timeout: float = 30.0
+    max_connections: int = 4096
+    max_connections_per_address: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -206,6 +206,10 @@ SERVE = {
     "max_body_bytes": POSITIVE_INT,
     "drain_timeout": Field("number", at_least(0)),
     "open_metrics": Field("bool"),
+    "head_timeout": Field("number", above(0)),
+    "idle_timeout": Field("number", above(0)),
+    "max_connections": POSITIVE_INT,
+    "max_connections_per_address": Field("int", at_least(0)),
 }
 COOLDOWN = {
     "consecutive_failures": Field("int", at_least(0)),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import ipaddress
 import os
@@ -30,7 +31,7 @@ from rrcli.logs import get_logger
 from rrcli.pool.pool import Pool
 from rrcli.serve.app import build_app
 from rrcli.serve.gateway import Gateway, Settings, pool_name
-from rrcli.serve.protocol import BoundedHttpTools
+from rrcli.serve.protocol import BoundedHttpTools, Connections, allowed_connections
 
 __all__ = ["ServeOptions", "client_keys", "event_loop", "serve"]
 
@@ -43,7 +44,9 @@ SWEEP_INTERVAL = 30.0  # the most seconds between looks for idle sessions
 class ServeOptions:
     """What ``rrcli serve`` was asked: where to listen, the trace file, the client keys'
     variable (``--key-env``), ``no_auth``, the drain timeout, the body limit, the sessions'
-    idle time in seconds and whether /metrics is open without a key."""
+    idle time in seconds, whether /metrics is open without a key, and the connections' bounds
+    (``protocol.Connections``): the seconds a request's head may take, the seconds a kept-alive
+    connection may stay idle, the most connections open and from one address (0: half of them)."""
 
     host: str = "127.0.0.1"
     port: int = 8787
@@ -54,6 +57,10 @@ class ServeOptions:
     max_body_bytes: int = 32 << 20
     session_idle: float = 3600.0
     open_metrics: bool = False
+    head_timeout: float = 10.0
+    idle_timeout: float = 30.0
+    max_connections: int = 4096
+    max_connections_per_address: int = 0
 
 
 def client_keys(options: ServeOptions, environ: Mapping[str, str]) -> tuple[frozenset[str], bool]:
@@ -152,6 +159,9 @@ async def _run(
     on_start: Callable[[Gateway], None] | None,
     made: bool,
 ) -> None:
+    total = allowed_connections(options.max_connections)
+    per_address = min(options.max_connections_per_address or max(1, total // 2), total)
+    connections = Connections(total, per_address, options.head_timeout)
     config = uvicorn.Config(
         build_app(gateway),
         host=options.host,
@@ -159,8 +169,8 @@ async def _run(
         log_level="warning",
         lifespan="off",
         timeout_graceful_shutdown=max(1, round(options.drain_timeout)),
-        timeout_keep_alive=30,
-        http=BoundedHttpTools,
+        timeout_keep_alive=options.idle_timeout,  # type: ignore[arg-type]
+        http=functools.partial(BoundedHttpTools, connections=connections),  # type: ignore[arg-type]
         proxy_headers=False,  # the client's address is never read: no middleware to rewrite it
         server_header=False,
     )
