@@ -229,6 +229,37 @@ def test_a_job_acknowledged_is_in_its_workers_out_after_kill_9(tmp_path, sim_ser
     assert (0, {"ok"}) == (done.returncode, {r["status"] for r in lines})
 
 
+def test_a_load_resumed_after_its_loader_was_killed_adds_no_line_twice(
+    tmp_path, sim_server, broker
+):
+    """The loader SIGKILLed with some batches of 1,000 lines stored (its lock left to expire):
+    the same command run again goes on after the last line stored, so the queue holds each line
+    once and runs every job once."""
+    server = sim_server()
+    profile = queue_profile(tmp_path, [(server.openai_url, 32)], broker.url, gate=False)
+    n = 20_000
+    jobs = write_jobs(tmp_path / "jobs.jsonl", n)
+    client = redis.Redis.from_url(broker.url)
+    meta = "{rrcli:q:died}:meta"
+    proc = worker(tmp_path, profile, "died", "a", jobs)
+    deadline = time.monotonic() + 60
+    while int(client.hget(meta, "loaded_to") or 0) < 1000 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    client.client_pause(30_000, all=False)  # writes wait: the loader stops between batches
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    client.client_unpause()
+    loaded = int(client.hget(meta, "loaded_to") or 0)
+    assert 1000 <= loaded < n and b"loading" == client.hget(meta, "state")
+    finish(worker(tmp_path, profile, "died", "b", jobs))
+    added = client.xinfo_stream("{rrcli:q:died}:jobs")["entries-added"]  # every XADD ever
+    assert (b"20000", n) == (client.hget(meta, "total"), added)
+    done, lines = collect(tmp_path, profile, "died")
+    assert [f"j{i}" for i in range(n)] == [r["id"] for r in lines]
+    assert (0, {"ok"}) == (done.returncode, {r["status"] for r in lines})
+    assert n == server.stats()["requests"]
+
+
 def test_a_name_that_is_empty_or_holds_a_path_separator_is_a_usage_error(tmp_path, broker):
     """`--queue ""`, `--queue ../up` and `--queue a/b`, for run, queue and results: exit 2 naming
     the name and an example, nothing written in the folder or its parent."""
