@@ -223,6 +223,42 @@ def test_a_key_in_the_base_url_reaches_no_output_when_the_backend_is_down(tmp_pa
     assert "?key=***" in orjson.dumps(down).decode()
 
 
+URL_PASSWORD = "hunter2@otter/pass"  # written percent-encoded in a URL: %40 and %2F
+
+
+def test_a_percent_encoded_url_password_reaches_no_output_in_either_form(tmp_path, hostile_server):
+    """A collector URL whose password is written percent-encoded (``user:hunter2%40otter%2F
+    pass@``), and a collector that refuses the spans naming that password as written and as it
+    reads (``hunter2@otter/pass``) in its status line: ``export``'s and ``run --otlp``'s outputs
+    show the URL and the collector's words with ``***`` for both forms, and hold neither."""
+    written = quote(URL_PASSWORD, safe="")
+    words = f"bad password {URL_PASSWORD} (sent as {written})"
+    collector = hostile_server(lambda _: Canned(400, reason=words))
+    url = collector.url.replace("http://", f"http://user:{written}@") + "/v1/traces"
+    masked = collector.url.replace("http://", "http://user:***@") + "/v1/traces"
+    server = hostile_server(lambda _: chat())
+    profile = write_profile(tmp_path / "p.toml", [{"id": "a", "base_url": server.openai_url}])
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_bytes(b'{"id": "a", "prompt": "hi"}\n')
+    run = rrcli("run", jobs, "-p", profile, "--otlp", url, cwd=tmp_path)
+    assert 0 == run.returncode, run.stderr
+    export = rrcli("export", "jobs.traces.jsonl", "--otlp", url, cwd=tmp_path)
+    assert 1 == export.returncode, export.stderr
+    assert collector.requests and {f"Basic {_basic('user', URL_PASSWORD)}"} == {
+        r.headers.get("authorization") for r in collector.requests
+    }
+    assert masked in export.stderr and "bad password *** (sent as ***)" in export.stderr
+    assert masked in run.stderr and "bad password ***" in run.stderr
+    outputs = run.stdout + run.stderr + export.stdout + export.stderr
+    assert [] == [form for form in (URL_PASSWORD, written) if form in outputs]
+
+
+def _basic(user: str, password: str) -> str:
+    import base64
+
+    return base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
 def test_a_key_split_across_stream_chunks_is_never_echoed(tmp_path, hostile_server):
     """``--prompt --stream`` prints the answer as it arrives; a server that streams the key
     split across three chunks (a tenth of a second apart) gets it printed as ``***``: the
