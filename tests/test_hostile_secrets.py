@@ -293,6 +293,35 @@ def test_a_key_split_across_stream_chunks_is_never_echoed(tmp_path, hostile_serv
     assert_no_key(result.stdout, result.stderr)
 
 
+def test_a_key_split_at_every_place_in_a_stream_is_never_echoed(tmp_path, hostile_server):
+    """``--prompt --stream`` against a server that streams the key again and again, each time
+    split across two chunks at another place (after its first character, ..., before its last):
+    every one is printed as ``***``, the text around it as sent."""
+    deltas = [part for k in range(1, len(KEY)) for part in (f"[{k}] {KEY[:k]}", KEY[k:])]
+
+    def streamed(request) -> Canned:
+        events = [
+            {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"content": d}}]}
+            for d in deltas
+        ]
+        done = {
+            "id": "c",
+            "model": "m",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        }
+        chunks = [b"data: " + orjson.dumps(e) + b"\n\n" for e in [*events, done]]
+        return Canned(
+            200, {"content-type": "text/event-stream"}, chunks=[*chunks, b"data: [DONE]\n\n"]
+        )
+
+    server = hostile_server(streamed)
+    profile = profile_for(tmp_path, server)
+    result = rrcli("run", "--prompt", "hi", "--stream", "-p", profile, cwd=tmp_path, env=ENV)
+    assert 0 == result.returncode, result.stderr
+    assert "".join(f"[{k}] ***" for k in range(1, len(KEY))) == result.stdout.strip()
+    assert_no_key(result.stdout, result.stderr)
+
+
 def test_otlp_url_credentials_are_never_printed(tmp_path, sim_server):
     """A collector URL with a password and a ``?token=``, where no collector listens:
     ``export``'s "spans not delivered" line and ``run --otlp``'s ``otlp_dropped`` line show
