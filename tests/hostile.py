@@ -36,8 +36,9 @@ class Request:
 @dataclass(frozen=True, slots=True)
 class Canned:
     """An answer: ``delay`` seconds of silence (and, with ``hold``, until the test sets it), then
-    the status line, headers and body. With ``chunks`` the body is those pieces instead, sent
-    chunked, ``gap`` seconds apart (an endless iterator makes an endless body)."""
+    the status line (its reason phrase ``reason``), headers and body. With ``chunks`` the body is
+    those pieces instead, sent chunked, ``gap`` seconds apart (an endless iterator makes an
+    endless body)."""
 
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
@@ -46,6 +47,7 @@ class Canned:
     hold: threading.Event | None = None
     chunks: Iterable[bytes] | None = None
     gap: float = 0.0
+    reason: str = "Hostile"
 
 
 Answer = Callable[[Request], Canned]
@@ -138,7 +140,7 @@ class HostileServer:
         finally:
             self._in_flight -= 1
         self.spans.append((start, time.monotonic()))
-        head = [f"HTTP/1.1 {canned.status} Hostile"]
+        head = [f"HTTP/1.1 {canned.status} {canned.reason}"]
         head += [f"{name}: {value}" for name, value in canned.headers.items()]
         if canned.chunks is None:
             head.append(f"content-length: {len(canned.body)}")

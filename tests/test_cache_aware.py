@@ -216,6 +216,24 @@ def test_jobs_sharing_a_system_prompt_stay_where_it_is_warm(sim_server, tmp_path
     assert warm > 2 * cold
 
 
+def test_a_system_given_as_a_param_is_read_as_the_prompt_s_head(sim_server, tmp_path):
+    """The system text in the call's params (Anthropic's ``system``) heads the prompt
+    cache_aware reads: jobs whose prompts differ only by it stay each on one replica."""
+    servers = [sim_server(prefix_cache_tokens=1200) for _ in range(3)]
+    lines = [
+        {"id": f"q{i}", "prompt": f"question {i}", "params": {"system": SYSTEMS[i % 4]}}
+        for i in range(32)
+    ]
+    served: dict[int, set[str]] = collections.defaultdict(set)
+    cached = total = 0
+    for result in run_on_replicas(tmp_path, servers, "cache_aware", lines):
+        served[int(result["id"][1:]) % 4].add(result["deployment"])
+        cached += result["usage"]["cached_input_tokens"]
+        total += result["usage"]["input_tokens"]
+    assert [1, 1, 1, 1] == [len(served[k]) for k in range(4)]
+    assert cached / total > 0.7
+
+
 def test_validate_names_a_bad_cache_setting(tmp_path):
     """A cache_threshold outside 0..1 is an error naming the key; cache_aware itself is a
     valid strategy."""

@@ -223,6 +223,42 @@ def test_a_key_in_the_base_url_reaches_no_output_when_the_backend_is_down(tmp_pa
     assert "?key=***" in orjson.dumps(down).decode()
 
 
+URL_PASSWORD = "hunter2@otter/pass"  # written percent-encoded in a URL: %40 and %2F
+
+
+def test_a_percent_encoded_url_password_reaches_no_output_in_either_form(tmp_path, hostile_server):
+    """A collector URL whose password is written percent-encoded (``user:hunter2%40otter%2F
+    pass@``), and a collector that refuses the spans naming that password as written and as it
+    reads (``hunter2@otter/pass``) in its status line: ``export``'s and ``run --otlp``'s outputs
+    show the URL and the collector's words with ``***`` for both forms, and hold neither."""
+    written = quote(URL_PASSWORD, safe="")
+    words = f"bad password {URL_PASSWORD} (sent as {written})"
+    collector = hostile_server(lambda _: Canned(400, reason=words))
+    url = collector.url.replace("http://", f"http://user:{written}@") + "/v1/traces"
+    masked = collector.url.replace("http://", "http://user:***@") + "/v1/traces"
+    server = hostile_server(lambda _: chat())
+    profile = write_profile(tmp_path / "p.toml", [{"id": "a", "base_url": server.openai_url}])
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_bytes(b'{"id": "a", "prompt": "hi"}\n')
+    run = rrcli("run", jobs, "-p", profile, "--otlp", url, cwd=tmp_path)
+    assert 0 == run.returncode, run.stderr
+    export = rrcli("export", "jobs.traces.jsonl", "--otlp", url, cwd=tmp_path)
+    assert 1 == export.returncode, export.stderr
+    assert collector.requests and {f"Basic {_basic('user', URL_PASSWORD)}"} == {
+        r.headers.get("authorization") for r in collector.requests
+    }
+    assert masked in export.stderr and "bad password *** (sent as ***)" in export.stderr
+    assert masked in run.stderr and "bad password ***" in run.stderr
+    outputs = run.stdout + run.stderr + export.stdout + export.stderr
+    assert [] == [form for form in (URL_PASSWORD, written) if form in outputs]
+
+
+def _basic(user: str, password: str) -> str:
+    import base64
+
+    return base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
 def test_a_key_split_across_stream_chunks_is_never_echoed(tmp_path, hostile_server):
     """``--prompt --stream`` prints the answer as it arrives; a server that streams the key
     split across three chunks (a tenth of a second apart) gets it printed as ``***``: the
@@ -254,6 +290,35 @@ def test_a_key_split_across_stream_chunks_is_never_echoed(tmp_path, hostile_serv
     result = rrcli("run", "--prompt", "hi", "--stream", "-p", profile, cwd=tmp_path, env=ENV)
     assert 0 == result.returncode, result.stderr
     assert "your key: *** and more" == result.stdout.strip()
+    assert_no_key(result.stdout, result.stderr)
+
+
+def test_a_key_split_at_every_place_in_a_stream_is_never_echoed(tmp_path, hostile_server):
+    """``--prompt --stream`` against a server that streams the key again and again, each time
+    split across two chunks at another place (after its first character, ..., before its last):
+    every one is printed as ``***``, the text around it as sent."""
+    deltas = [part for k in range(1, len(KEY)) for part in (f"[{k}] {KEY[:k]}", KEY[k:])]
+
+    def streamed(request) -> Canned:
+        events = [
+            {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"content": d}}]}
+            for d in deltas
+        ]
+        done = {
+            "id": "c",
+            "model": "m",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        }
+        chunks = [b"data: " + orjson.dumps(e) + b"\n\n" for e in [*events, done]]
+        return Canned(
+            200, {"content-type": "text/event-stream"}, chunks=[*chunks, b"data: [DONE]\n\n"]
+        )
+
+    server = hostile_server(streamed)
+    profile = profile_for(tmp_path, server)
+    result = rrcli("run", "--prompt", "hi", "--stream", "-p", profile, cwd=tmp_path, env=ENV)
+    assert 0 == result.returncode, result.stderr
+    assert "".join(f"[{k}] ***" for k in range(1, len(KEY))) == result.stdout.strip()
     assert_no_key(result.stdout, result.stderr)
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 
+import orjson
 import pytest
+from hostile import Canned, chat, error
 
 from rrcli.config.profile import Backend, RetrySettings
 from rrcli.errors import (
@@ -280,3 +283,64 @@ def test_the_server_cap_answers_429_above_it_and_reports_its_peak(sim_server) ->
     stats = server.stats()
     assert (2, 3, 3) == (stats["peak_concurrency"], len(limited), stats["rate_limited"])
     assert all(e.transient and e.rate_limited for e in limited)
+
+
+def test_calls_that_fail_or_are_cancelled_give_their_connections_back(hostile_server) -> None:
+    """A backend of 2 connections, and 6 calls of each way a call can end badly, one after
+    another: a 500 (plain and streamed), a stream cut before its end marker, a call cancelled
+    while it waits for the answer's head, and one cancelled mid-stream. Then 8 calls at once all
+    answer ok, on 2 connections at most (a connection kept by a call that ended badly would leave
+    them waiting past the pool timeout)."""
+    release = threading.Event()
+    event = {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"content": "hi"}}]}
+    first = b"data: " + orjson.dumps(event) + b"\n\n"
+
+    def answer(request) -> Canned:
+        kind = request.json()["messages"][-1]["content"]
+        sse = {"content-type": "text/event-stream"}
+        return {
+            "500": lambda: error(500),
+            "cut": lambda: Canned(200, sse, chunks=[first]),
+            "head": lambda: chat(hold=release),
+            "body": lambda: Canned(200, sse, chunks=[first, first], gap=60),
+        }.get(kind, chat)()
+
+    server = hostile_server(answer)
+    b = Backend(id="h", provider="openai", base_url=server.openai_url, model="m",
+                allow_private=True, max_concurrency=2, timeout=5.0)  # fmt: skip
+
+    opened: list[int] = []  # connections the server saw opened before and after the 8 calls
+
+    async def go() -> list[Reply]:
+        provider = make_provider(b, "sk-test", retry=RETRY, seed=None)
+        try:
+            for _ in range(6):
+                for kind, stream in (("500", False), ("500", True), ("cut", True)):
+                    with pytest.raises(ProviderError):
+                        await provider.send(
+                            Call([{"role": "user", "content": kind}], stream=stream)
+                        )
+                for kind in ("head", "body"):
+                    started = asyncio.Event()
+                    call = Call([{"role": "user", "content": kind}], stream=kind == "body")
+                    task = asyncio.ensure_future(provider.send(call, lambda _, s=started: s.set()))
+                    sent = len(server.requests) + 1  # the server has the call from then on
+                    while not task.done() and (
+                        len(server.requests) < sent or (kind == "body" and not started.is_set())
+                    ):
+                        await asyncio.sleep(0.005)
+                    task.cancel()
+                    with pytest.raises(asyncio.CancelledError):
+                        await task
+            ok = Call([{"role": "user", "content": "ok"}])
+            opened.append(server.connections)
+            replies = await asyncio.gather(*(provider.send(ok) for _ in range(8)))
+            opened.append(server.connections)
+            return replies
+        finally:
+            release.set()
+            await provider.aclose()
+
+    replies = asyncio.run(go())
+    assert ["ok"] * 8 == [r.output for r in replies]
+    assert opened[1] - opened[0] <= 2

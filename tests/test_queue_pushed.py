@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import threading
 import time
 
@@ -121,6 +122,56 @@ def test_an_ok_wins_over_an_error_and_the_first_ok_stays(
     assert "1 done, 0 pending, 0 not started" in done.stderr
 
 
+def test_a_stale_worker_renewing_its_jobs_never_takes_back_one_another_claimed(
+    tmp_path, hostile_server, broker
+):
+    """Worker A stopped (SIGSTOP) past the lease while its call is out; worker B claims the job;
+    A resumes and renews the jobs it held (B stopped meanwhile, for less than the lease): the job
+    is still B's (a renewal keeps only what its worker still holds), and it ends once, ok."""
+    hold = threading.Event()
+    server = hostile_server(lambda r: said("late", 200, hold))
+    profile = write_profile(tmp_path / "p.toml", [{"id": "b0", "base_url": server.openai_url}],
+                            queue={"url": broker.url, "lease": 3.0},
+                            retry={"max_retries": 0})  # fmt: skip
+    a = worker(tmp_path, profile, "stale", "a", write_jobs(tmp_path / "jobs.jsonl", 1))
+    b = None
+    try:
+        wait_for(lambda: len(server.requests) == 1)
+        a.send_signal(signal.SIGSTOP)
+        b = worker(tmp_path, profile, "stale", "b")
+        wait_for(lambda: len(server.requests) == 2)
+        b.send_signal(signal.SIGSTOP)  # only A renews from here on
+        a.send_signal(signal.SIGCONT)
+        names = {tag: f"{socket.gethostname()}-{proc.pid}" for tag, proc in (("a", a), ("b", b))}
+        _beats(broker.url, f"{{rrcli:q:stale}}:w:{names['a']}", 2)  # A renewed after the first
+        held = redis.Redis.from_url(broker.url).xpending_range(
+            "{rrcli:q:stale}:jobs", "workers", "-", "+", 10
+        )  # what `rrcli queue` counts as each worker's pending jobs
+        assert [names["b"]] == [entry["consumer"].decode() for entry in held]
+    finally:
+        for proc in (a, b):
+            if proc is not None:
+                proc.send_signal(signal.SIGCONT)
+        hold.set()
+    finish(a, b)
+    done, lines = collect(tmp_path, profile, "stale")
+    assert (0, [("j0", "ok")]) == (done.returncode, [(r["id"], r["status"]) for r in lines])
+
+
+def _beats(url: str, key: str, count: int) -> None:
+    """Wait for ``count`` heartbeats of the worker whose heartbeat key is ``key`` (each one sets
+    the key again, its time to live back to the whole lease)."""
+    client = redis.Redis.from_url(url)
+    last, seen, deadline = client.pttl(key), 0, time.monotonic() + 30
+    while seen < count:
+        assert time.monotonic() < deadline, "no heartbeat"
+        time.sleep(0.01)
+        now = client.pttl(key)
+        if now > last + 50 or (last < 0 <= now):
+            seen += 1
+        last = now
+
+
 def test_a_job_acknowledged_is_pending_nowhere_and_an_exited_worker_keeps_its_count(
     tmp_path, sim_server, broker
 ):
@@ -227,6 +278,37 @@ def test_a_job_acknowledged_is_in_its_workers_out_after_kill_9(tmp_path, sim_ser
     assert set() == kept - written
     done, lines = collect(tmp_path, profile, "kill")
     assert (0, {"ok"}) == (done.returncode, {r["status"] for r in lines})
+
+
+def test_a_load_resumed_after_its_loader_was_killed_adds_no_line_twice(
+    tmp_path, sim_server, broker
+):
+    """The loader SIGKILLed with some batches of 1,000 lines stored (its lock left to expire):
+    the same command run again goes on after the last line stored, so the queue holds each line
+    once and runs every job once."""
+    server = sim_server()
+    profile = queue_profile(tmp_path, [(server.openai_url, 32)], broker.url, gate=False)
+    n = 20_000
+    jobs = write_jobs(tmp_path / "jobs.jsonl", n)
+    client = redis.Redis.from_url(broker.url)
+    meta = "{rrcli:q:died}:meta"
+    proc = worker(tmp_path, profile, "died", "a", jobs)
+    deadline = time.monotonic() + 60
+    while int(client.hget(meta, "loaded_to") or 0) < 1000 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    client.client_pause(30_000, all=False)  # writes wait: the loader stops between batches
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    client.client_unpause()
+    loaded = int(client.hget(meta, "loaded_to") or 0)
+    assert 1000 <= loaded < n and b"loading" == client.hget(meta, "state")
+    finish(worker(tmp_path, profile, "died", "b", jobs))
+    added = client.xinfo_stream("{rrcli:q:died}:jobs")["entries-added"]  # every XADD ever
+    assert (b"20000", n) == (client.hget(meta, "total"), added)
+    done, lines = collect(tmp_path, profile, "died")
+    assert [f"j{i}" for i in range(n)] == [r["id"] for r in lines]
+    assert (0, {"ok"}) == (done.returncode, {r["status"] for r in lines})
+    assert n == server.stats()["requests"]
 
 
 def test_a_name_that_is_empty_or_holds_a_path_separator_is_a_usage_error(tmp_path, broker):

@@ -164,6 +164,22 @@ def test_unreachable_redis_at_start_is_exit_2_naming_the_url(tmp_path, sim_serve
     assert 0 == server.stats()["requests"]
 
 
+def test_a_tls_option_on_a_redis_url_is_exit_2_naming_it(tmp_path, sim_server, redis_gate):
+    """A gate url whose query names a TLS option on redis:// (``?ssl_cert_reqs=required``) and
+    whose password is percent-encoded: exit 2 naming the option and rediss://, no traceback,
+    nothing sent, and the password in neither form."""
+    server = sim_server()
+    port = redis_gate.url.rsplit(":", 1)[1].split("/")[0]
+    url = f"redis://user:p%40ss-word@127.0.0.1:{port}/0?ssl_cert_reqs=required"
+    profile = shared_profile(tmp_path, [server], (2,), url)
+    result = rrcli("run", write_jobs(tmp_path / "jobs.jsonl", 3), "-p", profile, cwd=tmp_path)
+    assert 2 == result.returncode, result.stderr
+    assert "ssl_cert_reqs" in result.stderr and "rediss://" in result.stderr
+    assert "redis://user:***@127.0.0.1" in result.stderr and "Traceback" not in result.stderr
+    assert [] == [form for form in ("p%40ss-word", "p@ss-word") if form in result.stderr]
+    assert 0 == server.stats()["requests"]
+
+
 def test_four_processes_share_one_budget_and_spend_no_more(tmp_path, sim_server, redis_gate):
     """Four processes on one Redis gate with one budget of $1: together they spend no more than
     it (the cost of every trace's call records), each one that was refused exits 3, and the

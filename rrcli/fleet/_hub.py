@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -307,6 +308,13 @@ def check_reachable(url: str, section: str = "gate") -> None:
     other = '[gate] kind = "local"' if section == "gate" else "run without --queue"
     try:
         client.ping()
+    except TypeError as exc:  # the query names an option this scheme's connection does not take
+        option = re.search(r"argument '(\w+)'", str(exc))
+        named = option.group(1) if option else "an option of its query"
+        raise GateUnavailableError(
+            f"[{section}] url {shown!r} is not a Redis url ({named} is not an option of a "
+            f"{url.partition(':')[0]}:// url) — remove it, or write rediss:// for a TLS option"
+        ) from exc
     except redis.RedisError as exc:
         raise GateUnavailableError(
             f"[{section}] cannot reach Redis at {shown}: {exc} — start redis-server there, fix "
