@@ -114,7 +114,7 @@ class Health:
         if error is None:
             return
         refused = error.type == REFUSED and attempt.decision in ("error", "failover")
-        if error.backend_down or (refused and self.heals):
+        if (error.backend_down or (refused and self.heals)) and self.router.holds(attempt.backend):
             self.down(attempt.backend.id, error)
 
     def down(self, deployment: str, error: ProviderError) -> None:
@@ -165,7 +165,8 @@ class Health:
                     message=error.message,
                 )
         finally:
-            self._probes.pop(deployment, None)
+            if self._probes.get(deployment) is asyncio.current_task():  # not a newer probe's
+                del self._probes[deployment]
         if self.router.bring_up(deployment) is not None:
             self.traces.backend(deployment, "up", "probe_ok", "a probe was answered")
             log.warning(
@@ -173,6 +174,14 @@ class Health:
                 backend=deployment,
                 message=f"{deployment} is back in the pool: a probe was answered",
             )
+
+    def forget(self, deployments: Iterable[str]) -> None:
+        """Stop probing ``deployments``: a reload removed them (or changed them: the new one
+        starts up)."""
+        for deployment in deployments:
+            task = self._probes.pop(deployment, None)
+            if task is not None:
+                task.cancel()
 
     async def close(self) -> None:
         """Cancel the probes under way (the engine's end)."""
