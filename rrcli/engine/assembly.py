@@ -103,6 +103,7 @@ async def open_engine(
     gates = open_gates(profile, rng)
     budget = await make_budget(profile, options, checked.prices, control, gates)
     bindings = resume.sessions if resume is not None else None
+    shared = _shared_pool(profile, options, gates)
     router = Router(
         profile,
         gates,
@@ -111,6 +112,7 @@ async def open_engine(
         sleep=asyncio.sleep,
         budget=budget,
         bindings=bindings,
+        shared=shared,
     )
     providers = make_providers(profile, checked.keys, seed)
     results, traces = outputs.open(summary)
@@ -135,7 +137,9 @@ async def open_engine(
         recover_after=recover_after,
         probe=probe,
         lasting=options.lasting,
+        shared=shared,
     )
+    await health.join()
     observers.append(health.observe)
     if debug_logged():
         observers.append(logged)
@@ -187,6 +191,18 @@ def _open_cache(
 
     stack.callback(close)
     return cache
+
+
+def _shared_pool(profile: Profile, options: EngineOptions, gates: Mapping[str, Any]) -> Any:
+    """A lasting engine's (serve, Pool) health and session bindings shared with every process
+    serving the pool on its Redis gate (fleet/shared_pool.py); None on a local gate, and for
+    a batch run."""
+    hub = getattr(gates, "hub", None)
+    if hub is None or not options.lasting:
+        return None
+    from rrcli.fleet.shared_pool import SharedPool
+
+    return SharedPool(hub, profile.label, profile.serve.session_idle)
 
 
 def make_router(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rrcli.config.profile import Backend, Profile
 from rrcli.errors import BackendDown, ProviderError, WaitEnded
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from rrcli.records.attempt import Attempt
     from rrcli.routing.budget import Budget
 
-__all__ = ["EWMA_ALPHA", "REMOVED", "Router"]
+__all__ = ["EWMA_ALPHA", "REMOVED", "Router", "SharedBindings"]
 
 
 log = get_logger()
@@ -45,6 +45,16 @@ log = get_logger()
 EWMA_ALPHA = 0.3  # weight of the newest latency sample
 #: why a backend a reload took out of the pool is out: its session binds again for it
 REMOVED = "removed"
+
+
+class SharedBindings(Protocol):
+    """Session bindings shared with the other processes serving the pool
+    (fleet/shared_pool.py): the deployment a session is bound to, set when it binds, kept
+    while it is used."""
+
+    async def bound(self, session: str) -> str | None: ...
+    async def bind(self, session: str, deployment: str) -> None: ...
+    def touch(self, session: str) -> None: ...
 
 
 class Router:
@@ -60,6 +70,7 @@ class Router:
         sleep: Sleep,
         budget: Budget | None = None,
         bindings: Mapping[str, str] | None = None,
+        shared: SharedBindings | None = None,
     ) -> None:
         self._rng = rng
         self._clock = clock
@@ -76,6 +87,8 @@ class Router:
         self._turns: dict[str, int] = {}  # the calls each session handed in so far (``turn``)
         self._saved: dict[str, str] = dict(bindings or {})  # --resume's {session: deployment}
         self.budget = budget  # the run's budget, when it has one: admission reserves from it
+        #: the bindings of the other processes serving the pool, when shared (sessions only)
+        self.shared = shared if self._sessions else None
         distinct = {id(s.gate): s.gate for s in self.states}.values()
         self._waiting = Waiting(self._sweep, len(distinct), rng, sleep)
         self._queued = isinstance(self._strategy, FirstAvailable)  # requests wait in line
@@ -146,13 +159,19 @@ class Router:
             lease = self._grant(await self._route(exclude, prompt), None)
         else:
             state, tag, why = self._bound(session)
+            if state is None and self.shared is not None:  # bound by another process?
+                state, tag, why = await self._bound_elsewhere(session, exclude)
             if state is None or state.backend.id in exclude or not await self._slot(state):
                 if state is not None:  # moved off its backend, or its backend went down
                     tag, why = "rebound", state.down or moved_for or "not_eligible"
                 state = await self._route(exclude, prompt)
                 self._bind(session, state, tag, why)
+                if self.shared is not None:
+                    await self.shared.bind(session, state.backend.id)
                 if tag == "rebound":
                     log.info("rrcli.session_rebound", session=session, to=state.backend.id, why=why)
+            elif self.shared is not None:
+                self.shared.touch(session)
             lease = self._grant(state, tag)
             lease.rebound_for = why
         if prompt is not None:  # cache_aware: the prompt is recorded where it went, keyed there
@@ -175,6 +194,19 @@ class Router:
             return None, "rebound", "removed"
         self._bind(session, saved, "kept")
         return saved, "kept", None
+
+    async def _bound_elsewhere(
+        self, session: str, exclude: frozenset[str]
+    ) -> tuple[BackendState | None, str, str | None]:
+        """A session this process has not seen, bound by another sharing the pool: kept on
+        that backend (bound here too) when it is in this pool; else None, to bind as new."""
+        assert self.shared is not None
+        deployment = await self.shared.bound(session)
+        state = None if deployment is None else self._by_id.get(deployment)
+        if state is None:
+            return None, "new", None
+        self._bind(session, state, "kept")
+        return state, "kept", None
 
     async def reacquire(self, lease: Lease) -> None:
         """A retry takes a slot again on the SAME backend (FIFO at its gate); raises
