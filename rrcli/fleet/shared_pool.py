@@ -5,7 +5,9 @@ Keys of the pool named ``<name>`` (the profile's label, as its budget; hash tag
 ``{rrcli:p:<name>}``, so one slot on a cluster)::
 
     down:<deployment>   HASH    reason, message, probe (the server time its next probe is
-                                due, seconds): the backend is out of the pool for every process
+                                due, seconds): the backend is out of the pool for every process;
+                                it expires 30 minutes after its last probe was claimed (three
+                                times the longest wait between probes: no process is left)
     s:<session>         STR     the deployment id the session is bound to (the queue's bindings
                                 hash holds the same fact, session -> deployment, for a queue's
                                 life; a served session ends by idleness, so here each has its
@@ -49,6 +51,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return 'up' end
 local due = tonumber(redis.call('HGET', KEYS[1], 'probe') or 0)
 if due > now then return fmt(due - now) end
 redis.call('HSET', KEYS[1], 'probe', fmt(now + tonumber(ARGV[1])))
+redis.call('EXPIRE', KEYS[1], 3 * 600)
 return '0'
 """,
 )
@@ -60,6 +63,7 @@ DOWN = Script(
     """
 if redis.call('HSETNX', KEYS[1], 'reason', ARGV[1]) == 1 then
   redis.call('HSET', KEYS[1], 'message', ARGV[2], 'probe', fmt(now + tonumber(ARGV[3])))
+  redis.call('EXPIRE', KEYS[1], 3 * 600)
 end
 redis.call('PUBLISH', ARGV[4], 'down ' .. ARGV[5])
 return 1

@@ -164,10 +164,17 @@ class Router:
             if state is None or state.backend.id in exclude or not await self._slot(state):
                 if state is not None:  # moved off its backend, or its backend went down
                     tag, why = "rebound", state.down or moved_for or "not_eligible"
-                state = await self._route(exclude, prompt)
-                self._bind(session, state, tag, why)
-                if self.shared is not None:
-                    await self.shared.bind(session, state.backend.id)
+                moved = None
+                if tag == "rebound" and self.shared is not None:  # moved by another process?
+                    moved = await self._moved_elsewhere(session, state, exclude)
+                if moved is not None:
+                    self._bind(session, moved, tag, why)
+                    state = moved
+                else:
+                    state = await self._route(exclude, prompt)
+                    self._bind(session, state, tag, why)
+                    if self.shared is not None:
+                        await self.shared.bind(session, state.backend.id)
                 if tag == "rebound":
                     log.info("rrcli.session_rebound", session=session, to=state.backend.id, why=why)
             elif self.shared is not None:
@@ -207,6 +214,18 @@ class Router:
             return None, "new", None
         self._bind(session, state, "kept")
         return state, "kept", None
+
+    async def _moved_elsewhere(
+        self, session: str, state: BackendState | None, exclude: frozenset[str]
+    ) -> BackendState | None:
+        """The backend another process already moved ``session`` to, off ``state``, a slot on
+        it held; None when there is none this call may use."""
+        assert self.shared is not None
+        deployment = await self.shared.bound(session)
+        moved = None if deployment is None else self._by_id.get(deployment)
+        if moved is None or moved is state or deployment in exclude or moved.down is not None:
+            return None
+        return moved if await self._slot(moved) else None
 
     async def reacquire(self, lease: Lease) -> None:
         """A retry takes a slot again on the SAME backend (FIFO at its gate); raises

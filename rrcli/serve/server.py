@@ -249,6 +249,7 @@ async def _reload(
         except RRCLIError as exc:
             log.error("rrcli.profile_not_reloaded", path=source, error=str(exc))
             continue
+        gateway.remap()  # before the next pool's file is read: requests pick from it now
         log.warning(
             "rrcli.profile_reloaded",
             path=source,
@@ -256,7 +257,6 @@ async def _reload(
             removed=list(reloaded.removed),
             changed=list(reloaded.changed),
         )
-    gateway.remap()
 
 
 async def _sweep(gateway: Gateway) -> None:
