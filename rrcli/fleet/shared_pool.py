@@ -12,7 +12,8 @@ Keys of the pool named ``<name>`` (the profile's label, as its budget; hash tag
                                 hash holds the same fact, session -> deployment, for a queue's
                                 life; a served session ends by idleness, so here each has its
                                 own key, expiring ``session_idle`` after its last request)
-    health              channel ``down <deployment>`` and ``up <deployment>``, as they happen
+    health              channel ``down <deployment> <process>`` and ``up <deployment>
+                                <process>``, as they happen
 
 A backend one process takes down is down for all at once (the message) and for any process
 that starts later (the key). Each process heals on its own schedule, but the probe itself is
@@ -56,8 +57,8 @@ return '0'
 """,
 )
 
-# KEYS down; ARGV reason message wait channel deployment. A backend down: its reason and next
-# probe stored (an earlier process's stay) and announced.
+# KEYS down; ARGV reason message wait channel deployment process. A backend down: its reason
+# and next probe stored (an earlier process's stay) and announced.
 DOWN = Script(
     ("down",),
     """
@@ -65,7 +66,7 @@ if redis.call('HSETNX', KEYS[1], 'reason', ARGV[1]) == 1 then
   redis.call('HSET', KEYS[1], 'message', ARGV[2], 'probe', fmt(now + tonumber(ARGV[3])))
   redis.call('EXPIRE', KEYS[1], 3 * 600)
 end
-redis.call('PUBLISH', ARGV[4], 'down ' .. ARGV[5])
+redis.call('PUBLISH', ARGV[4], 'down ' .. ARGV[5] .. ' ' .. ARGV[6])
 return 1
 """,
 )
@@ -88,7 +89,7 @@ class SharedPool:
     def _down(self, deployment: str) -> dict[str, str]:
         return {"down": f"{self.tag}:down:{deployment}"}
 
-    async def _step(self, what: str, step: Callable[[Any], Awaitable[Any]]) -> Any:
+    async def _step(self, step: Callable[[Any], Awaitable[Any]]) -> Any:
         """One Redis step; None when Redis is away (the hub logs the outage once)."""
         try:
             return await self.hub.guarded(step(self.hub.client()))
@@ -107,10 +108,12 @@ class SharedPool:
                     pipe.hmget(self._down(deployment)["down"], "reason", "message")
                 return await pipe.execute()
 
-        replies = await self._step("downs", read) or []
+        replies = await self._step(read)
+        if replies is None:  # Redis away: none known
+            return {}
         return {
             deployment: (reason, message or "")
-            for deployment, (reason, message) in zip(ids, replies, strict=False)
+            for deployment, (reason, message) in zip(ids, replies, strict=True)
             if reason
         }
 
@@ -118,7 +121,14 @@ class SharedPool:
         """This process took ``deployment`` down: down for every process, probed in ``wait`` s."""
         with contextlib.suppress(RedisDown):
             await self.hub.run(
-                DOWN, self._down(deployment), reason, message, wait, self.channel, deployment
+                DOWN,
+                self._down(deployment),
+                reason,
+                message,
+                wait,
+                self.channel,
+                deployment,
+                self.hub.process,
             )
 
     async def claim_probe(self, deployment: str, wait: float) -> float | None:
@@ -138,10 +148,10 @@ class SharedPool:
         async def up(client: Any) -> None:
             async with client.pipeline(transaction=False) as pipe:
                 pipe.delete(key)
-                pipe.publish(self.channel, f"up {deployment}")
+                pipe.publish(self.channel, f"up {deployment} {self.hub.process}")
                 await pipe.execute()
 
-        await self._step("up", up)
+        await self._step(up)
 
     def listen(self, on_down: OnDown, on_up: OnUp) -> None:
         """Hear the other processes' ``down`` and ``up`` until ``close``."""
@@ -159,7 +169,9 @@ class SharedPool:
                     async for message in pubsub.listen():
                         if message.get("type") != "message":
                             continue
-                        what, _, deployment = str(message.get("data")).partition(" ")
+                        what, deployment, process = _parts(message.get("data"))
+                        if process == self.hub.process:  # its own: known already
+                            continue
                         if what == "up":
                             on_up(deployment)
                         elif what == "down":
@@ -179,16 +191,23 @@ class SharedPool:
 
     async def bound(self, session: str) -> str | None:
         """The deployment another process bound ``session`` to, if any."""
-        value = await self._step("bound", lambda c: c.get(f"{self.tag}:s:{session}"))
+        value = await self._step(lambda c: c.get(f"{self.tag}:s:{session}"))
         return value or None
 
     async def bind(self, session: str, deployment: str) -> None:
         """``session`` is bound to ``deployment`` for every process, until idle."""
         key = f"{self.tag}:s:{session}"
-        await self._step("bind", lambda c: c.set(key, deployment, ex=self.idle))
+        await self._step(lambda c: c.set(key, deployment, ex=self.idle))
 
     def touch(self, session: str) -> None:
         """A request of ``session``: its binding kept another ``session_idle`` (in the
         background: the request does not wait)."""
         key = f"{self.tag}:s:{session}"
-        self.hub.background(self._step("touch", lambda c: c.expire(key, self.idle)))
+        self.hub.background(self._step(lambda c: c.expire(key, self.idle)))
+
+
+def _parts(data: object) -> tuple[str, str, str]:
+    """A health message's word (down, up), deployment and process ("" for one missing)."""
+    what, _, rest = str(data).partition(" ")
+    deployment, _, process = rest.rpartition(" ")
+    return what, deployment, process
