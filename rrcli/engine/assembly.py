@@ -129,7 +129,7 @@ async def open_engine(
         recover_after = options.recover_after
     defined = {b.id: b for b in profile.backends}
     probe = make_prober(defined, providers)
-    parts = Reassembly(options, environ, seed, rng, defined, addresses, prices)
+    parts = Reassembly(options, environ, seed, defined, addresses, prices)
     health = Health(
         router,
         traces,

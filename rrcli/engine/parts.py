@@ -10,10 +10,11 @@ import asyncio
 import os
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from rrcli.config.prices import pool_prices
 from rrcli.config.profile import Backend, Price, Profile
 from rrcli.engine.money import budget_prices
 from rrcli.engine.options import EngineOptions
@@ -22,7 +23,9 @@ from rrcli.logs import get_logger
 from rrcli.providers import make_provider
 from rrcli.providers.base import Provider
 from rrcli.providers.probe import PROBE_TIMEOUT, probe_call
+from rrcli.routing.gate import make_gates
 from rrcli.routing.health import Probe
+from rrcli.routing.scopes import scope_limits
 
 __all__ = [
     "Preflight",
@@ -82,14 +85,13 @@ def make_providers(
 class Reassembly:
     """What the engine's parts were built from, for a reload (``Engine.reload``) to build the
     parts of the backends it adds: the options, the environment the keys are read from, the
-    seed and rng; and the maps the engine's observers read by backend id, which a reload
+    seed; and the maps the engine's observers read by backend id, which a reload
     updates in place: each backend's definition (the probes'), its provider's address (the
     trace's), its price (the cashier's)."""
 
     options: EngineOptions
     environ: Mapping[str, str] | None
     seed: int | None
-    rng: random.Random
     backends: dict[str, Backend]
     addresses: dict[str, str | None]
     prices: dict[str, Price | None]
@@ -111,7 +113,7 @@ class Reassembly:
         return preflight(new, self.options, self.environ)
 
     def providers(
-        self, profile: Profile, backends: Iterable[Backend], keys: Mapping[str, str | None]
+        self, profile: Profile, backends: Sequence[Backend], keys: Mapping[str, str | None]
     ) -> dict[str, Provider]:
         """One provider for each of ``backends`` (new, or changed, of ``profile``), their parts
         recorded."""
@@ -122,7 +124,7 @@ class Reassembly:
             )
             self.backends[backend.id] = backend
             self.addresses[backend.id] = provider.server_address
-            self.prices[backend.id] = backend.price
+        self.prices.update(pool_prices(backends))
         return made
 
     def gates(self, old: Profile, new: Profile, gates: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -131,15 +133,12 @@ class Reassembly:
         rescoped = getattr(gates, "rescoped", None)
         if rescoped is not None:
             return rescoped(new)
-        from rrcli.routing.gate import make_gates
-        from rrcli.routing.scopes import scope_limits
-
         before = {limits.scope: limits for limits in scope_limits(old.backends)}
         made = make_gates(new, clock=time.monotonic)
-        return {
-            scope: gates[scope] if before.get(scope) == gate_limits else made[scope]
-            for scope, gate_limits in ((lim.scope, lim) for lim in scope_limits(new.backends))
-        }
+        for limits in scope_limits(new.backends):
+            if before.get(limits.scope) == limits:  # its calls in flight counted where they are
+                made[limits.scope] = gates[limits.scope]
+        return made
 
 
 #: the settings a reload applies; a change to any other field of the profile needs a restart
@@ -175,6 +174,4 @@ def open_gates(profile: Profile, rng: random.Random, *, local: bool = False) -> 
         from rrcli.fleet.redis_gate import make_redis_gates
 
         return make_redis_gates(profile, rng=rng)
-    from rrcli.routing.gate import make_gates
-
     return make_gates(profile, clock=time.monotonic)
