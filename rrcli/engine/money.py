@@ -16,13 +16,13 @@ from rrcli.records.spend import traces_cost
 from rrcli.registry import ANTHROPIC_MAX_TOKENS
 from rrcli.routing.budget import Budget, Ledger, LocalLedger
 from rrcli.routing.control import Halt, RunControl
-from rrcli.tokens import output_cap
+from rrcli.tokens import MediaTokens, output_cap
 
 if TYPE_CHECKING:
     from rrcli.engine.options import EngineOptions
     from rrcli.engine.summary import RunSummary
 
-__all__ = ["budget_prices", "final_halt", "make_budget", "output_caps", "sent_cap"]
+__all__ = ["budget_parts", "budget_prices", "final_halt", "make_budget", "output_caps", "sent_cap"]
 
 
 def final_halt(budget: Budget, summary: RunSummary, rest: Iterator[object] | None) -> Halt:
@@ -66,8 +66,7 @@ async def make_budget(
     if prices is None or limit is None:
         return None
     earlier = traces_cost(options.traces, prices, options.results) if options.resume else 0.0
-    _, uncapped = output_caps(profile)
-    media = {b.id: media_tokens(b) for b in profile.backends}
+    uncapped, media = budget_parts(profile)
     hub = getattr(gates, "hub", None)
     ledger: LocalLedger | Ledger
     if hub is None and options.queue is None:
@@ -83,6 +82,12 @@ async def make_budget(
         ledger = await RedisLedger.join(hub, profile, limit, earlier, name, owner)
         ledger.owns_hub = own
     return Budget(limit, prices, ledger, control, uncapped, media, options.queue)
+
+
+def budget_parts(profile: Profile) -> tuple[frozenset[str], dict[str, MediaTokens]]:
+    """What a budget knows of each backend beside its price: the backends whose most output
+    nothing tells, and the tokens a media part is reserved at, by backend id."""
+    return output_caps(profile)[1], {b.id: media_tokens(b) for b in profile.backends}
 
 
 def output_caps(profile: Profile) -> tuple[dict[str, int], frozenset[str]]:

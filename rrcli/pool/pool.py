@@ -26,7 +26,7 @@ from rrcli.config.load import load_profile
 from rrcli.config.profile import SERVE_RECOVER_AFTER, Profile
 from rrcli.engine.assembly import flush_periodically, open_engine
 from rrcli.engine.echo import OnText
-from rrcli.engine.engine import Engine
+from rrcli.engine.engine import Engine, Reloaded
 from rrcli.engine.options import EngineOptions
 from rrcli.engine.quiet import quiet_unless_configured
 from rrcli.engine.summary import RunSummary
@@ -152,6 +152,14 @@ class Pool:
             await engine.close()
         finally:
             self._stack.close()
+
+    def reload(self, profile: Profile) -> Reloaded:
+        """The pool of ``profile`` from now on, no call dropped (``Engine.reload``: new backends
+        join, removed ones drain); UsageError, the pool unchanged, when ``profile`` cannot be
+        applied."""
+        reloaded = self.engine.reload(profile)
+        self.profile = profile
+        return reloaded
 
     def reopen(self) -> None:
         """The trace file opened again at its path (after a log rotation moved it); a new

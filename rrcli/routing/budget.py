@@ -125,6 +125,19 @@ class Budget:
         self._waiting: deque[tuple[float, asyncio.Future[bool]]] = deque()
         self._sleepers: list[asyncio.Future[None]] = []
 
+    def reprice(
+        self,
+        prices: Mapping[str, Price],
+        uncapped: frozenset[str],
+        media: Mapping[str, MediaTokens],
+    ) -> None:
+        """A reloaded pool's backends priced (``prices``, ``uncapped``, ``media`` by backend
+        id, as at ``__init__``); a backend it no longer has keeps its own, for its calls in
+        flight."""
+        self._prices = {**self._prices, **prices}
+        self.uncapped = (self.uncapped - set(prices)) | uncapped
+        self.media.update(media)
+
     @property
     def spent(self) -> float:
         return self.ledger.spent
