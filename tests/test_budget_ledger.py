@@ -177,3 +177,36 @@ def test_two_gateways_on_one_host_share_one_budget_key(tmp_path, billing_server)
     assert server.billed(PRICE) <= 0.2
     assert all(statuses[-1] in (400, 429) for statuses in results)
     assert sum(s == 200 for statuses in results for s in statuses) > 10
+
+
+def test_a_pool_keeps_its_spend_in_the_ledger_beside_its_traces(tmp_path, billing_server):
+    """``rrcli.Pool`` with a trace file spends until its budget refuses (CallError ``budget``,
+    the gateway's words, ``retry_after`` the seconds to the period's end); a pool opened again
+    on the same traces is refused at its first call, and nothing was billed past the limit."""
+    import asyncio
+
+    import rrcli
+
+    server = billing_server(writes=5)
+    path = _profile(tmp_path, server.openai_url, max_cost_usd=0.05, period="month")
+    traces = tmp_path / "pool.jsonl"
+
+    async def spend() -> list[rrcli.CallError]:
+        errors = []
+        async with rrcli.Pool.from_profile(path, traces=traces) as pool:
+            for cap in [20] * 40 + [1] * 10:
+                try:
+                    await pool.chat(HI, max_tokens=cap)
+                except rrcli.CallError as exc:
+                    errors.append(exc)
+                    if exc.type == "budget":
+                        break
+        return errors
+
+    first = asyncio.run(spend())
+    again = asyncio.run(spend())
+    assert "budget" == first[-1].type
+    assert first[-1].message.startswith("the budget of $0.05 is spent")
+    assert 0 < first[-1].retry_after <= 31 * 86400
+    assert ["budget"] == [error.type for error in again]
+    assert server.billed(PRICE) <= 0.05
