@@ -62,7 +62,8 @@ def test_two_servers_share_one_cap(tmp_path, sim_server, redis_server):
 def test_two_servers_share_one_budget(tmp_path, billing_server, redis_server):
     """A budget of $0.1 in the profile, two servers on one Redis gate, far more requests than
     it pays for: the provider billed no more than the limit over both, the budget was nearly
-    spent, and the requests past it were answered 429."""
+    spent, and the requests past it were refused (429 once spent, 400 while what is left is
+    less than a request's worst case)."""
     server = billing_server(writes=500, latency_s=0.05)
     entry = {"id": "b0", "base_url": server.openai_url, "model": "gpt-4o", "price": GPT_4O,
              "max_concurrency": 8}  # fmt: skip
@@ -77,7 +78,8 @@ def test_two_servers_share_one_budget(tmp_path, billing_server, redis_server):
     finally:
         first.stop()
         second.stop()
-    assert {200, 429} == set(statuses)
+    assert 200 in statuses
+    assert set(statuses) <= {200, 400, 429}  # past it: too big for what is left, or spent
     assert 0.07 < server.billed() <= 0.1
 
 

@@ -20,6 +20,7 @@ from rrcli.registry import REGISTRY
 
 __all__ = [
     "BINDINGS",
+    "BUDGET_PERIODS",
     "CACHE_MODES",
     "DEFAULT_PREFIX_CACHE_TOKENS",
     "DEFAULT_PROVIDER",
@@ -75,6 +76,7 @@ BINDINGS = ("request", "session")
 GATE_KINDS = ("local", "redis")
 #: --cache-mode: look answers up and store new ones, only look up, only store, no cache at all
 CACHE_MODES = ("readwrite", "read", "write", "off")
+BUDGET_PERIODS = ("day", "month")  # after which a budget's spend starts again (UTC)
 DEFAULT_PROVIDER = "openai"
 DEFAULT_RETRY_ON_STATUS = (408, 409, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524, 529)
 
@@ -301,9 +303,14 @@ class CacheSettings:
 
 @dataclass(frozen=True, slots=True)
 class BudgetSettings:
-    """The most a run may spend, in USD (None: no budget); ``rrcli run --max-cost`` overrides."""
+    """The most a run may spend, in USD (None: no budget); ``rrcli run --max-cost`` overrides.
+    ``key``: the name the budget is kept under, in the ledger file and in Redis ("": the
+    profile's name); ``period``: "day" or "month" (UTC), after which serve and Pool spend
+    again from nothing ("": never)."""
 
     max_cost_usd: float | None = None
+    key: str = ""
+    period: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,8 +393,8 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
     out["queue"] = _plain(profile.queue)
     if profile.serve != ServeSettings():
         out["serve"] = {k: v for k, v in _plain(profile.serve).items() if v != ""}
-    if profile.budget.max_cost_usd is not None:
-        out["budget"] = _plain(profile.budget)
+    if profile.budget != BudgetSettings():
+        out["budget"] = {k: v for k, v in _plain(profile.budget).items() if v != ""}
     out["backends"] = [_backend_to_dict(b, redact) for b in profile.backends]
     return out
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from rrcli.config.profile import (
     BINDINGS,
+    BUDGET_PERIODS,
     CACHE_MODES,
     GATE_KINDS,
     MAX_CONTINUATIONS,
@@ -218,7 +219,11 @@ COOLDOWN = {
 }
 HEALTH = {"recover_after": Field("number", within(0, MAX_RECOVER_AFTER))}
 CACHE = {"path": Field("str", NOT_EMPTY), "mode": Field("str", choices=CACHE_MODES)}
-BUDGET = {"max_cost_usd": Field("number", at_least(0))}
+BUDGET = {
+    "max_cost_usd": Field("number", at_least(0)),
+    "key": Field("str", ID_RULE),
+    "period": Field("str", choices=BUDGET_PERIODS),
+}
 MAX_PRICE = 10_000.0  # USD per million tokens: ten times the dearest model's; more is a typo
 _PRICE = Field("number", within(0, MAX_PRICE))
 PRICE = {"input": _PRICE, "output": _PRICE, "cached_input": _PRICE, "cache_write": _PRICE}

@@ -307,8 +307,9 @@ def settled(outcome: CallOutcome) -> CallOutcome:
 
 
 def _refused(job: Job, exc: Halted | NoHealthyBackend) -> CallError:
-    """The error of a call the pool refused: its budget spent, or no backend left, said as the
-    engine's signal says it (never in a run's words)."""
+    """The error of a call the pool refused: its budget spent (``retry_after`` the seconds
+    until its period renews it, None when none will), or no backend left, said as the engine's
+    signal says it (never in a run's words)."""
     if isinstance(exc, NoHealthyBackend):
         kind, message = "no_healthy_backend", str(exc)
     elif exc.reason == "budget":
@@ -317,7 +318,8 @@ def _refused(job: Job, exc: Halted | NoHealthyBackend) -> CallError:
         kind, message = "no_healthy_backend", exc.said
     error = {"type": kind, "message": message}
     record = {"id": job.id, "status": "error", "deployment": None, "attempts": 0, "error": error}
-    return CallError(message, type=kind, result=record)
+    retry_after = exc.retry_after if isinstance(exc, Halted) else None
+    return CallError(message, type=kind, result=record, retry_after=retry_after)
 
 
 def _closed(job: Job, attempts: int | None) -> CallError:
