@@ -8,9 +8,9 @@ backend's ``base_url``: a known API host names the provider (OpenAI, Anthropic, 
 OpenRouter...); a server it does not know (a local vLLM, a proxy, the simulator) has no price,
 whatever its model is called. A provider the registry names for genai-prices (``azure``, the
 hosted presets: ``prices_id``) is asked by that name instead, wherever its base_url points (an
-Azure resource behind a gateway is billed as Azure). Its cache prices (reads, and writes where the provider bills them,
-as Anthropic does) come with it. A model priced in tiers takes its first tier (the price of a
-call of ordinary length). Nothing is fetched: the library's own data snapshot is read, never
+Azure resource behind a gateway is billed as Azure). Its cache prices (reads, and writes where
+the provider bills them, as Anthropic does) come with it. A model priced in tiers takes its
+first tier (the price of a call of ordinary length). Nothing is fetched: the library's own data snapshot is read, never
 updated.
 """
 
