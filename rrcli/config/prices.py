@@ -10,8 +10,8 @@ whatever its model is called. A provider the registry names for genai-prices (``
 hosted presets: ``prices_id``) is asked by that name instead, wherever its base_url points (an
 Azure resource behind a gateway is billed as Azure). Its cache prices (reads, and writes where
 the provider bills them, as Anthropic does) come with it. A model priced in tiers takes its
-first tier (the price of a call of ordinary length). Nothing is fetched: the library's own data snapshot is read, never
-updated.
+first tier (the price of a call of ordinary length). Nothing is fetched: the library's own
+data snapshot is read, never updated.
 """
 
 from __future__ import annotations
