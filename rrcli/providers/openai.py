@@ -292,9 +292,18 @@ class _OpenAIStream:
 class _ChoiceFold:
     """One choice's deltas."""
 
-    __slots__ = ("calls", "content", "finish_reason", "logprobs", "reasoning", "refusal")
+    __slots__ = (
+        "calls",
+        "content",
+        "filtered",
+        "finish_reason",
+        "logprobs",
+        "reasoning",
+        "refusal",
+    )
 
     def __init__(self) -> None:
+        self.filtered: Any = None  # Azure's content_filter_results, as its finish chunk says
         self.content: list[str] = []
         self.reasoning: list[str] = []
         self.refusal: list[str] = []
@@ -305,6 +314,7 @@ class _ChoiceFold:
     def add(self, choice: dict[str, Any]) -> str | None:
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
+            self.filtered = choice.get("content_filter_results", self.filtered)
         if choice.get("logprobs"):
             self._logprobs(choice["logprobs"])
         delta = choice.get("delta")
@@ -386,9 +396,12 @@ class _ChoiceFold:
             ]
         if self.reasoning:
             message["reasoning_content"] = "".join(self.reasoning)
-        return {
+        folded = {
             "index": index,
             "message": message,
             "logprobs": self.logprobs,
             "finish_reason": self.finish_reason,
         }
+        if self.filtered is not None:
+            folded["content_filter_results"] = self.filtered
+        return folded
