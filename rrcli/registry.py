@@ -208,7 +208,7 @@ def _plugin(point: metadata.EntryPoint) -> ProviderInfo:
         loaded = getattr(import_module(module), attr)
     except (ImportError, AttributeError) as exc:
         raise LookupError(
-            f"provider {point.name!r} ({point.value}) cannot be loaded: {exc} — reinstall the "
+            f'"{point.name}" ({point.value}) cannot be loaded: {exc} — reinstall the '
             "package that registers it, or remove it"
         ) from None
     if isinstance(loaded, ProviderInfo):

@@ -45,7 +45,12 @@ def build_backend(
             'give every backend a unique id, e.g. id = "openai-a"',
             "missing_id",
         )
-    provider = info(merged.get("provider", DEFAULT_PROVIDER))
+    try:
+        provider = info(merged.get("provider", DEFAULT_PROVIDER))
+    except LookupError as exc:  # another package's provider that cannot be loaded
+        problem, _, fix = str(exc).partition(" — ")
+        check.add("error", f"{path}.provider", problem, fix, "provider_unloadable")
+        provider = info(DEFAULT_PROVIDER)
     if "sim" in merged and provider.name != "sim":
         check.add(
             "warning",
