@@ -370,8 +370,8 @@ def serve(config: SimConfig, host: str, port: int, *, echo: Any = print) -> None
     url = f"http://{host}:{sock.getsockname()[1]}"
     server = uvicorn_server(config)
     echo(
-        f"rrcli sim listening on {url} — openai base_url {url}/v1, anthropic base_url {url}, "
-        f"stats {url}/stats"
+        f"rrcli sim listening on {url} — openai base_url {url}/v1, anthropic and azure base_url "
+        f"{url}, stats {url}/stats"
     )
     try:
         asyncio.run(server.serve(sockets=[sock]))
