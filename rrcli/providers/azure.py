@@ -33,6 +33,7 @@ from rrcli.providers._http import NewStream, Parse
 from rrcli.providers.base import Call, Reply, error_body, filter_refusal
 from rrcli.providers.endpoints import endpoint_request
 from rrcli.providers.openai import OpenAIProvider
+from rrcli.registry import AZURE_API_VERSION
 
 __all__ = ["AzureProvider", "TokenCommand", "azure_api_root"]
 
@@ -72,7 +73,8 @@ class AzureProvider(OpenAIProvider):
         super().__init__(backend, api_key, retry=retry, seed=seed, clock=clock, transport=transport)
         root = azure_api_root(backend.base_url)
         if backend.deployment:
-            query = f"?api-version={quote(backend.api_version or '', safe='')}"
+            version = backend.api_version or AZURE_API_VERSION
+            query = f"?api-version={quote(version, safe='')}"
             self._bases = {
                 "deployment": f"{root}/openai/deployments/{quote(backend.deployment, safe='')}"
                 + query,
