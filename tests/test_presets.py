@@ -110,3 +110,16 @@ def test_the_data_file_says_why_for_each_dropped_field() -> None:
         if host.get("drops"):
             section = text.split(f"[{name}]", 1)[1].split("drops =", 1)[0]
             assert "#" in section, name
+
+
+def test_drop_params_on_an_api_that_drops_nothing_is_a_warning(tmp_path) -> None:
+    """drop_params acts on the OpenAI-shaped APIs; on an anthropic backend validate says it is
+    ignored."""
+    report = profile(
+        tmp_path,
+        'provider = "anthropic"\ndrop_params = ["n"]\n'
+        'credentials = { api_key_env = "GROQ_API_KEY" }\n',
+    )
+    assert ["backends[0].drop_params"] == [
+        w.path for w in report.warnings if w.code == "ignored_key"
+    ]

@@ -70,6 +70,14 @@ def build_backend(
     endpoints = tuple(merged.get("endpoints", provider.default_endpoints))
     _check_endpoints(check, provider, endpoints, f"{path}.endpoints")
     _check_azure(check, provider, merged, path)
+    if "drop_params" in own and provider.dialect != "openai":
+        check.add(
+            "warning",
+            f"{path}.drop_params",
+            f"ignored: {provider.name} backends send only their own API's fields already",
+            "remove it",
+            "ignored_key",
+        )
     return _backend(own.get("id", path), provider, merged, credentials, endpoints)
 
 
