@@ -171,11 +171,16 @@ BACKEND = {
     "prefix_cache_tokens": Field("int", at_least(0)),
     "prompt_cache_key": Field("bool"),
     "max_tokens_per_image": Field("int", at_least(1)),
+    "deployment": Field("str", NOT_EMPTY),
+    "api_version": Field("str", NOT_EMPTY),
+    "drop_params": Field("strs"),
 }
 CREDENTIALS = {
     "api_key_env": Field("str", ENV_RULE, secret=True),
     "api_key": Field("str", NOT_EMPTY, secret=True),
     "auth": Field("str", choices=AUTH),
+    "token_env": Field("str", ENV_RULE, secret=True),
+    "token_command": Field("str", NOT_EMPTY),
 }
 RETRY = {
     "max_retries": Field("int", at_least(0)),
@@ -249,9 +254,14 @@ EXPECTED = {
     "ints": ("a list of integers", "write a list such as [429, 503]"),
     "strs": ("a list of strings", 'write a list such as ["chat", "embeddings"]'),
 }
-# headers that carry a key: each provider's own auth header, and a proxy's
+# headers that carry a key: each provider's own auth header, and a proxy's. Azure's api-key is
+# left to ``headers`` too: an openai backend at an Azure-style gateway sends its key that way
+# (masked like every credential header); an azure backend sends its own over it.
 KEY_HEADERS = frozenset(
-    {"proxy-authorization", *(p.auth_header for p in REGISTRY.values() if p.auth_header)}
+    {
+        "proxy-authorization",
+        *(p.auth_header for p in REGISTRY.values() if p.auth_header and p.auth_header != "api-key"),
+    }
 )
 # headers that frame the request on the wire: the HTTP client writes them from the body it sends;
 # a stale Content-Length or a second Transfer-Encoding would desync a keep-alive connection
