@@ -296,22 +296,47 @@ def test_a_token_command_is_run_again_when_its_token_expires(sim_server, tmp_pat
 
 def test_a_failing_token_command_is_an_error_that_says_what_to_do(sim_server, tmp_path) -> None:
     """A token command that fails is a ``token_command`` error naming the command and its last
-    line of stderr, not retried; nothing is sent."""
+    line of stderr, not retried; nothing is sent. A password given to the command as an
+    option's value is masked where its stderr repeats it."""
     server = sim_server()
+    said = "import sys; sys.exit('not logged in with ' + sys.argv[-1])"
     backend = Backend(
         id="east",
         provider="azure",
         base_url=server.url,
         allow_private=True,
         credentials=Credentials(
-            token_command=f"{sys.executable} -c \"import sys; sys.exit('not logged in')\""
+            token_command=f'{sys.executable} -c "{said}" --password hunter2-pass'
         ),
     )
     with pytest.raises(ProviderError) as failed:
         send(backend, Call(messages=USER), None)
     assert ("token_command", False) == (failed.value.type, failed.value.transient)
-    assert "not logged in" in failed.value.message
+    assert "not logged in with ***" in failed.value.message
     assert 0 == server.stats()["requests"]
+
+
+def test_a_profile_written_whole_keeps_its_token_command(tmp_path) -> None:
+    """The masked command is for printing only: a profile written unredacted (as ``rrcli``
+    writes one it means to read again) keeps the command as given."""
+    import tomli_w
+
+    from rrcli.config.profile import profile_to_dict
+
+    command = "get-token --password hunter2-pass"
+    backend = {
+        "id": "az",
+        "provider": "azure",
+        "base_url": "http://127.0.0.1:9",
+        "allow_private": True,
+        "deployment": "d",
+        "credentials": {"token_command": command},
+    }
+    first, again = tmp_path / "first.toml", tmp_path / "again.toml"
+    first.write_text(tomli_w.dumps({"backends": [backend]}))
+    written = profile_to_dict(validate_profile(first).profile, redact=False)
+    again.write_text(tomli_w.dumps(written))
+    assert command == validate_profile(again).profile.backends[0].credentials.token_command
 
 
 @pytest.mark.parametrize(
