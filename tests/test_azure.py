@@ -11,6 +11,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from hostile import chat
 from runkit import read_jsonl, rrcli, write_jobs
 from simkit import post
 
@@ -382,3 +383,38 @@ def test_api_version_without_a_deployment_is_a_warning(tmp_path) -> None:
     assert ["backends[0].api_version"] == [
         w.path for w in report.warnings if w.code == "ignored_key"
     ]
+
+
+@pytest.mark.parametrize(
+    ("credentials", "env", "auth"),
+    [
+        ({"api_key_env": "AZ_KEY"}, {"AZ_KEY": KEY}, ("api-key", KEY)),
+        ({"token_env": "AZ_TOK"}, {"AZ_TOK": KEY}, ("authorization", f"Bearer {KEY}")),
+    ],
+)
+def test_a_header_named_in_another_case_is_sent_once(
+    hostile_server, tmp_path, credentials, env, auth
+) -> None:
+    """Header names are one name in any case: a profile's ``Api-Key`` and ``Content-Type``
+    beside the backend's own credential and JSON body are not sent a second time; the
+    backend's credential and content type are what goes, the profile's other headers as
+    written."""
+    server = hostile_server(lambda _: chat())
+    profile = write_azure_profile(
+        tmp_path / "azure.toml",
+        server,
+        {
+            "id": "east",
+            "deployment": "d",
+            "credentials": credentials,
+            "headers": {"Api-Key": "from-the-profile", "Content-Type": "text/plain", "X-Team": "a"},
+        },
+    )
+    done = rrcli("run", "--prompt", "hi", "-p", profile, cwd=tmp_path, env=env)
+    assert 0 == done.returncode, done.stderr
+    (request,) = server.requests
+    names = [name.lower() for name, _ in request.lines]
+    assert len(names) == len(set(names)), request.lines
+    assert auth[1] == request.headers[auth[0]]
+    assert ("application/json", "a") == (request.headers["content-type"], request.headers["x-team"])
+    assert "from-the-profile" not in str(request.lines)
