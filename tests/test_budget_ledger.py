@@ -329,9 +329,16 @@ def test_serve_and_a_pool_on_one_host_share_one_budget_key(tmp_path, billing_ser
         for name in ("gateway", "library")
     ]
 
+    ready = threading.Barrier(2, timeout=60)  # both front-ends up before either sends
+
+    def gateway() -> list[int]:
+        ready.wait()
+        return _spend(served.url, 200, "gateway")
+
     async def pool() -> list[str]:
         outcomes = []
         async with rrcli.Pool.from_profile(paths[1], traces=tmp_path / "pool.jsonl") as pool:
+            ready.wait()
             for cap in [20] * 80 + [1] * 20:
                 try:
                     await pool.chat(HI, max_tokens=cap)
@@ -347,9 +354,7 @@ def test_serve_and_a_pool_on_one_host_share_one_budget_key(tmp_path, billing_ser
     results: dict[str, list] = {}
     try:
         threads = [
-            threading.Thread(
-                target=lambda: results.update(serve=_spend(served.url, 200, "gateway"))
-            ),
+            threading.Thread(target=lambda: results.update(serve=gateway())),
             threading.Thread(target=lambda: results.update(pool=asyncio.run(pool()))),
         ]
         for thread in threads:
