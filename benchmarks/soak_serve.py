@@ -4,13 +4,14 @@ would check afterwards.
 
 ``--backends`` `rrcli sim` processes (each with ``--api-key``, ``--latency-ms``) are pooled by
 `rrcli serve` (its own process, ``binding = "session"``, ``[health] recover_after`` of
-``--recover-after`` seconds, the default retries, a trace file). ``--clients`` clients (the
-official openai SDK's AsyncOpenAI, ``max_retries=0`` so every failure is seen) send
-``--requests`` chat requests, paced evenly over ``--minutes``, in named sessions
-(``x-rrcli-session``) of ``--turns`` turns, the history growing each turn. Meanwhile every
-``--kill-every`` seconds one backend (in turn) is killed (SIGKILL) and restarted on its port
-``--down-seconds`` later, and once, between two kills, a backend's server is restarted with
-another key for ``--revoked-seconds``, then with the right one again.
+``--recover-after`` seconds, the default retries unless ``--retries``, a trace file).
+``--clients`` clients (the official openai SDK's AsyncOpenAI, ``max_retries=0`` so every
+failure is seen) send ``--requests`` chat requests, paced evenly over ``--minutes``, in named
+sessions (``x-rrcli-session``) of ``--turns`` turns, the history growing each turn. Meanwhile
+every ``--kill-every`` seconds one backend (in turn) is killed (SIGKILL) and restarted on its
+port ``--down-seconds`` later, and once, between two kills, a backend's server is restarted
+with another key for ``--revoked-seconds``, then with the right one again (with 3 backends or
+more: one neither neighbouring kill takes).
 
 Before the soak, a baseline in the same run: the same clients, sessions and pace straight to
 one more sim (``--baseline-requests``, nothing killed); the soak's figures are printed against it.
@@ -27,11 +28,13 @@ It checks, and exits 1 when one fails:
     after its server returned (probes at ``recover_after`` after the down, the wait doubling),
     and ``/metrics`` (``rrcli_deployment_state``) and ``/ready`` agree at the end;
 and prints requests sent / ok / failed, throughput, p50/p99 against the baseline, the load
-average. A short run to try it: ``--minutes 1 --requests 2000 --kill-every 20``.
+average. A short run to try it: ``--minutes 1 --requests 2000 --kill-every 20``; with
+``--retries 0`` and a slower backend (``--latency-ms 400``) the requests in flight at a kill
+fail, which checks their answers' shape.
 
     python benchmarks/soak_serve.py [--requests 20000] [--minutes 10] [--clients 32]
         [--turns 5] [--backends 4] [--latency-ms 50] [--recover-after 5] [--kill-every 60]
-        [--down-seconds 10] [--revoked-seconds 15] [--baseline-requests 2000]
+        [--down-seconds 10] [--revoked-seconds 15] [--baseline-requests 2000] [--retries N]
 """
 
 from __future__ import annotations
@@ -169,7 +172,7 @@ def watch(pid: int, base: str, into: Watch, stop: threading.Event) -> None:
                 last_load = now
 
 
-def write_profile(path: Path, sims: list[Sim], recover_after: float) -> Path:
+def write_profile(path: Path, sims: list[Sim], recover_after: float, retries: int | None) -> Path:
     backends = [
         {
             "id": f"b{i}", "provider": "openai", "base_url": sim.url, "model": "sim",
@@ -182,6 +185,8 @@ def write_profile(path: Path, sims: list[Sim], recover_after: float) -> Path:
         "name": "pool", "binding": "session", "health": {"recover_after": recover_after},
         "backends": backends,
     }  # fmt: skip
+    if retries is not None:
+        profile["retry"] = {"max_retries": retries}
     path.write_text(tomli_w.dumps(profile))
     return path
 
@@ -281,7 +286,7 @@ def chaos(sims: list[Sim], args: argparse.Namespace, t0: float, events: list[Eve
     kills = [t for t in kills if t + args.down_seconds + 5 < duration]
     revoke_k = len(kills) // 2
     plan = [(t, "kill", k % len(sims)) for k, t in enumerate(kills)]
-    if len(kills) >= 2:
+    if len(kills) >= 2 and len(sims) >= 3:  # a backend neither neighbouring kill takes
         plan.append((args.kill_every * (revoke_k + 1), "revoke", (revoke_k + 2) % len(sims)))
     pending = sorted(plan)  # (when, what, backend), the returns added as the kills happen
     while pending and not done.is_set():
@@ -403,6 +408,9 @@ def main() -> None:
     parser.add_argument("--down-seconds", type=float, default=10.0, help="a killed one's time")
     parser.add_argument("--revoked-seconds", type=float, default=15.0)
     parser.add_argument("--baseline-requests", type=int, default=2000)
+    parser.add_argument(
+        "--retries", type=int, help="[retry] max_retries (default: the profile's default, 3)"
+    )
     args = parser.parse_args()
     os.environ["PYTHONPATH"] = str(ROOT)
     seconds = args.minutes * 60
@@ -423,7 +431,7 @@ def main() -> None:
         for sim in sims:
             sim.start()
         traces, log = Path(tmp) / "serve.traces.jsonl", Path(tmp) / "serve.log"
-        profile = write_profile(Path(tmp) / "pool.toml", sims, args.recover_after)
+        profile = write_profile(Path(tmp) / "pool.toml", sims, args.recover_after, args.retries)
         events: list[Event] = []
         seen = Watch()
         secrets = (KEY, WRONG_KEY, KEY_VAR, *(f"127.0.0.1:{s.port}" for s in sims))
@@ -506,7 +514,8 @@ def check_requests(sent: list[Sent], events: list[Event], ended: float) -> list[
         f"overlapping a kill or the revocation; {sum(s.shaped for s in failed)} in the API's "
         "error shape"
     )
-    for s in failed[:5]:
+    for status in statuses:  # the first failure of each status
+        s = next(s for s in failed if s.status == status)
         print(f"  e.g. {s.session} turn {s.turn}: {s.status} {s.error[:200]}")
     problems = []
     if len(overlapping) < len(failed):
