@@ -58,8 +58,10 @@ class ProviderInfo:
     """One provider. ``auth_header``: the header its key travels in (None: no key at all);
     ``endpoints``: the endpoints it can serve; ``default_endpoints``: what a backend serves when
     its profile says nothing; ``dialect``: the request shape its API speaks (``"openai"`` chat
-    completions, ``"anthropic"`` Messages), None for one that takes a job as written (sim), so a
-    job of another shape is translated (``providers.translate``)."""
+    completions, ``"anthropic"`` Messages, ``"gemini"`` generateContent), None for one that
+    takes a job as written (sim), so a job of another shape is translated
+    (``providers.translate``). ``prices_id``: the provider
+    genai-prices knows its models under, whatever the base_url (None: found by the base_url)."""
 
     name: str
     adapter: str  # "module:Class", imported lazily by make_provider
@@ -71,6 +73,7 @@ class ProviderInfo:
     default_endpoints: tuple[str, ...] = ("chat",)
     needs_network: bool = True
     dialect: str | None = "openai"
+    prices_id: str | None = None
 
 
 REGISTRY: dict[str, ProviderInfo] = {
@@ -91,6 +94,17 @@ REGISTRY: dict[str, ProviderInfo] = {
         auth_header="x-api-key",
         request_id_header="request-id",
         dialect="anthropic",
+    ),
+    "gemini": ProviderInfo(
+        name="gemini",
+        adapter="rrcli.providers.gemini:GeminiProvider",
+        default_base_url="https://generativelanguage.googleapis.com",
+        default_model="gemini-2.5-flash",
+        auth_header="x-goog-api-key",
+        request_id_header=None,  # the body's responseId
+        endpoints=("chat", "embeddings"),
+        dialect="gemini",
+        prices_id="google",
     ),
     "sim": ProviderInfo(
         name="sim",

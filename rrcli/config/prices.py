@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from rrcli.config.profile import Backend, Price
+from rrcli.registry import REGISTRY
 
 __all__ = [
     "LIBRARY",
@@ -70,8 +71,10 @@ def lookup_price(provider: str, base_url: str, model: str) -> Price | None:
     except ImportError:
         return None
     usage = Usage(input_tokens=_SAMPLE, output_tokens=_SAMPLE)
+    entry = REGISTRY.get(provider)
+    where = {"provider_id": entry.prices_id} if entry and entry.prices_id else {}
     try:
-        found = calc_price(usage, model, provider_api_url=base_url)
+        found = calc_price(usage, model, **(where or {"provider_api_url": base_url}))
     except (LookupError, ValueError):
         return None
     per_million = 1_000_000 / _SAMPLE
