@@ -114,7 +114,7 @@ def test_bad_provider_names_the_accepted_ones(tmp_path):
     """provider = "antropic" suggests "anthropic"."""
     report = check(tmp_path, OPENAI + 'provider = "antropic"\n')
     assert 'did you mean "anthropic"?' == report.errors[0].fix
-    assert "openai, anthropic, sim" in report.errors[0].message
+    assert "(accepted: openai, anthropic, " in report.errors[0].message
 
 
 def test_duplicate_ids_name_both_indexes(tmp_path):

@@ -146,13 +146,18 @@ EXPRESSIBLE: dict[str, Callable[[Any], bool]] = {
 
 
 def unsayable(messages: list[dict[str, Any]]) -> tuple[str, ...]:
-    """Where OpenAI-shaped ``messages`` say what a Gemini request cannot: a participant's
-    ``name``, a ``function_call``, an image or file that is no base64 data: URL (a URL or a file
-    id names something Gemini cannot fetch), a tool call that is no function call."""
+    """Where OpenAI-shaped ``messages`` say what a Gemini request cannot: no turn but system
+    ones, a participant's ``name``, a user message with no text or media (Gemini refuses an
+    empty part), a ``function_call``, an image or file that is no base64 data: URL (a URL or a
+    file id names something Gemini cannot fetch), a tool call that is no function call."""
     found = []
+    if all(m.get("role") in ("system", "developer") for m in messages):
+        found.append("messages")
     for i, message in enumerate(messages):
         if message.get("name") is not None:
             found.append(f"messages[{i}].name")
+        if message.get("role") == "user" and _empty(message.get("content")):
+            found.append(f"messages[{i}].content")
         if message.get("function_call") is not None:
             found.append(f"messages[{i}].function_call")
         content = message.get("content")
@@ -166,6 +171,17 @@ def unsayable(messages: list[dict[str, Any]]) -> tuple[str, ...]:
             if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
                 found.append(f"messages[{i}].tool_calls[{j}]")
     return tuple(found)
+
+
+def _empty(content: Any) -> bool:
+    """Content with no text and no part besides empty text."""
+    if isinstance(content, str):
+        return not content
+    if isinstance(content, list):
+        return all(
+            isinstance(p, dict) and p.get("type") == "text" and not p.get("text") for p in content
+        )
+    return True
 
 
 def to_gemini(messages: list[dict[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
@@ -326,15 +342,21 @@ def _contents(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
                 contents.append({"role": "model", "parts": parts})
         elif role == "user":
             results = None
-            contents.append({"role": "user", "parts": _parts(content, where)})
+            parts = _parts(content, where)
+            if not parts:
+                raise UntranslatableError(
+                    f"{where}: a user message with no text has no form in Gemini's API"
+                )
+            contents.append({"role": "user", "parts": parts})
         else:
             raise UntranslatableError(f"{where}: a {role} message has no form in Gemini's API")
     return system, contents
 
 
 def _parts(content: Any, where: str) -> list[dict[str, Any]]:
-    if content is None:
-        return [{"text": ""}]
+    """Content as parts, empty text left out (Gemini refuses a part without data)."""
+    if content is None or content == "":
+        return []
     if not isinstance(content, list):
         return [{"text": str(content)}]
     out = []
@@ -345,8 +367,9 @@ def _parts(content: Any, where: str) -> list[dict[str, Any]]:
                 f"{where}.content[{j}]: Gemini takes text, and images, audio and files as base64 "
                 "data: URLs only"
             )
-        out.append(said)
-    return out or [{"text": ""}]
+        if said.get("text") != "":
+            out.append(said)
+    return out
 
 
 def _part(part: Any) -> dict[str, Any] | None:
@@ -400,7 +423,7 @@ def _model_parts(message: dict[str, Any], names: dict[Any, Any], where: str) -> 
         raise UntranslatableError(f"{where}.tool_calls is not a list of tool calls")
     parts = []
     if isinstance(content, list):
-        parts.extend(p for p in _parts(content, where) if p.get("text", True))
+        parts.extend(_parts(content, where))
     elif content:
         parts.append({"text": str(content)})
     elif isinstance(message.get("refusal"), str):

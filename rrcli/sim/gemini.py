@@ -184,6 +184,28 @@ def strict(value: Any, schema: Any, where: str = "") -> Any:
     return out
 
 
+_DATA = ("text", "inlineData", "fileData", "functionCall", "functionResponse")
+_CODE = ("executableCode", "codeExecutionResult")
+
+
+def check_parts(contents: list[Any], where: str = "contents") -> None:
+    """Each content has parts, each part one data field (an empty text is none: proto3 reads
+    it as unset), as the API's validation requires."""
+    for i, content in enumerate(contents):
+        parts = content.get("parts") if isinstance(content, dict) else None
+        if not parts:
+            raise _invalid(
+                f"* GenerateContentRequest.{where}[{i}].parts: contents.parts must not be empty."
+            )
+        for j, part in enumerate(parts):
+            said = [k for k in (*_DATA, *_CODE) if part.get(k) not in (None, "")]
+            if len(said) != 1:
+                raise _invalid(
+                    f"* GenerateContentRequest.{where}[{i}].parts[{j}].data: required oneof "
+                    "field 'data' must have one initialized field"
+                )
+
+
 def _invalid(message: str) -> InvalidSimRequest:
     return InvalidSimRequest(message)
 
@@ -262,6 +284,10 @@ class GeminiWire(GeminiFamily):
         contents = body.get("contents")
         if not isinstance(contents, list) or not contents:
             raise _invalid("* GenerateContentRequest.contents: contents is not specified")
+        check_parts(contents)
+        system = body.get("systemInstruction")
+        if system is not None:
+            check_parts([system], "system_instruction")
         config = body.get("generationConfig") or {}
         if (config.get("thinkingConfig") or {}).get("includeThoughts"):
             modes += ",reasoning"
