@@ -146,12 +146,13 @@ EXPRESSIBLE: dict[str, Callable[[Any], bool]] = {
 
 
 def unsayable(messages: list[dict[str, Any]]) -> tuple[str, ...]:
-    """Where OpenAI-shaped ``messages`` say what a Gemini request cannot: no turn but system
-    ones, a participant's ``name``, a user message with no text or media (Gemini refuses an
-    empty part), a ``function_call``, an image or file that is no base64 data: URL (a URL or a
-    file id names something Gemini cannot fetch), a tool call that is no function call."""
+    """Where OpenAI-shaped ``messages`` say what a Gemini request cannot: no user turn (Gemini
+    answers a conversation the user began), a participant's ``name``, a user message with no
+    text or media (Gemini refuses an empty part), a ``function_call``, an image or file that is
+    no base64 data: URL (a URL or a file id names something Gemini cannot fetch), a tool call
+    that is no function call."""
     found = []
-    if all(m.get("role") in ("system", "developer") for m in messages):
+    if not any(m.get("role") == "user" for m in messages):
         found.append("messages")
     for i, message in enumerate(messages):
         if message.get("name") is not None:
