@@ -329,3 +329,27 @@ def test_serve_gives_the_openai_sdk_a_gemini_backend(tmp_path, sim_server):
         assert "stop" == second.choices[0].finish_reason
     finally:
         served.stop()
+
+
+def test_a_signature_never_reaches_an_openai_server(tmp_path, sim_server):
+    """A history whose tool call carries a Gemini thought signature, sent to an
+    OpenAI-compatible backend: the call goes without it (that API has no such field)."""
+    sim = sim_server()
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+        "extra_content": {"google": {"thought_signature": "c2ln"}},
+    }
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "21 C"},
+    ]
+    backend = {"id": "o", "base_url": sim.openai_url}
+    done, _, _ = run(tmp_path, [backend], [{"id": "a", "messages": messages}])
+    assert 0 == done.returncode, done.stderr
+    (sent,) = sim.received()
+    assert [{k: v for k, v in call.items() if k != "extra_content"}] == (
+        sent["body"]["messages"][1]["tool_calls"]
+    )

@@ -192,6 +192,7 @@ ERROR_TYPES = frozenset(
         "insufficient_quota",
         "context_length_exceeded",
         "untranslatable",
+        "content_filter",
         "too_many_continuations",
         "cancelled",
         "client_disconnected",
