@@ -64,8 +64,15 @@ OPENAI_PARAMS = st.fixed_dictionaries(
         "service_tier": st.sampled_from(["auto", "default", "flex"]),
     },
 )
-OPENAI_HISTORY = st.lists(json_of(chat.ChatCompletionMessageParam), min_size=1, max_size=4)
-ANTHROPIC_HISTORY = st.lists(json_of(anthropic_types.MessageParam), min_size=1, max_size=4)
+#: a user's question, then what the SDK's types allow (a participant's ``name``, which routes a
+#: job away, left out so that most examples are sent)
+FIRST = {"role": "user", "content": "Hi"}
+OPENAI_HISTORY = st.lists(json_of(chat.ChatCompletionMessageParam), min_size=1, max_size=4).map(
+    lambda ms: [FIRST, *({k: v for k, v in m.items() if k != "name"} for m in ms)]
+)
+ANTHROPIC_HISTORY = st.lists(json_of(anthropic_types.MessageParam), max_size=4).map(
+    lambda ms: [FIRST, *ms]
+)
 ANTHROPIC_PARAMS = st.fixed_dictionaries(
     {"max_tokens": st.integers(1, 4000)},
     optional={
@@ -173,9 +180,9 @@ def test_gemini_own_params_go_where_gemini_reads_them():
     assert [{"category": "c", "threshold": "t"}] == body["safetySettings"]
 
 
-def test_tool_choice_and_reasoning_effort_rows():
+def test_tool_choice_reasoning_effort_and_cap_rows():
     """tool_choice required / a named function / none → toolConfig's modes; reasoning_effort
-    → a thinking budget."""
+    → a thinking budget; both spellings of the cap → the larger as maxOutputTokens."""
     said = [
         to_gemini([{"role": "user", "content": "x"}], {"tools": [TOOL], "tool_choice": choice})
         for choice in ("required", {"type": "function", "function": {"name": "f"}}, "none")
@@ -187,6 +194,9 @@ def test_tool_choice_and_reasoning_effort_rows():
     ] == [b["toolConfig"]["functionCallingConfig"] for b in said]
     body = to_gemini([{"role": "user", "content": "x"}], {"reasoning_effort": "low"})
     assert {"thinkingConfig": {"thinkingBudget": 1024}} == body["generationConfig"]
+    for params in ({"max_tokens": 7, "max_completion_tokens": 9}, {"max_completion_tokens": 9}):
+        body = to_gemini([{"role": "user", "content": "x"}], {**params, "max_tokens": 7})
+        assert {"maxOutputTokens": 9} == body["generationConfig"]
 
 
 def test_answers_read_back_in_openai_shape():

@@ -145,9 +145,13 @@ EXPRESSIBLE: dict[str, Callable[[Any], bool]] = {
 }
 
 
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
 def unsayable(messages: list[dict[str, Any]]) -> tuple[str, ...]:
     """Where OpenAI-shaped ``messages`` say what a Gemini request cannot: no user turn (Gemini
-    answers a conversation the user began), a participant's ``name``, a user message with no
+    answers a conversation the user began), a role it has no turn for (``function``), a
+    participant's ``name``, a user message with no
     text or media (Gemini refuses an empty part), a ``function_call``, an image or file that is
     no base64 data: URL (a URL or a file id names something Gemini cannot fetch), a tool call
     that is no function call."""
@@ -155,6 +159,8 @@ def unsayable(messages: list[dict[str, Any]]) -> tuple[str, ...]:
     if not any(m.get("role") == "user" for m in messages):
         found.append("messages")
     for i, message in enumerate(messages):
+        if message.get("role") not in _ROLES:
+            found.append(f"messages[{i}].role")
         if message.get("name") is not None:
             found.append(f"messages[{i}].name")
         if message.get("role") == "user" and _empty(message.get("content")):
@@ -427,7 +433,7 @@ def _model_parts(message: dict[str, Any], names: dict[Any, Any], where: str) -> 
         parts.extend(_parts(content, where))
     elif content:
         parts.append({"text": str(content)})
-    elif isinstance(message.get("refusal"), str):
+    elif isinstance(message.get("refusal"), str) and message["refusal"]:
         parts.append({"text": message["refusal"]})
     for j, call in enumerate(calls or ()):
         place = f"{where}.tool_calls[{j}]"
