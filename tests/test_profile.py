@@ -205,7 +205,7 @@ def test_no_output_ever_shows_a_key(tmp_path):
     assert "sk-PASTED-456" not in shown
 
 
-@pytest.mark.parametrize("header", ["Authorization", "x-api-key"])
+@pytest.mark.parametrize("header", ["Authorization", "x-api-key", "x-goog-api-key"])
 def test_key_headers_are_refused(tmp_path, header):
     """A key header in `headers` would bypass credentials: refused, pointing at credentials."""
     report = check(tmp_path, OPENAI + f'headers = {{ {header} = "Bearer sk-zz" }}\n')
