@@ -353,3 +353,21 @@ def test_a_signature_never_reaches_an_openai_server(tmp_path, sim_server):
     assert [{k: v for k, v in call.items() if k != "extra_content"}] == (
         sent["body"]["messages"][1]["tool_calls"]
     )
+
+
+def test_validate_probe_checks_the_key_and_the_model(tmp_path, sim_server):
+    """``validate --probe`` sends each Gemini backend the smallest generateContent call: ok
+    with the right key, a failure naming Gemini's INVALID_ARGUMENT with a wrong one; the
+    address it shows has no key in it."""
+    sim = sim_server(api_keys=(KEY,))
+    wrong = gemini(sim, id="wrong", credentials={"api_key_env": "RR_TEST_WRONG_KEY"})
+    profile = write_profile(tmp_path / "p.toml", [gemini(sim), wrong])
+    env = {**ENV, "RR_TEST_WRONG_KEY": "wrong-key-0123456789"}
+    done = rrcli("validate", profile, "--probe", cwd=tmp_path, env=env)
+    assert 1 == done.returncode
+    probes = sorted(line for line in done.stdout.splitlines() if line.startswith("probe:"))
+    assert probes[0].startswith("probe: g: ok")
+    assert probes[1].startswith("probe: wrong: FAILED — http_400: HTTP 400 INVALID_ARGUMENT")
+    assert ":generateContent]" in probes[0]
+    assert KEY not in done.stdout + done.stderr
+    assert [5, 5] == [r["body"]["generationConfig"]["maxOutputTokens"] for r in sim.received()]
