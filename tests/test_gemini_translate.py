@@ -135,6 +135,27 @@ def _sent_or_routed(generate, messages, params, dialect):
 @example(
     messages=[{"role": "assistant", "content": ""}, {"role": "user", "content": "x"}], params={}
 )
+@example(
+    messages=[{"role": "system", "content": "Be brief."}, FIRST],
+    params={
+        "max_tokens": 5,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "seed": 1,
+        "presence_penalty": 0.1,
+        "frequency_penalty": 0.1,
+        "stop": ["a", "b"],
+        "n": 2,
+        "reasoning_effort": "low",
+        "response_format": {"type": "json_schema", "json_schema": SCHEMA},
+        "tools": [TOOL],
+        "tool_choice": {"type": "function", "function": {"name": "f"}},
+        "user": "u",
+        "metadata": {"a": "b"},
+        "prompt_cache_key": "k",
+        "parallel_tool_calls": False,
+    },
+)
 def test_openai_requests_reach_gemini_as_it_takes_them(generate, messages, params):
     """An OpenAI-shaped request is routed away from Gemini or sent as a body Gemini's strict
     parser accepts."""
