@@ -269,6 +269,22 @@ def test_rate_limits_wait_their_retry_info_and_unavailable_is_retried(tmp_path, 
     assert 2 == results["a"]["attempts"]
 
 
+@pytest.mark.parametrize("mode", ["stream-error", "cut-stream"])
+def test_a_stream_that_fails_midway_is_retried(tmp_path, sim_server, mode):
+    """A Gemini stream that carries an UNAVAILABLE error chunk, or ends before its finishReason
+    (it has no end marker), fails its attempt, which is retried: the job is ok on its second,
+    with the text of a plain run."""
+    sim = sim_server(api_keys=(KEY,))
+    backend = gemini(sim, headers={"x-sim-mode": mode, "x-sim-times": "1"})
+    jobs = [{"id": "a", "prompt": "Tell me more"}]
+    done, streamed, traces = run(tmp_path, [backend], jobs, "--stream", name="streamed")
+    assert 0 == done.returncode, done.stderr
+    done, plain, _ = run(tmp_path, [backend], jobs, name="plain")
+    assert (2, plain["a"]["output"]) == (streamed["a"]["attempts"], streamed["a"]["output"])
+    first = calls(traces)[0]["error_type"]
+    assert {"stream-error": "stream_error", "cut-stream": "stream_broken"}[mode] == first
+
+
 def test_an_invalid_key_takes_the_backend_down(tmp_path, sim_server):
     """Gemini's answer to a wrong key (400 INVALID_ARGUMENT, reason API_KEY_INVALID) is the
     backend's fault, not the job's: the backend leaves the pool and its jobs go to the other."""
@@ -301,8 +317,10 @@ def test_the_budget_cap_is_max_output_tokens(tmp_path, sim_server):
 
 def test_serve_gives_the_openai_sdk_a_gemini_backend(tmp_path, sim_server):
     """``rrcli serve`` in front of a Gemini backend: the openai SDK gets chat completions, plain
-    and streamed, and a tool call whose signature it sends back on the next turn."""
+    and streamed, and a tool call whose signature it sends back on the next turn; the
+    anthropic SDK gets a message."""
     openai = pytest.importorskip("openai")
+    anthropic = pytest.importorskip("anthropic")
     sim = sim_server(api_keys=(KEY,))
     profile = write_profile(
         tmp_path / "p.toml", [gemini(sim, headers={"x-sim-mode": "signatures"})]
@@ -327,6 +345,10 @@ def test_serve_gives_the_openai_sdk_a_gemini_backend(tmp_path, sim_server):
         second = client.chat.completions.create(model=MODEL, messages=history, tools=[WEATHER])
         assert second.choices[0].message.content
         assert "stop" == second.choices[0].finish_reason
+        claude = anthropic.Anthropic(base_url=served.url, api_key="none", max_retries=0)
+        message = claude.messages.create(model=MODEL, max_tokens=50, messages=hi)
+        assert message.content[0].text
+        assert message.usage.output_tokens > 0
     finally:
         served.stop()
 
