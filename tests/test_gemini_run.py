@@ -393,3 +393,44 @@ def test_validate_probe_checks_the_key_and_the_model(tmp_path, sim_server):
     assert ":generateContent]" in probes[0]
     assert KEY not in done.stdout + done.stderr
     assert [5, 5] == [r["body"]["generationConfig"]["maxOutputTokens"] for r in sim.received()]
+
+
+def test_a_base_url_naming_the_api_version_is_refused(tmp_path):
+    """A Gemini base_url ending with /v1beta (the path rrcli adds) is an error whose fix is the
+    base_url to write; a base_url with a query keeps it after the method's path."""
+    backend = {
+        "id": "g",
+        "provider": "gemini",
+        "model": MODEL,
+        "base_url": "https://generativelanguage.googleapis.com/v1beta",
+        "credentials": {"api_key_env": "RR_TEST_GEMINI_KEY"},
+    }
+    profile = write_profile(tmp_path / "p.toml", [backend])
+    done = rrcli("validate", profile, cwd=tmp_path, env=ENV)
+    assert 1 == done.returncode
+    assert 'write base_url = "https://generativelanguage.googleapis.com"' in done.stdout
+
+
+def test_the_method_follows_the_model_and_a_query_stays_last():
+    """The addresses a gemini backend posts to: the model (without a models/ prefix) and the
+    method after base_url's path, ``alt=sse`` for a stream, base_url's own query kept."""
+    from rrcli.config.profile import Backend, RetrySettings
+    from rrcli.providers.base import Call
+    from rrcli.providers.gemini import GeminiProvider
+
+    backend = Backend(
+        id="g", provider="gemini", model="models/gemini-2.5-flash", base_url="https://g.test/p?t=1"
+    )
+    provider = GeminiProvider(backend, KEY, retry=RetrySettings())
+    base = "https://g.test/p/v1beta/models/gemini-2.5-flash"
+    assert [
+        f"{base}:generateContent?t=1",
+        f"{base}:streamGenerateContent?t=1&alt=sse",
+        f"{base}:embedContent?t=1",
+        f"{base}:batchEmbedContents?t=1",
+    ] == [
+        provider.url_for(Call([])),
+        provider.url_for(Call([], stream=True)),
+        provider.url_for(Call([], endpoint="embeddings", input="a")),
+        provider.url_for(Call([], endpoint="embeddings", input=["a", "b"])),
+    ]

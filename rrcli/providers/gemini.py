@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import httpx2
 
+from rrcli.config.urls import endpoint_url
 from rrcli.errors import ProviderError
 from rrcli.providers._from_gemini import GeminiStream, gemini_reply, gemini_status_error
 from rrcli.providers._http import HTTPProvider, NewStream, Parse, invalid_answer
@@ -32,10 +33,15 @@ class GeminiProvider(HTTPProvider):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        model = self.backend.model.removeprefix("models/")
-        self._model_url = f"{self._url}/{quote(model, safe='')}"
-        self._plain_url = httpx2.URL(f"{self._model_url}:generateContent")
-        self._stream_url = httpx2.URL(f"{self._model_url}:streamGenerateContent?alt=sse")
+        model = quote(self.backend.model.removeprefix("models/"), safe="")
+        self._method = f"{self.path}/{model}:"
+        self._plain_url = httpx2.URL(self._method_url("generateContent"))
+        stream = httpx2.URL(self._method_url("streamGenerateContent"))
+        self._stream_url = stream.copy_merge_params({"alt": "sse"})
+
+    def _method_url(self, method: str) -> str:
+        """The model's ``method`` at base_url (its query, if it has one, kept after the path)."""
+        return endpoint_url(self._base_url, self._method + method)
 
     def chat_url(self, call: Call) -> httpx2.URL | str:
         return self._stream_url if call.stream else self._plain_url
@@ -67,7 +73,7 @@ class GeminiProvider(HTTPProvider):
             options["outputDimensionality"] = dimensions
         if not isinstance(call.input, list):
             body = {"content": _content(call.input), **options}
-            return f"{self._model_url}:embedContent", body, self._one_vector, _no_stream
+            return self._method_url("embedContent"), body, self._one_vector, _no_stream
         model = f"models/{self.backend.model.removeprefix('models/')}"
         requests = [{"model": model, "content": _content(text), **options} for text in call.input]
         expected = count_inputs(call.input)
@@ -76,7 +82,7 @@ class GeminiProvider(HTTPProvider):
             return self._embedded(data, data.get("embeddings"), expected)
 
         body = {"requests": requests}
-        return f"{self._model_url}:batchEmbedContents", body, vectors, _no_stream
+        return self._method_url("batchEmbedContents"), body, vectors, _no_stream
 
     def _one_vector(self, data: dict[str, Any]) -> Reply:
         return self._embedded(data, [data.get("embedding")], 1)
