@@ -60,8 +60,8 @@ class ProviderInfo:
     its profile says nothing; ``dialect``: the request shape its API speaks (``"openai"`` chat
     completions, ``"anthropic"`` Messages, ``"gemini"`` generateContent), None for one that
     takes a job as written (sim), so a job of another shape is translated
-    (``providers.translate``). ``prices_id``: the provider
-    genai-prices knows its models under, whatever the base_url (None: found by the base_url)."""
+    (``providers.translate``). ``prices_id``: the provider genai-prices knows its models under,
+    whatever the base_url (None: found by the base_url)."""
 
     name: str
     adapter: str  # "module:Class", imported lazily by make_provider

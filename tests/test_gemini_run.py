@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
+from otlp_receiver import otlp_receiver  # noqa: F401  (fixture: a real OTLP/HTTP receiver)
 from runkit import calls, read_jsonl, rrcli, write_profile
 from servekit import Served
 
@@ -434,3 +435,16 @@ def test_the_method_follows_the_model_and_a_query_stays_last():
         provider.url_for(Call([], endpoint="embeddings", input="a")),
         provider.url_for(Call([], endpoint="embeddings", input=["a", "b"])),
     ]
+
+
+def test_exported_spans_name_gemini_as_opentelemetry_does(tmp_path, sim_server, otlp_receiver):  # noqa: F811
+    """A Gemini call exported as an OTLP span carries ``gen_ai.provider.name`` ``gcp.gemini``,
+    the GenAI conventions' name for Gemini's API."""
+    sim = sim_server(api_keys=(KEY,))
+    receiver = otlp_receiver()
+    done, _, traces = run(tmp_path, [gemini(sim)], [{"id": "a", "prompt": "hi"}])
+    assert 0 == done.returncode, done.stderr
+    exported = rrcli("export", traces, "--otlp", receiver.url, cwd=tmp_path)
+    assert 0 == exported.returncode, exported.stderr
+    (call,) = [s for s in receiver.spans if "gen_ai.provider.name" in s.attributes]
+    assert "gcp.gemini" == call.attributes["gen_ai.provider.name"]
