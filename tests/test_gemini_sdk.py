@@ -158,3 +158,13 @@ def test_safety_blocks_as_gemini_sends_them(sim_server):
     answer = stopping.models.generate_content(model="gemini-2.5-flash", contents="x")
     assert "SAFETY" == answer.candidates[0].finish_reason.value
     assert answer.candidates[0].safety_ratings[0].blocked
+
+
+def test_an_unknown_method_is_gemini_s_404(sim_server):
+    """A Gemini method the sim does not serve answers 404 NOT_FOUND in Gemini's error shape,
+    which the SDK reads."""
+    sim = sim_server()
+    google = client(sim)
+    with pytest.raises(errors.ClientError) as missing:
+        google.models.count_tokens(model="gemini-2.5-flash", contents="x")
+    assert (404, "NOT_FOUND") == (missing.value.code, missing.value.status)

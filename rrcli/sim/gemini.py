@@ -31,7 +31,7 @@ from rrcli.sim.endpoints import DEFAULT_DIMENSIONS, unit_vector
 from rrcli.sim.replies import chat_reply
 from rrcli.sim.wire import Wire
 
-__all__ = ["GeminiEmbedWire", "GeminiWire"]
+__all__ = ["GeminiEmbedWire", "GeminiFamily", "GeminiWire"]
 
 _STATUS = {
     400: "INVALID_ARGUMENT",

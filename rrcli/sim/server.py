@@ -69,7 +69,7 @@ from rrcli.sim.behaviour import (
     prompt_of,
 )
 from rrcli.sim.endpoints import CompletionsWire, EmbeddingsWire, ModerationsWire
-from rrcli.sim.gemini import GeminiEmbedWire, GeminiWire
+from rrcli.sim.gemini import GeminiEmbedWire, GeminiFamily, GeminiWire
 from rrcli.sim.openai_chat import OpenAIChatWire
 from rrcli.sim.responses import ResponseIds, ResponsesWire
 from rrcli.sim.seen import Counters, Received
@@ -80,7 +80,7 @@ __all__ = ["build_app", "check_host", "listen", "serve", "uvicorn_server"]
 _JSON = "application/json"
 _SSE = "text/event-stream"
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
-OPENAI_FAMILY, ANTHROPIC_FAMILY = OpenAIFamily(), AnthropicFamily()
+OPENAI_FAMILY, ANTHROPIC_FAMILY, GEMINI_FAMILY = OpenAIFamily(), AnthropicFamily(), GeminiFamily()
 _OPENAI = {
     "chat/completions": OpenAIChatWire(),
     "embeddings": EmbeddingsWire(),
@@ -162,9 +162,13 @@ class _SimAPI:
 
     async def not_found(self, request: Request) -> Response:
         """Any other path: a 404 in Anthropic's shape for a request that says it speaks
-        Anthropic (an ``anthropic-version`` header, a ``/v1/messages/...`` path), else OpenAI's."""
+        Anthropic (an ``anthropic-version`` header, a ``/v1/messages/...`` path), in Gemini's for
+        one that speaks Gemini (an ``x-goog-api-key`` header, a ``/v1beta/`` path), else
+        OpenAI's."""
         path = request.url.path
         self._receive(request, await request.body())
+        if "x-goog-api-key" in request.headers or path.startswith("/v1beta/"):
+            return self.error(GEMINI_FAMILY, 404, f"Method not found: {path}")
         anthropic = "anthropic-version" in request.headers or path.startswith("/v1/messages/")
         wire = ANTHROPIC_FAMILY if anthropic else OPENAI_FAMILY
         message = "Not found" if anthropic else f"Invalid URL ({request.method} {path})"
