@@ -117,6 +117,17 @@ REGISTRY: dict[str, ProviderInfo] = {
         dialect="anthropic",
         key_env="ANTHROPIC_API_KEY",
     ),
+    "gemini": ProviderInfo(
+        name="gemini",
+        adapter="rrcli.providers.gemini:GeminiProvider",
+        default_base_url="https://generativelanguage.googleapis.com",
+        default_model="gemini-2.5-flash",
+        auth_header="x-goog-api-key",
+        request_id_header=None,  # the body's responseId
+        endpoints=("chat", "embeddings"),
+        dialect="gemini",
+        prices_id="google",
+    ),
     "sim": ProviderInfo(
         name="sim",
         adapter="rrcli.sim.provider:SimProvider",

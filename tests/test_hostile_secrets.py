@@ -144,11 +144,11 @@ def test_probe_never_shows_a_key(tmp_path, hostile_server):
 
 def test_validate_json_masks_every_secret_of_a_profile(tmp_path, hostile_server):
     """``validate --json`` and its text form mask the Redis password, the values of api-key,
-    x-goog-api-key and Cookie headers and a ``?key=`` in base_url; an ``api_key_env`` that holds
+    x-goog-user-key and Cookie headers and a ``?key=`` in base_url; an ``api_key_env`` that holds
     a key instead of a variable name is a warning that never repeats it."""
     server = hostile_server(lambda _: chat())
     secret = "hunter2-redis-pass"
-    headers = {"api-key": KEY, "x-goog-api-key": KEY, "Cookie": f"s={KEY}", "x-trace": "t1"}
+    headers = {"api-key": KEY, "x-goog-user-key": KEY, "Cookie": f"s={KEY}", "x-trace": "t1"}
     entry = {
         "id": "h",
         "base_url": f"{server.openai_url}?key={KEY}&v=2",
@@ -167,7 +167,7 @@ def test_validate_json_masks_every_secret_of_a_profile(tmp_path, hostile_server)
         assert VARIABLE_KEY not in output.stdout + output.stderr
     report = orjson.loads(result.stdout)
     (backend,) = report["profile"]["backends"]
-    assert {"api-key": "***", "x-goog-api-key": "***", "Cookie": "***", "x-trace": "t1"} == (
+    assert {"api-key": "***", "x-goog-user-key": "***", "Cookie": "***", "x-trace": "t1"} == (
         backend["headers"]
     )
     assert backend["base_url"].endswith("?key=***&v=2")

@@ -114,7 +114,7 @@ def test_bad_provider_names_the_accepted_ones(tmp_path):
     """provider = "antropic" suggests "anthropic"."""
     report = check(tmp_path, OPENAI + 'provider = "antropic"\n')
     assert 'did you mean "anthropic"?' == report.errors[0].fix
-    assert "openai, anthropic, sim" in report.errors[0].message
+    assert "(accepted: openai, anthropic, " in report.errors[0].message
 
 
 def test_duplicate_ids_name_both_indexes(tmp_path):
@@ -205,7 +205,7 @@ def test_no_output_ever_shows_a_key(tmp_path):
     assert "sk-PASTED-456" not in shown
 
 
-@pytest.mark.parametrize("header", ["Authorization", "x-api-key"])
+@pytest.mark.parametrize("header", ["Authorization", "x-api-key", "x-goog-api-key"])
 def test_key_headers_are_refused(tmp_path, header):
     """A key header in `headers` would bypass credentials: refused, pointing at credentials."""
     report = check(tmp_path, OPENAI + f'headers = {{ {header} = "Bearer sk-zz" }}\n')

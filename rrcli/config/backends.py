@@ -339,7 +339,8 @@ def _key_source(
             "error",
             where,
             "missing",
-            f"an {provider} backend needs credentials.api_key_env, credentials.api_key "
+            f"{'an' if provider[:1] in 'aeiou' else 'a'} {provider} backend needs "
+            "credentials.api_key_env, credentials.api_key "
             'or auth = "none"',
             "credentials_missing",
         )

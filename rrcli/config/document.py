@@ -210,12 +210,17 @@ def _addresses(
 
 
 #: the path each HTTP provider appends to its base_url for a chat call
-_APPENDS = {"openai": "/chat/completions", "anthropic": "/v1/messages"}
+_APPENDS = {
+    "openai": "/chat/completions",
+    "anthropic": "/v1/messages",
+    "gemini": "/v1beta/models/MODEL:generateContent",
+}
 
 
 def _endpoint_paths(check: Checker, backends: tuple[Backend, ...]) -> None:
     """A base_url that already names an endpoint (``.../chat/completions``, ``.../v1/messages``,
-    or ``.../v1`` for anthropic, which appends ``/v1/messages``) would get the path twice: an
+    ``.../v1`` for anthropic, which appends ``/v1/messages``, or ``.../v1beta`` for gemini, which
+    appends ``/v1beta/models/...``) would get the path twice: an
     error whose fix is the base_url to write (and the provider, when the endpoint is the other
     API's)."""
     for i, backend in enumerate(backends):
@@ -248,6 +253,10 @@ def _endpoint_ending(provider: str, path: str) -> tuple[str, str] | None:
             return ending, owner
     if provider == "anthropic" and path.endswith("/v1"):
         return "/v1", "anthropic"
+    if provider == "gemini":
+        for ending in ("/v1beta/models", "/v1beta", "/v1/models"):
+            if path.endswith(ending):
+                return ending, "gemini"
     return None
 
 

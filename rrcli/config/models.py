@@ -50,6 +50,10 @@ _OUTPUT = {
     "claude-sonnet-4": 64_000,
     "claude-opus-4": 32_000,
     "claude-haiku-4": 64_000,
+    "gemini-1.5": 8_192,
+    "gemini-2.0": 8_192,
+    "gemini-2.5": 65_536,
+    "gemini-3": 65_536,
 }
 IMAGE_TOKENS = 1_600  # Anthropic's documented most; OpenAI's gpt-4o tiles reach 1,445
 #: models whose images cost more tokens (priced lower per token): OpenAI's documented most

@@ -30,6 +30,9 @@ from rrcli.records.traceschema import parse_rfc3339
 
 __all__ = ["JOB_SPAN", "OPERATIONS", "SpanMaker", "job_key", "span_ids"]
 
+#: a provider whose name in OpenTelemetry's GenAI conventions is not rrcli's
+_PROVIDER_NAMES = {"gemini": "gcp.gemini"}
+
 #: gen_ai.operation.name of each endpoint (the conventions' names; moderations has none)
 OPERATIONS = {
     "chat": "chat",
@@ -163,7 +166,7 @@ class SpanMaker:
         job.outcome, job.model, job.end = outcome, model, max(job.end, end)
         attributes = {
             "gen_ai.operation.name": operation,
-            "gen_ai.provider.name": record["provider"],
+            "gen_ai.provider.name": _provider_name(record["provider"]),
             "gen_ai.request.model": model,
             **_server(record.get("server_address")),
             "rrcli.job_id": str(job_id),
@@ -285,3 +288,9 @@ def spans_of(records: Iterable[Mapping[str, Any]]) -> list[ReadableSpan]:
     maker = SpanMaker()
     spans = [span for record in records for span in maker.feed(record)]
     return spans + maker.finish()
+
+
+def _provider_name(provider: str) -> str:
+    """A provider's ``gen_ai.provider.name`` (OpenTelemetry's GenAI conventions: ``gcp.gemini``
+    for Gemini's API)."""
+    return _PROVIDER_NAMES.get(provider, provider)

@@ -153,6 +153,10 @@ class HTTPProvider:
         """The auth header's value for ``api_key`` (the key itself unless the API says more)."""
         return api_key
 
+    def chat_url(self, call: Call) -> httpx2.URL | str:
+        """The address a chat call is posted to (an API may name the model or the stream in it)."""
+        return self._chat_url
+
     def build_body(self, call: Call) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -178,7 +182,7 @@ class HTTPProvider:
     async def send(self, call: Call, on_text: Callable[[str], None] | None = None) -> Reply:
         if call.endpoint == "chat":
             url, body, parse, new_stream = (
-                self._chat_url,
+                self.chat_url(call),
                 self.build_body(call),
                 self.parse_body,
                 self.new_stream,
@@ -223,7 +227,9 @@ class HTTPProvider:
 
     def url_for(self, call: Call) -> str:
         """The address ``call`` is posted to: ``url`` for chat, its endpoint's path else."""
-        return self._url if call.endpoint == "chat" else self.endpoint_request(call)[0]
+        if call.endpoint == "chat":
+            return str(self.chat_url(call))
+        return self.endpoint_request(call)[0]
 
     async def _open(self, request: httpx2.Request) -> httpx2.Response:
         """Send ``request`` and wait for the answer's head. A pooled connection the server

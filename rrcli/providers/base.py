@@ -196,6 +196,7 @@ ERROR_TYPES = frozenset(
         "insufficient_quota",
         "context_length_exceeded",
         "untranslatable",
+        "content_filter",
         "too_many_continuations",
         "cancelled",
         "client_disconnected",
@@ -210,7 +211,6 @@ ERROR_TYPES = frozenset(
         "permission_error",
         "not_found_error",
         "billing_error",
-        "content_filter",
         "token_command",
     }
 )

@@ -87,14 +87,22 @@ class OpenAIProvider(HTTPProvider):
 def _as_sent(message: dict[str, Any], feedback: bool) -> dict[str, Any]:
     """A history message as this API takes it: reasoning_content only with reasoning_feedback;
     no cache_control on its parts (an Anthropic hint an OpenAI-shaped job may carry for the
-    Anthropic backends of a mixed pool). The message itself when nothing is removed."""
+    Anthropic backends of a mixed pool); no Gemini thought signature on its tool calls
+    (``extra_content``, for the Gemini backends). The message itself when nothing is removed."""
     content = message.get("content")
     cached = type(content) is list and any(
         type(p) is dict and "cache_control" in p for p in content
     )
-    if not cached and (feedback or "reasoning_content" not in message):
+    calls = message.get("tool_calls")
+    signed = type(calls) is list and any(type(c) is dict and "extra_content" in c for c in calls)
+    if not cached and not signed and (feedback or "reasoning_content" not in message):
         return message
     sent = {k: v for k, v in message.items() if feedback or k != "reasoning_content"}
+    if signed:
+        sent["tool_calls"] = [
+            {k: v for k, v in c.items() if k != "extra_content"} if type(c) is dict else c
+            for c in calls
+        ]
     if cached:
         sent["content"] = [
             {k: v for k, v in p.items() if k != "cache_control"} if type(p) is dict else p

@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from rrcli.providers import _anthropic_sayable, _to_openai
+from rrcli.errors import UntranslatableError
+from rrcli.providers import _anthropic_sayable, _to_gemini, _to_openai
 from rrcli.providers._to_anthropic import answer_name, to_anthropic
+from rrcli.providers._to_gemini import to_gemini
 from rrcli.providers._to_openai import to_openai
 from rrcli.registry import info
 
@@ -44,6 +46,7 @@ __all__ = [
     "answer_from_forced_tool",
     "dialect_of",
     "to_anthropic",
+    "to_gemini",
     "to_openai",
     "unexpressible",
 ]
@@ -110,8 +113,14 @@ ANTHROPIC_FIELDS = frozenset(
         "top_p",
     ]
 )
-_FIELDS = {"openai": OPENAI_FIELDS, "anthropic": ANTHROPIC_FIELDS}
-_LIMITS = {"openai": _to_openai.EXPRESSIBLE, "anthropic": _anthropic_sayable.EXPRESSIBLE}
+#: Gemini's own fields a backend's params may set: the request's and its generationConfig's
+GEMINI_FIELDS = _to_gemini.REQUEST_FIELDS | _to_gemini.CONFIG_FIELDS
+_FIELDS = {"openai": OPENAI_FIELDS, "anthropic": ANTHROPIC_FIELDS, "gemini": GEMINI_FIELDS}
+_LIMITS = {
+    "openai": _to_openai.EXPRESSIBLE,
+    "anthropic": _anthropic_sayable.EXPRESSIBLE,
+    "gemini": _to_gemini.EXPRESSIBLE,
+}
 #: rrcli's own: the call says whether to stream and which model (the backend's)
 _OWN = frozenset({"model", "messages", "stream", "stream_options"})
 
@@ -122,19 +131,45 @@ def dialect_of(kind: str) -> str:
 
 
 def unexpressible(
-    provider: str, params: Mapping[str, Any], messages: Sequence[Mapping[str, Any]] = ()
+    provider: str,
+    params: Mapping[str, Any],
+    messages: Sequence[Mapping[str, Any]] = (),
+    dialect: str | None = None,
 ) -> tuple[str, ...]:
     """The names of ``params`` (and the places of ``messages``: ``messages[0].name``), written
     in the other API's shape, that the API of ``provider`` (a registry name) cannot express; ()
     for a provider that takes every job as written (sim). A field of the target API is
     expressible as it is; a null, rrcli's own fields and a default that says nothing are
-    dropped, not refused."""
+    dropped, not refused. ``dialect``: the job's (the other API's when not given); it matters
+    for a provider of a third API (gemini), which takes both."""
     target = info(provider).dialect
     if target is None:
         return ()
+    if target == "gemini":
+        return _gemini_unexpressible(params, messages, dialect)
     names = list(_unexpressible_params(target, params))
     if target == "anthropic" and messages:
         names.extend(_anthropic_sayable.unsayable(messages))
+    return tuple(names)
+
+
+def _gemini_unexpressible(
+    params: Mapping[str, Any], messages: Sequence[Mapping[str, Any]], dialect: str | None
+) -> tuple[str, ...]:
+    """What Gemini cannot say of a job: an Anthropic-shaped one is sent by way of the OpenAI
+    shape (``to_openai``), so what that cannot say, then what Gemini cannot say of the result."""
+    if dialect == "anthropic":
+        names = _unexpressible_params("openai", params)
+        if names:
+            return tuple(names)
+        try:
+            body = to_openai(list(messages), params)
+        except UntranslatableError:
+            return ()  # the job fails with the reason at send time, as on OpenAI backends
+        messages = body.pop("messages")
+        params = body
+    names = _unexpressible_params("gemini", params)
+    names.extend(_to_gemini.unsayable(list(messages)) if messages else ())
     return tuple(names)
 
 

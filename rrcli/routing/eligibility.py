@@ -25,7 +25,11 @@ __all__ = ["Eligibility", "eligible_backends"]
 
 _NOWHERE: frozenset[str] = frozenset()
 #: How a refusal names each API
-_API_NAMES = {"openai": "the chat completions API", "anthropic": "Anthropic's Messages API"}
+_API_NAMES = {
+    "openai": "the chat completions API",
+    "anthropic": "Anthropic's Messages API",
+    "gemini": "Gemini's API",
+}
 
 
 def eligible_backends(
@@ -42,7 +46,9 @@ def eligible_backends(
     for backend in backends:
         target = info(backend.provider).dialect
         names = (
-            () if target in (None, dialect) else unexpressible(backend.provider, params, messages)
+            ()
+            if target in (None, dialect)
+            else unexpressible(backend.provider, params, messages, dialect)
         )
         if names:
             refused.setdefault((backend.provider, names), []).append(backend.id)

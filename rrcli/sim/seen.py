@@ -8,9 +8,8 @@ decoding; they are decoded when read. ``GET /requests`` answers
 ``{"requests": [{"seq", "method", "path", "query", "headers", "body"}, ...], "dropped": N}``
 oldest first: ``seq`` counts from 1 since the last reset, ``query`` is the URL's query string,
 ``body`` is the parsed JSON (the text when it is not JSON), ``headers`` are lower-case names
-without the credentials (``authorization``, ``x-api-key``, ``api-key``: /stats counts those by
-fingerprint), and ``dropped`` counts requests no longer
-kept. ``?path=/v1/embeddings`` keeps one path's; ``?since=SEQ`` those after SEQ. ``/stats/reset``
+without the credentials (``authorization``, ``x-api-key``, ``api-key``, ``x-goog-api-key``:
+/stats counts those by fingerprint), and ``dropped`` counts requests no longer kept. ``?path=/v1/embeddings`` keeps one path's; ``?since=SEQ`` those after SEQ. ``/stats/reset``
 clears it.
 """
 
@@ -26,7 +25,7 @@ from rrcli.sim.behaviour import key_fingerprint
 
 __all__ = ["Counters", "Received"]
 
-_SECRET = frozenset({b"authorization", b"x-api-key", b"api-key"})
+_SECRET = frozenset({b"authorization", b"x-api-key", b"api-key", b"x-goog-api-key"})
 
 
 @dataclass(slots=True)
@@ -71,7 +70,7 @@ class Counters:
                 "authorization:" + key_fingerprint(bearer.removeprefix("Bearer "))
             ] += 1
             seen = True
-        for name in ("x-api-key", "api-key"):
+        for name in ("x-api-key", "api-key", "x-goog-api-key"):
             api_key = headers.get(name)
             if api_key:
                 self.credentials[f"{name}:" + key_fingerprint(api_key)] += 1

@@ -4,11 +4,12 @@ modules it names).
 
 Trying a profile should not cost money, and the tests and benchmarks need a server whose latency,
 errors, rate limits and concurrency cap are known. It serves OpenAI ``/v1/chat/completions``,
-``/v1/embeddings``, ``/v1/responses``, ``/v1/completions`` and ``/v1/moderations`` and Anthropic
-``/v1/messages``, plain and SSE streaming where the API streams, and Azure OpenAI's paths
-(``rrcli.sim.azure``); any other path (one without
-``/v1`` included, as OpenAI and vLLM answer it) is a 404 in the error shape of the API the
-request speaks. ``/v1/models``;
+``/v1/embeddings``, ``/v1/responses``, ``/v1/completions`` and ``/v1/moderations``, Anthropic
+``/v1/messages``, Azure OpenAI's paths (``rrcli.sim.azure``) and Gemini's
+``/v1beta/models/{model}:generateContent`` (and ``/v1/...``) and its other methods
+(``rrcli.sim.gemini``), plain and SSE streaming where the API streams; any other path (one
+without ``/v1`` included, as OpenAI and vLLM answer it) is a 404 in the error shape of the
+API the request speaks. ``/v1/models``;
 ``/stats`` (``/stats/reset``, which also empties the prefix cache) so tests can see what the
 server saw: requests, peak concurrency,
 429s sent, assistant messages received in histories (and how many carried
@@ -70,6 +71,7 @@ from rrcli.sim.behaviour import (
     prompt_of,
 )
 from rrcli.sim.endpoints import CompletionsWire, EmbeddingsWire, ModerationsWire
+from rrcli.sim.gemini import GeminiEmbedWire, GeminiFamily, GeminiWire
 from rrcli.sim.openai_chat import OpenAIChatWire
 from rrcli.sim.responses import ResponseIds, ResponsesWire
 from rrcli.sim.seen import Counters, Received
@@ -80,7 +82,7 @@ __all__ = ["build_app", "check_host", "listen", "serve", "uvicorn_server"]
 _JSON = "application/json"
 _SSE = "text/event-stream"
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
-OPENAI_FAMILY, ANTHROPIC_FAMILY = OpenAIFamily(), AnthropicFamily()
+OPENAI_FAMILY, ANTHROPIC_FAMILY, GEMINI_FAMILY = OpenAIFamily(), AnthropicFamily(), GeminiFamily()
 _OPENAI = {
     "chat/completions": OpenAIChatWire(),
     "embeddings": EmbeddingsWire(),
@@ -88,11 +90,22 @@ _OPENAI = {
     "completions": CompletionsWire(),
     "moderations": ModerationsWire(),
 }
+_GEMINI = {
+    "generateContent": GeminiWire(stream=False),
+    "streamGenerateContent": GeminiWire(stream=True),
+    "embedContent": GeminiEmbedWire(batch=False),
+    "batchEmbedContents": GeminiEmbedWire(batch=True),
+}
 #: every API path and the wire that answers it
 ENDPOINTS = [
     *((f"/v1/{name}", wire) for name, wire in _OPENAI.items()),
     ("/v1/messages", AnthropicWire()),
     *azure_routes(_OPENAI),
+    *(
+        (f"/{version}/models/{{model}}:{method}", wire)
+        for version in ("v1beta", "v1")  # the SDK's default is v1, rrcli's v1beta
+        for method, wire in _GEMINI.items()
+    ),
 ]
 
 
@@ -152,9 +165,13 @@ class _SimAPI:
 
     async def not_found(self, request: Request) -> Response:
         """Any other path: a 404 in Anthropic's shape for a request that says it speaks
-        Anthropic (an ``anthropic-version`` header, a ``/v1/messages/...`` path), else OpenAI's."""
+        Anthropic (an ``anthropic-version`` header, a ``/v1/messages/...`` path), in Gemini's for
+        one that speaks Gemini (an ``x-goog-api-key`` header, a ``/v1beta/`` path), else
+        OpenAI's."""
         path = request.url.path
         self._receive(request, await request.body())
+        if "x-goog-api-key" in request.headers or path.startswith("/v1beta/"):
+            return self.error(GEMINI_FAMILY, 404, f"Method not found: {path}")
         anthropic = "anthropic-version" in request.headers or path.startswith("/v1/messages/")
         wire = ANTHROPIC_FAMILY if anthropic else OPENAI_FAMILY
         message = "Not found" if anthropic else f"Invalid URL ({request.method} {path})"
@@ -180,7 +197,7 @@ class _SimAPI:
         self.state.statuses[str(status)] += 1
         if status in (429, 529):
             self.state.rate_limited += 1
-        body = wire.error_body(status, kind, message, code, param)
+        body, headers = wire.error_response(status, kind, message, code, param, headers)
         return Response(body, status_code=status, media_type=_JSON, headers=headers)
 
     def forced(self, wire: Wire, status: int, headers: Any) -> Response:
@@ -223,9 +240,8 @@ class _SimAPI:
         """The error this request draws before any work (None: it is served)."""
         config = self.config
         if config.api_keys and wire.key(headers) not in config.api_keys:
-            return self.error(
-                wire, 401, "invalid API key", "authentication_error", "invalid_api_key"
-            )
+            status, kind = wire.bad_key
+            return self.error(wire, status, "invalid API key", kind, "invalid_api_key")
         if wire.request_id_header == "request-id" and "anthropic-version" not in headers:
             return self.error(wire, 400, "anthropic-version: header is required")
         if config.cap is not None and self.state.concurrency >= config.cap:
@@ -254,7 +270,7 @@ class _SimAPI:
         state.statuses["200"] += 1
         state.concurrency += 1
         state.peak_concurrency = max(state.peak_concurrency, state.concurrency)
-        if body.get("stream") is not True or "plain-json" in modes or not wire.streams:
+        if not wire.streamed(body) or "plain-json" in modes or not wire.streams:
             try:
                 if total:
                     await asyncio.sleep(total)
@@ -370,8 +386,8 @@ def serve(config: SimConfig, host: str, port: int, *, echo: Any = print) -> None
     url = f"http://{host}:{sock.getsockname()[1]}"
     server = uvicorn_server(config)
     echo(
-        f"rrcli sim listening on {url} — openai base_url {url}/v1, anthropic and azure base_url "
-        f"{url}, stats {url}/stats"
+        f"rrcli sim listening on {url} — openai base_url {url}/v1, anthropic, azure and gemini "
+        f"base_url {url}, stats {url}/stats"
     )
     try:
         asyncio.run(server.serve(sockets=[sock]))

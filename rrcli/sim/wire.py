@@ -62,6 +62,24 @@ class Wire:
 
     request_id_header: ClassVar[str]
     streams: ClassVar[bool] = True  # False: a ``stream`` request gets the plain body
+    #: the status and error type of a refused key
+    bad_key: ClassVar[tuple[int, str]] = (401, "authentication_error")
+
+    def streamed(self, body: dict[str, Any]) -> bool:
+        """Whether the request asks for a stream (its ``stream`` field; Gemini: its path)."""
+        return body.get("stream") is True
+
+    def error_response(
+        self,
+        status: int,
+        kind: str | None,
+        message: str,
+        code: str | None,
+        param: str | None,
+        headers: dict[str, str] | None,
+    ) -> tuple[bytes, dict[str, str] | None]:
+        """The error's body and headers (an API may say a wait in its body instead)."""
+        return self.error_body(status, kind, message, code, param), headers
 
     def error_body(
         self, status: int, kind: str | None, message: str, code: str | None, param: str | None
