@@ -9,7 +9,8 @@ decoding; they are decoded when read. ``GET /requests`` answers
 oldest first: ``seq`` counts from 1 since the last reset, ``query`` is the URL's query string,
 ``body`` is the parsed JSON (the text when it is not JSON), ``headers`` are lower-case names
 without the credentials (``authorization``, ``x-api-key``, ``api-key``, ``x-goog-api-key``:
-/stats counts those by fingerprint), and ``dropped`` counts requests no longer kept. ``?path=/v1/embeddings`` keeps one path's; ``?since=SEQ`` those after SEQ. ``/stats/reset``
+/stats counts those by fingerprint), and ``dropped`` counts requests no longer kept.
+``?path=/v1/embeddings`` keeps one path's; ``?since=SEQ`` those after SEQ. ``/stats/reset``
 clears it.
 """
 
