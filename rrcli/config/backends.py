@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rrcli.config.aws import aws_credentials, aws_endpoint
 from rrcli.config.profile import (
     DEFAULT_PROVIDER,
     MAX_RESPONSE_BYTES,
@@ -54,7 +55,10 @@ def build_backend(
             'remove it, or set provider = "sim"',
             "ignored_key",
         )
-    if provider.auth_header is None:  # a provider that takes no key has no credentials
+    if provider.name == "bedrock":  # AWS credentials, region and botocore (config.aws)
+        credentials = aws_credentials(check, own if "credentials" in raw else defaults, path)
+        merged = {**merged, **aws_endpoint(check, merged, path, environ)}
+    elif provider.auth_header is None:  # a provider that takes no key has no credentials
         credentials = Credentials(auth="none")
     else:
         own_creds = "credentials" in raw or "auth" in raw
@@ -130,6 +134,7 @@ def _backend(
         prefix_cache_tokens=merged.get("prefix_cache_tokens"),
         prompt_cache_key=merged.get("prompt_cache_key"),
         max_tokens_per_image=merged.get("max_tokens_per_image"),
+        region=merged.get("region"),
     )
 
 
@@ -147,6 +152,14 @@ def _credentials(
     table = values.get("credentials", {})
     auth = table.get("auth", values.get("auth", "key"))
     env, key = table.get("api_key_env"), table.get("api_key")
+    if "profile" in table:
+        check.add(
+            "error",
+            f"{where}.profile",
+            f"an AWS profile, but this is an {provider} backend",
+            'remove it; it names the AWS credentials of a provider = "bedrock" backend',
+            "ignored_key",
+        )
     if auth == "none":
         if env is not None or key is not None:
             check.add(

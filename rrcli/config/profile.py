@@ -83,12 +83,15 @@ DEFAULT_RETRY_ON_STATUS = (408, 409, 425, 429, 500, 502, 503, 504, 520, 521, 522
 class Credentials:
     """A backend's own credentials; never shared or merged with another backend's.
 
-    ``auth`` is "key" (send a key) or "none" (a local server that needs none).
+    ``auth`` is "key" (send a key) or "none" (a local server that needs none, or a bedrock
+    backend: its AWS credentials sign requests, ``profile`` naming the AWS profile, None for
+    the default chain).
     """
 
     api_key_env: str | None = None
     api_key: str | None = field(default=None, repr=False)
     auth: str = "key"
+    profile: str | None = None
 
     def resolve(self, environ: Mapping[str, str]) -> str | None:
         """The key to send, or None for ``auth = "none"``; raises UsageError if it is unset.
@@ -124,6 +127,8 @@ class Credentials:
             out["api_key_env"] = MASK if looks_like_key(self.api_key_env) else self.api_key_env
         if self.api_key is not None:
             out["api_key"] = "***"
+        if self.profile is not None:
+            out["profile"] = self.profile
         return out
 
 
@@ -181,6 +186,7 @@ class Backend:
     prefix_cache_tokens: int | None = None  # what its prefix cache holds; None: prefix_capacity
     prompt_cache_key: bool | None = None  # cache_aware sets one; None: sets_cache_key decides
     max_tokens_per_image: int | None = None  # what a budget reserves an image at; None: known
+    region: str | None = None  # bedrock: the AWS region its requests are signed for
 
     @property
     def prefix_capacity(self) -> int:
@@ -403,6 +409,8 @@ def _backend_to_dict(backend: Backend, redact: bool) -> dict[str, Any]:
         if not redact and backend.credentials.api_key is not None:
             creds["api_key"] = backend.credentials.api_key
         out["credentials"] = creds
+    elif backend.credentials.profile is not None:
+        out["credentials"] = {"profile": backend.credentials.profile}
     out["endpoints"] = list(backend.endpoints)
     out["headers"] = redacted_headers(dict(backend.headers)) if redact else dict(backend.headers)
     if redact:

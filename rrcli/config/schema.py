@@ -170,11 +170,13 @@ BACKEND = {
     "prefix_cache_tokens": Field("int", at_least(0)),
     "prompt_cache_key": Field("bool"),
     "max_tokens_per_image": Field("int", at_least(1)),
+    "region": Field("str", NOT_EMPTY),
 }
 CREDENTIALS = {
     "api_key_env": Field("str", ENV_RULE, secret=True),
     "api_key": Field("str", NOT_EMPTY, secret=True),
     "auth": Field("str", choices=AUTH),
+    "profile": Field("str", NOT_EMPTY),
 }
 RETRY = {
     "max_retries": Field("int", at_least(0)),

@@ -59,6 +59,7 @@ from starlette.routing import Route
 
 from rrcli.errors import InvalidSimRequest, UsageError
 from rrcli.sim.anthropic_messages import AnthropicWire
+from rrcli.sim.bedrock_converse import BedrockWire
 from rrcli.sim.behaviour import (
     ERROR,
     RATE_LIMITED,
@@ -76,7 +77,6 @@ from rrcli.sim.wire import AnthropicFamily, OpenAIFamily, Wire, override_headers
 __all__ = ["build_app", "check_host", "listen", "serve", "uvicorn_server"]
 
 _JSON = "application/json"
-_SSE = "text/event-stream"
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 OPENAI_FAMILY, ANTHROPIC_FAMILY = OpenAIFamily(), AnthropicFamily()
 _OPENAI = {
@@ -90,6 +90,8 @@ _OPENAI = {
 ENDPOINTS = [
     *((f"/v1/{name}", wire) for name, wire in _OPENAI.items()),
     ("/v1/messages", AnthropicWire()),
+    ("/model/{model}/converse", BedrockWire()),
+    ("/model/{model}/converse-stream", BedrockWire()),
 ]
 
 
@@ -176,7 +178,9 @@ class _SimAPI:
         self.state.statuses[str(status)] += 1
         if status in (429, 529):
             self.state.rate_limited += 1
+        kind = kind or wire.error_type(status)
         body = wire.error_body(status, kind, message, code, param)
+        headers = {**wire.error_headers(kind), **(headers or {})}
         return Response(body, status_code=status, media_type=_JSON, headers=headers)
 
     def forced(self, wire: Wire, status: int, headers: Any) -> Response:
@@ -210,15 +214,24 @@ class _SimAPI:
                 forced, modes = None, ""
         if forced:
             return self.forced(wire, int(forced), headers)
-        return self._refusal(wire, headers) or await self._answer(wire, body, modes, headers)
+        streamed = wire.streamed(request.scope["path"], body)
+        refusal = self._refusal(wire, request, raw)
+        return refusal or await self._answer(wire, body, modes, headers, streamed)
 
-    def _refusal(self, wire: Wire, headers: Any) -> Response | None:
+    def _refusal(self, wire: Wire, request: Request, raw: bytes) -> Response | None:
         """The error this request draws before any work (None: it is served)."""
-        config = self.config
-        if config.api_keys and wire.key(headers) not in config.api_keys:
-            return self.error(
-                wire, 401, "invalid API key", "authentication_error", "invalid_api_key"
-            )
+        config, headers = self.config, request.headers
+        if config.api_keys:
+            scope = request.scope
+            query = scope.get("query_string", b"")
+            target = scope.get("raw_path") or scope["path"].encode()
+            target += b"?" + query if query else b""
+            url = f"http://{headers.get('host', '')}{target.decode('latin-1')}"
+            denied = wire.refused(scope["method"], url, headers, raw, config.api_keys)
+            if denied is not None:
+                status, kind, message = denied
+                code = "invalid_api_key" if status == 401 else None
+                return self.error(wire, status, message, kind, code)
         if wire.request_id_header == "request-id" and "anthropic-version" not in headers:
             return self.error(wire, 400, "anthropic-version: header is required")
         if config.cap is not None and self.state.concurrency >= config.cap:
@@ -231,7 +244,9 @@ class _SimAPI:
             return self.error(wire, 429, "simulated rate limit", headers=self.retry_headers)
         return None
 
-    async def _answer(self, wire: Wire, body: dict, modes: str, headers: Any) -> Response:
+    async def _answer(
+        self, wire: Wire, body: dict, modes: str, headers: Any, streamed: bool
+    ) -> Response:
         """A 200: one JSON body after the whole generation time, or a paced SSE stream (a 400
         for a request the endpoint refuses)."""
         state = self.state
@@ -247,7 +262,7 @@ class _SimAPI:
         state.statuses["200"] += 1
         state.concurrency += 1
         state.peak_concurrency = max(state.peak_concurrency, state.concurrency)
-        if body.get("stream") is not True or "plain-json" in modes or not wire.streams:
+        if not streamed or "plain-json" in modes or not wire.streams:
             try:
                 if total:
                     await asyncio.sleep(total)
@@ -258,7 +273,9 @@ class _SimAPI:
             )
         state.streams += 1
         stream = self._stream(wire, reply, modes, ttft, total)
-        return StreamingResponse(stream, media_type=_SSE, headers=response_headers)
+        return StreamingResponse(
+            stream, media_type=wire.stream_media_type, headers=response_headers
+        )
 
     def _prefill(self, reply: dict[str, Any], body: dict[str, Any]) -> int:
         """Input tokens of a chat reply's prompt that the prefix cache did not hold (0 without

@@ -62,6 +62,24 @@ class Wire:
 
     request_id_header: ClassVar[str]
     streams: ClassVar[bool] = True  # False: a ``stream`` request gets the plain body
+    stream_media_type: ClassVar[str] = "text/event-stream"
+
+    def streamed(self, path: str, body: dict[str, Any]) -> bool:
+        """Whether the request asks for a stream (its body's ``stream``; Bedrock: its path)."""
+        return body.get("stream") is True
+
+    def refused(
+        self, method: str, url: str, headers: Any, raw: bytes, secrets: Any
+    ) -> tuple[int, str, str] | None:
+        """(status, error type, message) for a request whose credential is none of
+        ``secrets``; None when it is one of them."""
+        if self.key(headers) in secrets:
+            return None
+        return 401, "authentication_error", "invalid API key"
+
+    def error_headers(self, kind: str) -> dict[str, str]:
+        """Headers an error answer of type ``kind`` carries (Bedrock names it in one)."""
+        return {}
 
     def error_body(
         self, status: int, kind: str | None, message: str, code: str | None, param: str | None
