@@ -9,10 +9,13 @@ by the rows already written once. The rows: ``system`` → ``system`` text block
 ``thinking`` / ``redacted_thinking`` → ``reasoningContent``; ``cache_control`` on a system, message
 or tool block → a ``cachePoint`` block after it; ``tools`` → ``toolConfig.tools[].toolSpec``,
 ``tool_choice`` auto/any/tool → ``toolConfig.toolChoice`` (``none`` sends the tools without a
-choice: Converse has no ``none``); ``max_tokens``, ``temperature``, ``top_p``,
+choice: Converse has no ``none``; a history with tool calls and no tools declares the tools it
+called, as Converse refuses tool blocks without a toolConfig; a tool result with no text says
+``(empty)``, as Converse refuses blank text); ``max_tokens``, ``temperature``, ``top_p``,
 ``stop_sequences`` → ``inferenceConfig``; ``top_k`` and ``thinking`` →
-``additionalModelRequestFields`` (the model's own fields). Converse's own fields (a backend's
-``params``: ``guardrailConfig``...) pass unchanged; ``metadata`` and ``service_tier`` say nothing
+``additionalModelRequestFields`` (the model's own fields); blank text is left out (a message
+with nothing else is untranslatable). Converse's own fields (a backend's ``params``:
+``guardrailConfig``...) pass unchanged; ``metadata`` and ``service_tier`` say nothing
 Converse takes and are dropped; any other field, and content with no Converse block (an image by
 URL), raises ``UntranslatableError``: nothing is sent.
 
@@ -27,7 +30,7 @@ from typing import Any
 from rrcli.errors import UntranslatableError
 from rrcli.vocabulary import finish_reason_from_anthropic
 
-__all__ = ["CONVERSE_FIELDS", "finish_reason", "to_converse"]
+__all__ = ["CONVERSE_FIELDS", "EMPTY_RESULT", "finish_reason", "to_converse"]
 
 #: The Converse request's own top-level fields (the body; the model is in the path)
 CONVERSE_FIELDS = frozenset(
@@ -42,6 +45,8 @@ CONVERSE_FIELDS = frozenset(
         "promptVariables",
         "requestMetadata",
         "performanceConfig",
+        "serviceTier",
+        "outputConfig",
     }
 )
 _INFERENCE = {
@@ -53,6 +58,8 @@ _INFERENCE = {
 _MODEL_FIELDS = ("top_k", "thinking")
 _DROPPED = frozenset({"model", "stream", "metadata", "service_tier"})
 _CACHE_POINT = {"cachePoint": {"type": "default"}}
+#: what a tool result with no content says (Converse refuses a blank text block)
+EMPTY_RESULT = "(empty)"
 #: Converse's stop reasons that Anthropic's words do not name
 _FINISH = {"guardrail_intervened": "content_filter", "content_filtered": "content_filter"}
 
@@ -87,6 +94,8 @@ def to_converse(body: Mapping[str, Any]) -> dict[str, Any]:
         else:
             raise UntranslatableError(f"{key!r} has no counterpart in Bedrock's Converse API")
     tools = _tool_config(body.get("tools"), body.get("tool_choice"))
+    if tools is None:
+        tools = _tools_in_history(out.get("messages", ()))
     if tools:
         out["toolConfig"] = tools
     if inference:
@@ -112,6 +121,8 @@ def _system(system: Any) -> list[dict[str, Any]]:
 
 
 def _message(message: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """A message's blocks, blank text left out (Converse refuses it); a message with nothing
+    else is untranslatable."""
     content = message.get("content")
     if isinstance(content, str):
         blocks = [{"text": content}]
@@ -119,6 +130,11 @@ def _message(message: Mapping[str, Any], index: int) -> dict[str, Any]:
         blocks = []
         for n, block in enumerate(content if isinstance(content, list) else ()):
             blocks.extend(_block(block, f"messages[{index}].content[{n}]"))
+    blocks = [b for b in blocks if "text" not in b or str(b["text"]).strip()]
+    if not any("cachePoint" not in b for b in blocks):
+        raise UntranslatableError(
+            f"messages[{index}] has no content but blank text, which Converse refuses"
+        )
     return {"role": message.get("role"), "content": blocks}
 
 
@@ -167,12 +183,32 @@ def _media(kind: str, source: Any, where: str) -> dict[str, Any]:
 
 
 def _result_content(content: Any, where: str) -> list[dict[str, Any]]:
+    """A tool result's blocks; blank text is left out (Converse refuses it), and a result
+    with nothing left says ``(empty)``."""
     if isinstance(content, str):
-        return [{"text": content}]
-    blocks: list[dict[str, Any]] = []
-    for block in content if isinstance(content, list) else ():
-        blocks.extend(b for b in _block(block, where) if "cachePoint" not in b)
-    return blocks or [{"text": ""}]
+        blocks = [{"text": content}]
+    else:
+        blocks = []
+        for block in content if isinstance(content, list) else ():
+            blocks.extend(b for b in _block(block, where) if "cachePoint" not in b)
+    blocks = [b for b in blocks if "text" not in b or str(b["text"]).strip()]
+    return blocks or [{"text": EMPTY_RESULT}]
+
+
+def _tools_in_history(messages: Any) -> dict[str, Any] | None:
+    """A history with tool calls and no tools: Converse refuses tool blocks without a
+    toolConfig, so the tools called are declared, each with an open schema."""
+    names = [
+        block["toolUse"].get("name")
+        for message in messages
+        for block in message["content"]
+        if "toolUse" in block
+    ]
+    if not names and not any("toolResult" in b for m in messages for b in m["content"]):
+        return None
+    names = list(dict.fromkeys(n for n in names if isinstance(n, str))) or ["tool"]
+    schema = {"json": {"type": "object"}}
+    return {"tools": [{"toolSpec": {"name": n, "inputSchema": schema}} for n in names]}
 
 
 def _tool_config(tools: Any, choice: Any) -> dict[str, Any] | None:

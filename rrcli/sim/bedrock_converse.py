@@ -7,8 +7,9 @@ the ``Authorization`` header names, the ``X-Amz-Date`` it was made at); a signat
 is refused 403 ``InvalidSignatureException``, an unsigned request 403
 ``MissingAuthenticationTokenException``, as Bedrock does. Errors are Bedrock's: ``{"message"}``
 with the exception in the ``x-amzn-ErrorType`` header (``ThrottlingException`` for a 429,
-``ServiceUnavailableException`` for a 503...). A body field Converse does not have is a 400
-``ValidationException``. A stream is ``messageStart``, a ``contentBlockStart`` for a tool call,
+``ServiceUnavailableException`` for a 503...). A body field Converse does not have, a blank text
+block and tool blocks without a ``toolConfig`` are a 400 ``ValidationException``, as Bedrock
+refuses them. A stream is ``messageStart``, a ``contentBlockStart`` for a tool call,
 ``contentBlockDelta`` events (text, reasoning text and signature, a tool's input JSON pieces),
 ``contentBlockStop``, ``messageStop`` and ``metadata`` (usage); the mid-stream error is an
 exception frame.
@@ -226,6 +227,11 @@ def _as_messages(body: dict[str, Any]) -> dict[str, Any]:
         raise InvalidSimRequest("The model returned the following errors: messages: required")
     out: dict[str, Any] = {"messages": [_message(m) for m in messages]}
     config = body.get("toolConfig") or {}
+    kinds = {b["type"] for m in out["messages"] for b in m["content"]}
+    if not config and kinds & {"tool_use", "tool_result"}:
+        raise InvalidSimRequest(
+            "The toolConfig field must be defined when using toolUse and toolResult content blocks."
+        )
     tools = [t["toolSpec"] for t in config.get("tools", ()) if "toolSpec" in t]
     if tools:
         out["tools"] = [
@@ -249,6 +255,8 @@ def _message(message: Any) -> dict[str, Any]:
         raise InvalidSimRequest("a message needs a role and a content list")
     blocks = []
     for block in message["content"]:
+        if "text" in block and not str(block["text"]).strip():
+            raise InvalidSimRequest("The text field in the ContentBlock object is blank.")
         if "text" in block:
             blocks.append({"type": "text", "text": block["text"]})
         elif "toolUse" in block:
@@ -256,5 +264,7 @@ def _message(message: Any) -> dict[str, Any]:
             blocks.append({"type": "tool_use", "id": use.get("toolUseId"), "name": use.get("name")})
         elif "toolResult" in block:
             result = block["toolResult"]
+            if any("text" in b and not str(b["text"]).strip() for b in result.get("content", ())):
+                raise InvalidSimRequest("The text field in the ToolResultContentBlock is blank.")
             blocks.append({"type": "tool_result", "tool_use_id": result.get("toolUseId")})
     return {"role": message.get("role"), "content": blocks}
