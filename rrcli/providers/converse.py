@@ -84,7 +84,8 @@ def to_converse(body: Mapping[str, Any]) -> dict[str, Any]:
         elif key in _MODEL_FIELDS:
             model_fields[key] = value
         elif key == "system":
-            out["system"] = _system(value)
+            if system := _system(value):
+                out["system"] = system
         elif key == "messages":
             out["messages"] = [_message(m, i) for i, m in enumerate(value)]
         elif key in ("tools", "tool_choice"):
@@ -109,12 +110,14 @@ def to_converse(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _system(system: Any) -> list[dict[str, Any]]:
+    """The system text blocks, blank ones left out (with the cache point after one)."""
     if isinstance(system, str):
-        return [{"text": system}] if system else []
+        return [{"text": system}] if system.strip() else []
     blocks: list[dict[str, Any]] = []
     for block in system if isinstance(system, list) else ():
-        if isinstance(block, dict):
-            blocks.append({"text": block.get("text", "")})
+        text = block.get("text", "") if isinstance(block, dict) else ""
+        if isinstance(text, str) and text.strip():
+            blocks.append({"text": text})
             if block.get("cache_control"):
                 blocks.append(_CACHE_POINT)
     return blocks
