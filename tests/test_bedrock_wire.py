@@ -6,14 +6,19 @@ throttling as ThrottlingException). rrcli's own event-stream reader is held to b
 
 from __future__ import annotations
 
+import asyncio
+
 import botocore.eventstream
 import pytest
-from bedrockkit import MODEL, SECRET, boto_client
+from bedrockkit import AWS_ENV, MODEL, SECRET, boto_client
 from botocore.exceptions import ClientError
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rrcli.errors import InvalidResponseError
+from rrcli.config.profile import Backend, Credentials, RetrySettings
+from rrcli.errors import InvalidResponseError, ProviderError
+from rrcli.providers import make_provider
+from rrcli.providers.base import Call
 from rrcli.providers.eventstream import FrameParser, encode_frame
 
 HELLO = [{"role": "user", "content": [{"text": "hello"}]}]
@@ -161,3 +166,67 @@ def test_a_corrupted_frame_is_an_invalid_answer():
     data[20] ^= 1
     with pytest.raises(InvalidResponseError, match="CRC"):
         FrameParser().feed(bytes(data))
+
+
+ERRORS = [
+    (429, "ThrottlingException", True, False),
+    (429, "ModelNotReadyException", True, False),
+    (408, "ModelTimeoutException", True, False),
+    (503, "ServiceUnavailableException", True, False),
+    (500, "InternalServerException", True, False),
+    (403, "AccessDeniedException", False, True),
+    (403, "UnrecognizedClientException", False, True),
+    (400, "ValidationException", False, False),
+]
+
+
+def failed_call(url: str, headers: dict[str, str], stream: bool = False) -> ProviderError:
+    """The error of one call by rrcli's bedrock provider to the sim at ``url``, the sim told
+    what to answer by ``headers``."""
+    backend = Backend(
+        id="br",
+        provider="bedrock",
+        base_url=url,
+        model=MODEL,
+        region="us-east-1",
+        allow_private=True,
+        headers=headers,
+        credentials=Credentials(auth="none"),
+    )
+
+    async def send() -> ProviderError:
+        provider = make_provider(backend, None, retry=RetrySettings(), seed=None)
+        try:
+            with pytest.raises(ProviderError) as caught:
+                await provider.send(Call([{"role": "user", "content": "hi"}], stream=stream))
+        finally:
+            await provider.aclose()
+        return caught.value
+
+    return asyncio.run(send())
+
+
+@pytest.fixture
+def aws_env(monkeypatch):
+    for name, value in AWS_ENV.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize(("status", "kind", "transient", "down"), ERRORS)
+def test_bedrocks_errors_in_the_one_tree(sim_server, aws_env, status, kind, transient, down):
+    """Each Bedrock exception, as the sim answers it (status and x-amzn-ErrorType), is an rrcli
+    error named by it, retried or not and taking the backend down or not by rrcli's rules."""
+    sim = sim_server(api_keys=[SECRET])
+    error = failed_call(sim.url, {"x-sim-status": str(status), "x-sim-error-type": kind})
+    assert (transient, down) == (error.transient, error.backend_down)
+    assert f"HTTP {status}: {kind}: " in error.message
+    assert (status == 429) == error.rate_limited
+
+
+def test_an_exception_frame_mid_stream_is_the_calls_error(sim_server, aws_env):
+    """An exception frame in a 200 stream (internalServerException) ends the attempt with a
+    transient error naming it."""
+    sim = sim_server(api_keys=[SECRET])
+    error = failed_call(sim.url, {"x-sim-mode": "stream-error"}, stream=True)
+    assert ("api_error", True) == (error.type, error.transient)
+    assert "internalServerException" in error.message
