@@ -302,12 +302,14 @@ class Halted(ControlSignal):
     """Raised where a halted run refuses to start an attempt (the budget would pass): the job
     ends without a result line, so ``--resume`` runs it. ``reason``: the halt's (``budget``,
     ...; ``budget`` too for one attempt refused before the run halts), ``said``: what happened
-    in words any front-end may use."""
+    in words any front-end may use; ``retry_after``: seconds until the refusal ends by itself
+    (a budget's period renewed), None when nothing but a change ends it."""
 
-    def __init__(self, reason: str, said: str) -> None:
+    def __init__(self, reason: str, said: str, retry_after: float | None = None) -> None:
         super().__init__(said)
         self.reason = reason
         self.said = said
+        self.retry_after = retry_after  # seconds until a budget's period renews it
 
 
 class Unaffordable(ControlSignal):

@@ -5,19 +5,31 @@ keeps a copy. It is pure data importing nothing of rrcli's, so every part may re
 and providers alike): the adapter is named by module and class (``"module:Class"``), and
 ``providers.make_provider`` imports it only when a run needs it, so ``rrcli validate`` and
 ``rrcli --help`` stay light and the registry never imports the adapters it names.
+
+Besides the APIs rrcli speaks itself, the table holds the OpenAI-compatible hosts of
+``config/data/presets.toml`` (the ``openai`` adapter with a host's base URL, key variable and the
+request fields it does not take), and the providers other packages register under the entry
+point group ``rrcli.providers`` (``name = "module:Class"``, or ``"module:attr"`` naming a
+``ProviderInfo``): their names are listed at import, each is loaded when first asked for.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import tomllib
+from dataclasses import dataclass, replace
+from importlib import import_module, metadata
+from pathlib import Path
 from urllib.parse import urlsplit
 
 __all__ = [
     "ANTHROPIC_MAX_TOKENS",
+    "AZURE_API_VERSION",
     "BATCH_URLS",
     "BEDROCK_URL",
     "ENDPOINTS",
+    "ENTRY_POINT_GROUP",
     "NAMES",
+    "PRESETS",
     "REGISTRY",
     "UNSTREAMED",
     "ProviderInfo",
@@ -37,6 +49,8 @@ BATCH_URLS: dict[str, str] = {
     "/v1/completions": "completions",
     "/v1/moderations": "moderations",
 }
+#: The api-version of an Azure deployment's calls when its profile names none (the latest GA)
+AZURE_API_VERSION = "2024-10-21"
 #: The ``max_tokens`` an Anthropic request is sent with when the job sets none (the API requires it)
 ANTHROPIC_MAX_TOKENS = 1024
 #: Bedrock's runtime endpoint in a region (a backend's ``region`` fills it in)
@@ -62,7 +76,12 @@ class ProviderInfo:
     ``endpoints``: the endpoints it can serve; ``default_endpoints``: what a backend serves when
     its profile says nothing; ``dialect``: the request shape its API speaks (``"openai"`` chat
     completions, ``"anthropic"`` Messages), None for one that takes a job as written (sim), so a
-    job of another shape is translated (``providers.translate``)."""
+    job of another shape is translated (``providers.translate``). ``key_env``: the variable
+    its key is usually kept in (what ``rrcli init`` names); ``key_required``: False for a server
+    that usually runs with no key (a local one: a backend without credentials sends none);
+    ``drops``: the request fields the host does not take, dropped before a call is sent;
+    ``prices_id``: genai-prices' name of the provider, when its prices are the provider's
+    whatever the base URL (None: genai-prices tells the provider by the base URL)."""
 
     name: str
     adapter: str  # "module:Class", imported lazily by make_provider
@@ -74,6 +93,10 @@ class ProviderInfo:
     default_endpoints: tuple[str, ...] = ("chat",)
     needs_network: bool = True
     dialect: str | None = "openai"
+    key_env: str | None = None
+    key_required: bool = True
+    drops: tuple[str, ...] = ()
+    prices_id: str | None = None
 
 
 REGISTRY: dict[str, ProviderInfo] = {
@@ -85,6 +108,7 @@ REGISTRY: dict[str, ProviderInfo] = {
         auth_header="authorization",
         request_id_header="x-request-id",
         endpoints=ENDPOINTS,
+        key_env="OPENAI_API_KEY",
     ),
     "anthropic": ProviderInfo(
         name="anthropic",
@@ -94,6 +118,7 @@ REGISTRY: dict[str, ProviderInfo] = {
         auth_header="x-api-key",
         request_id_header="request-id",
         dialect="anthropic",
+        key_env="ANTHROPIC_API_KEY",
     ),
     "bedrock": ProviderInfo(
         name="bedrock",
@@ -115,23 +140,111 @@ REGISTRY: dict[str, ProviderInfo] = {
         needs_network=False,
         dialect=None,
     ),
+    "azure": ProviderInfo(
+        name="azure",
+        adapter="rrcli.providers.azure:AzureProvider",
+        default_base_url="",  # each resource has its own: https://<resource>.openai.azure.com
+        default_model="gpt-4o-mini",
+        auth_header="api-key",
+        request_id_header="apim-request-id",
+        endpoints=("chat", "embeddings", "responses"),
+        key_env="AZURE_OPENAI_API_KEY",
+        prices_id="azure",
+    ),
 }
 
-#: provider names in the order messages list them
-NAMES: tuple[str, ...] = tuple(REGISTRY)
+#: the OpenAI-compatible hosts' facts, one table a host
+_PRESETS_FILE = Path(__file__).parent / "config" / "data" / "presets.toml"
+#: the adapter every preset uses: the hosts speak OpenAI's chat completions
+_OPENAI_ADAPTER = REGISTRY["openai"].adapter
+
+
+def _presets() -> dict[str, ProviderInfo]:
+    """The hosts of presets.toml as registry entries."""
+    with _PRESETS_FILE.open("rb") as stream:
+        table = tomllib.load(stream)
+    return {
+        name: ProviderInfo(
+            name=name,
+            adapter=_OPENAI_ADAPTER,
+            default_base_url=host["base_url"],
+            default_model=host["model"],
+            auth_header="authorization",
+            request_id_header=host.get("request_id_header", "x-request-id"),
+            endpoints=ENDPOINTS,
+            key_env=host.get("key_env"),
+            key_required="key_env" in host,
+            drops=tuple(host.get("drops", ())),
+            prices_id=host.get("prices_id"),
+        )
+        for name, host in table.items()
+    }
+
+
+#: the OpenAI-compatible hosts' names, in the data file's order
+PRESETS: tuple[str, ...] = tuple(_presets_table := _presets())
+REGISTRY.update(_presets_table)
+
+#: the group other packages register providers in (``[project.entry-points."rrcli.providers"]``)
+ENTRY_POINT_GROUP = "rrcli.providers"
+
+
+def _entry_points() -> dict[str, metadata.EntryPoint]:
+    """The providers other packages register, by name; a built-in name is never taken over."""
+    found = metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return {ep.name: ep for ep in found if ep.name not in REGISTRY}
+
+
+_PLUGINS = _entry_points()
+
+#: provider names in the order messages list them: rrcli's own, the hosts, then the plugins'
+NAMES: tuple[str, ...] = (*REGISTRY, *_PLUGINS)
 
 
 def info(name: str) -> ProviderInfo:
-    """The registry entry for ``name``; KeyError for an unknown provider (validation reports
-    those before anything asks)."""
-    return REGISTRY[name]
+    """The registry entry for ``name`` (a plugin's is loaded at its first use); KeyError for an
+    unknown provider (validation reports those before anything asks)."""
+    entry = REGISTRY.get(name)
+    if entry is None:
+        entry = REGISTRY[name] = _plugin(_PLUGINS[name])
+    return entry
+
+
+def _plugin(point: metadata.EntryPoint) -> ProviderInfo:
+    """A plugin's entry: its ``ProviderInfo`` (named as registered), or for an adapter class
+    one built from the class's attributes (``default_base_url``, ``default_model``,
+    ``auth_header``, ``request_id_header``, ``endpoints``, ``dialect``, ``needs_network``).
+    LookupError naming the package when it cannot be loaded."""
+    module, _, attr = point.value.partition(":")
+    try:
+        loaded = getattr(import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise LookupError(
+            f'"{point.name}" ({point.value}) cannot be loaded: {exc} — reinstall the '
+            "package that registers it, or remove it"
+        ) from None
+    if isinstance(loaded, ProviderInfo):
+        return replace(loaded, name=point.name)
+    endpoints = tuple(getattr(loaded, "endpoints", ("chat",)))
+    return ProviderInfo(
+        name=point.name,
+        adapter=point.value,
+        default_base_url=getattr(loaded, "default_base_url", ""),
+        default_model=getattr(loaded, "default_model", ""),
+        auth_header=getattr(loaded, "auth_header", "authorization"),
+        request_id_header=getattr(loaded, "request_id_header", None),
+        endpoints=endpoints,
+        default_endpoints=endpoints[:1],
+        needs_network=getattr(loaded, "needs_network", True),
+        dialect=getattr(loaded, "dialect", "openai"),
+    )
 
 
 def server_address(provider: str, base_url: str) -> str | None:
     """``host[:port]`` of a backend's endpoint, as traces write it (``server_address`` and the
     run record's ``host``): no user info, path or query; an IPv6 host in brackets; the port only
     when the URL names one. None for a provider that needs no network (sim)."""
-    entry = REGISTRY.get(provider)
+    entry = REGISTRY.get(provider)  # a plugin not loaded yet: by its URL, as any host
     if entry is not None and not entry.needs_network:
         return None
     parts = urlsplit(base_url)

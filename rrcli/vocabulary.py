@@ -92,6 +92,8 @@ def anthropic_error_type(error_type: str | None, status_code: int | None) -> str
         return "invalid_request_error"
     if kind == "timeout":
         return "timeout_error"
+    if kind == "insufficient_quota":  # an account out of money: Anthropic's billing error
+        return "billing_error"
     return _ANTHROPIC_ERRORS.get(status_code or 0, "api_error")
 
 

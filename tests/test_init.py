@@ -7,16 +7,18 @@ from click.testing import CliRunner
 
 from rrcli.cli import main
 from rrcli.config.load import validate_profile
+from rrcli.config.starter import key_variables
+from rrcli.registry import NAMES
 
 # the variables the starter profiles name, exported as a user would
-KEYS = {f"{vendor}_API_KEY_{n}": "sk-test" for vendor in ("OPENAI", "ANTHROPIC") for n in (1, 2, 3)}
+KEYS = {name: "sk-test" for provider in NAMES for name in key_variables(provider, 3)}
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic", "sim"])
+@pytest.mark.parametrize("provider", NAMES)
 def test_starter_profile_validates_as_written(tmp_path, provider):
-    """The starter profile's only errors are its unset key variables, one per backend; with
-    them exported it has no errors, and no warning but an unresolvable public host (on a
-    machine without DNS)."""
+    """The starter profile's only errors are its unset key variables, one per backend (none
+    for sim and a server on this machine); with them exported it has no errors, and no
+    warning but an unresolvable public host (on a machine without DNS)."""
     path = tmp_path / "rrcli.toml"
     result = CliRunner().invoke(
         main, ["init", str(path), "--provider", provider, "--backends", "2"]
@@ -25,9 +27,9 @@ def test_starter_profile_validates_as_written(tmp_path, provider):
     bare = validate_profile(path, environ={})
     assert {"env_unset"} >= {e.code for e in bare.errors}
     expected = (
-        []
-        if provider == "sim"
-        else ["backends[0].credentials.api_key_env", "backends[1].credentials.api_key_env"]
+        ["backends[0].credentials.api_key_env", "backends[1].credentials.api_key_env"]
+        if key_variables(provider, 2)
+        else []
     )
     assert expected == [e.path for e in bare.errors]
     report = validate_profile(path, environ=KEYS)

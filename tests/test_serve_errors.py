@@ -32,7 +32,7 @@ def _chat_only(tmp_path, url, **top):
 def test_serve_errors_name_no_line(tmp_path, sim_server):
     """Through ``rrcli serve``: an embeddings request to a pool that serves none (400), chat
     messages that are not a list and an Anthropic request without messages (400, the field
-    named), and a request after the budget is spent (429, OpenAI code ``budget``, the budget
+    named), and a request after the budget is spent (429, ``insufficient_quota``, the budget
     named): none says a batch word."""
     sim = sim_server(output_tokens=10)
     path = _chat_only(tmp_path, sim.openai_url, budget={"max_cost_usd": 0.2})
@@ -68,7 +68,7 @@ def test_serve_errors_name_no_line(tmp_path, sim_server):
     assert said[0].startswith("no backend serves the embeddings endpoint")
     assert "body.messages must be an array of messages, got string" == said[1]
     assert "body.messages is missing" == said[2]
-    assert (429, "budget") == (spent.status_code, spent.json()["error"]["code"])
+    assert (429, "insufficient_quota") == (spent.status_code, spent.json()["error"]["code"])
     assert said[3].startswith("the budget of $0.20 is spent")
     assert 200 == statuses[0]
 

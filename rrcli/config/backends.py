@@ -22,7 +22,7 @@ from rrcli.config.profile import (
 from rrcli.config.redaction import looks_like_key
 from rrcli.config.schema import PRICE, SIM, as_floats
 from rrcli.config.walk import Checker, unsendable
-from rrcli.registry import ProviderInfo, info
+from rrcli.registry import AZURE_API_VERSION, ProviderInfo, info
 
 __all__ = ["build_backend"]
 
@@ -46,7 +46,12 @@ def build_backend(
             'give every backend a unique id, e.g. id = "openai-a"',
             "missing_id",
         )
-    provider = info(merged.get("provider", DEFAULT_PROVIDER))
+    try:
+        provider = info(merged.get("provider", DEFAULT_PROVIDER))
+    except LookupError as exc:  # another package's provider that cannot be loaded
+        problem, _, fix = str(exc).partition(" — ")
+        check.add("error", f"{path}.provider", problem, fix, "provider_unloadable")
+        provider = info(DEFAULT_PROVIDER)
     if "sim" in merged and provider.name != "sim":
         check.add(
             "warning",
@@ -55,18 +60,68 @@ def build_backend(
             'remove it, or set provider = "sim"',
             "ignored_key",
         )
+    own_creds = "credentials" in raw or "auth" in raw
+    values, written_at = (own, path) if own_creds else (defaults, "defaults")
     if provider.name == "bedrock":  # AWS credentials, region and botocore (config.aws)
-        credentials = aws_credentials(check, own if "credentials" in raw else defaults, path)
+        credentials = aws_credentials(check, values, path)
         merged = {**merged, **aws_endpoint(check, merged, path, environ)}
     elif provider.auth_header is None:  # a provider that takes no key has no credentials
         credentials = Credentials(auth="none")
+    elif not provider.key_required and "credentials" not in values and "auth" not in values:
+        credentials = Credentials(auth="none")  # a local server: no key unless one is given
     else:
-        own_creds = "credentials" in raw or "auth" in raw
-        values, written_at = (own, path) if own_creds else (defaults, "defaults")
         credentials = _credentials(check, provider.name, values, path, written_at, environ)
     endpoints = tuple(merged.get("endpoints", provider.default_endpoints))
     _check_endpoints(check, provider, endpoints, f"{path}.endpoints")
+    _check_azure(check, provider, merged, path)
+    if "drop_params" in own and provider.dialect != "openai":
+        check.add(
+            "warning",
+            f"{path}.drop_params",
+            f"ignored: {provider.name} backends send only their own API's fields already",
+            "remove it",
+            "ignored_key",
+        )
     return _backend(own.get("id", path), provider, merged, credentials, endpoints)
+
+
+#: an Azure resource's endpoint, as the portal shows it
+_AZURE_BASE = "https://<resource>.openai.azure.com"
+
+
+def _check_azure(
+    check: Checker, provider: ProviderInfo, merged: Mapping[str, Any], path: str
+) -> None:
+    """An azure backend names its resource's base_url; deployment and api_version are azure's
+    alone, and api_version goes with a deployment (the v1 API takes none)."""
+    if provider.name != "azure":
+        for key in ("deployment", "api_version"):
+            if key in merged:
+                check.add(
+                    "warning",
+                    f"{path}.{key}",
+                    f'ignored: provider is "{provider.name}", not "azure"',
+                    'remove it, or set provider = "azure"',
+                    "ignored_key",
+                )
+        return
+    if not merged.get("base_url"):
+        check.add(
+            "error",
+            f"{path}.base_url",
+            "missing: an azure backend calls its own resource",
+            f'set base_url = "{_AZURE_BASE}" (the endpoint the Azure portal shows)',
+            "azure_base_url",
+        )
+    if "api_version" in merged and "deployment" not in merged:
+        check.add(
+            "warning",
+            f"{path}.api_version",
+            "ignored: without a deployment the backend calls Azure's v1 API, which takes no "
+            "api-version",
+            'set deployment = "<deployment name>", or remove api_version',
+            "ignored_key",
+        )
 
 
 def _check_endpoints(
@@ -110,6 +165,7 @@ def _backend(
     endpoints: tuple[str, ...],
 ) -> Backend:
     price, sim = merged.get("price"), merged.get("sim", {})
+    deployment = merged.get("deployment") if provider.name == "azure" else None
     return Backend(
         id=backend_id,
         provider=provider.name,
@@ -134,6 +190,9 @@ def _backend(
         prefix_cache_tokens=merged.get("prefix_cache_tokens"),
         prompt_cache_key=merged.get("prompt_cache_key"),
         max_tokens_per_image=merged.get("max_tokens_per_image"),
+        deployment=deployment,
+        api_version=merged.get("api_version", AZURE_API_VERSION) if deployment else None,
+        drop_params=tuple(merged.get("drop_params", provider.drops)),
         region=merged.get("region"),
     )
 
@@ -160,6 +219,9 @@ def _credentials(
             'remove it; it names the AWS credentials of a provider = "bedrock" backend',
             "ignored_key",
         )
+    tokens = {k: table[k] for k in ("token_env", "token_command") if k in table}
+    if tokens:
+        return _token(check, provider, env, key, tokens, where, environ)
     if auth == "none":
         if env is not None or key is not None:
             check.add(
@@ -185,6 +247,42 @@ def _credentials(
     if isinstance(key, str) and (bad := unsendable(key.strip(), spaces=False)) is not None:
         _unsendable_key(check, f"{where}.api_key", "the key", bad)
     return Credentials(api_key_env=env, api_key=key)
+
+
+def _token(
+    check: Checker,
+    provider: str,
+    env: str | None,
+    key: str | None,
+    tokens: Mapping[str, str],
+    where: str,
+    environ: Mapping[str, str],
+) -> Credentials:
+    """Credentials by a bearer token (Azure's Entra ID): from ``token_env`` or
+    ``token_command``, one of them, and no key beside it."""
+    if provider != "azure":
+        name = next(iter(tokens))
+        check.add(
+            "error",
+            f"{where}.{name}",
+            f'{name} is for azure backends (a bearer token from Entra ID), not "{provider}"',
+            "use credentials.api_key_env for this backend's key",
+            "token_not_taken",
+        )
+        return Credentials()
+    given = [n for n, v in (("api_key_env", env), ("api_key", key)) if v is not None]
+    if len(tokens) + len(given) > 1:
+        check.add(
+            "error",
+            where,
+            f"{' and '.join([*given, *tokens])} are set: the backend sends one credential",
+            "keep one: token_env or token_command for Entra ID, api_key_env for a key",
+            "credentials_conflict",
+        )
+    token_env = tokens.get("token_env")
+    if token_env is not None:
+        _key_variable(check, f"{where}.token_env", token_env, environ.get(token_env))
+    return Credentials(token_env=token_env, token_command=tokens.get("token_command"))
 
 
 def _unsendable_key(check: Checker, where: str, what: str, bad: str) -> None:

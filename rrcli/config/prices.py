@@ -6,10 +6,12 @@ A backend's own ``price`` when its profile gives one; otherwise what the genai-p
 has no price of its own) knows of its API and model; otherwise none. The library is asked by the
 backend's ``base_url``: a known API host names the provider (OpenAI, Anthropic, Azure, Groq,
 OpenRouter...); a server it does not know (a local vLLM, a proxy, the simulator) has no price,
-whatever its model is called. Its cache prices (reads, and writes where the provider bills them,
-as Anthropic does) come with it. A model priced in tiers takes its first tier (the price of a
-call of ordinary length). Nothing is fetched: the library's own data snapshot is read, never
-updated.
+whatever its model is called. A provider the registry names for genai-prices (``azure``, the
+hosted presets: ``prices_id``) is asked by that name instead, wherever its base_url points (an
+Azure resource behind a gateway is billed as Azure). Its cache prices (reads, and writes where
+the provider bills them, as Anthropic does) come with it. A model priced in tiers takes its
+first tier (the price of a call of ordinary length). Nothing is fetched: the library's own
+data snapshot is read, never updated.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from rrcli.config.profile import Backend, Price
+from rrcli.registry import info
 
 __all__ = [
     "LIBRARY",
@@ -71,7 +74,12 @@ def lookup_price(provider: str, base_url: str, model: str) -> Price | None:
         return None
     usage = Usage(input_tokens=_SAMPLE, output_tokens=_SAMPLE)
     try:
-        found = calc_price(usage, model, provider_api_url=base_url)
+        named = info(provider).prices_id
+    except LookupError:  # a plugin that cannot be loaded: validation says so
+        named = None
+    where = {"provider_id": named} if named else {"provider_api_url": base_url}
+    try:
+        found = calc_price(usage, model, **where)
     except (LookupError, ValueError):
         return None
     per_million = 1_000_000 / _SAMPLE

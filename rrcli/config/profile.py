@@ -16,10 +16,11 @@ from typing import Any
 
 from rrcli.config.redaction import MASK, looks_like_key, redacted_headers, redacted_url
 from rrcli.errors import UsageError
-from rrcli.registry import REGISTRY
+from rrcli.registry import REGISTRY, info
 
 __all__ = [
     "BINDINGS",
+    "BUDGET_PERIODS",
     "CACHE_MODES",
     "DEFAULT_PREFIX_CACHE_TOKENS",
     "DEFAULT_PROVIDER",
@@ -75,6 +76,7 @@ BINDINGS = ("request", "session")
 GATE_KINDS = ("local", "redis")
 #: --cache-mode: look answers up and store new ones, only look up, only store, no cache at all
 CACHE_MODES = ("readwrite", "read", "write", "off")
+BUDGET_PERIODS = ("day", "month")  # after which a budget's spend starts again (UTC)
 DEFAULT_PROVIDER = "openai"
 DEFAULT_RETRY_ON_STATUS = (408, 409, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524, 529)
 
@@ -85,30 +87,36 @@ class Credentials:
 
     ``auth`` is "key" (send a key) or "none" (a local server that needs none, or a bedrock
     backend: its AWS credentials sign requests, ``profile`` naming the AWS profile, None for
-    the default chain).
+    the default chain). An Azure backend may send a bearer token instead of its key: from the
+    variable ``token_env``, or printed by ``token_command`` (run again when the token expires:
+    Entra ID).
     """
 
     api_key_env: str | None = None
     api_key: str | None = field(default=None, repr=False)
     auth: str = "key"
     profile: str | None = None
+    token_env: str | None = None
+    token_command: str | None = None
 
     def resolve(self, environ: Mapping[str, str]) -> str | None:
         """The key to send, or None for ``auth = "none"``; raises UsageError if it is unset.
         Whitespace around it (a CR or LF left by a .env file) is dropped: validation
         warns of it, naming the variable."""
-        if self.auth == "none":
-            return None
+        if self.auth == "none" or self.token_command is not None:
+            return None  # a command's token is fetched by the provider, when it needs one
         if self.api_key is not None:
             return self.api_key.strip()
-        if self.api_key_env is not None:
-            value = environ.get(self.api_key_env, "").strip()
+        for name, variable in (("api_key_env", self.api_key_env), ("token_env", self.token_env)):
+            if variable is None:
+                continue
+            value = environ.get(variable, "").strip()
             if value:
                 return value
-            shown = "named in api_key_env" if looks_like_key(self.api_key_env) else self.api_key_env
+            shown = f"named in {name}" if looks_like_key(variable) else variable
             raise UsageError(
                 f"environment variable {shown} is not set — export it, "
-                "or name another variable in credentials.api_key_env"
+                f"or name another variable in credentials.{name}"
             )
         return None
 
@@ -116,7 +124,8 @@ class Credentials:
         """Whether the key has whitespace around it (``resolve`` drops it)."""
         if self.auth == "none":
             return False
-        value = self.api_key if self.api_key is not None else environ.get(self.api_key_env or "")
+        variable = self.api_key_env or self.token_env or ""
+        value = self.api_key if self.api_key is not None else environ.get(variable)
         return bool(value) and value != value.strip()
 
     def redacted(self) -> dict[str, Any]:
@@ -129,6 +138,10 @@ class Credentials:
             out["api_key"] = "***"
         if self.profile is not None:
             out["profile"] = self.profile
+        if self.token_env is not None:
+            out["token_env"] = MASK if looks_like_key(self.token_env) else self.token_env
+        if self.token_command is not None:
+            out["token_command"] = self.token_command
         return out
 
 
@@ -187,6 +200,9 @@ class Backend:
     prompt_cache_key: bool | None = None  # cache_aware sets one; None: sets_cache_key decides
     max_tokens_per_image: int | None = None  # what a budget reserves an image at; None: known
     region: str | None = None  # bedrock: the AWS region its requests are signed for
+    deployment: str | None = None  # azure: the deployment in the path; None: the v1 API
+    api_version: str | None = None  # azure: the api-version of a deployment's calls
+    drop_params: tuple[str, ...] = ()  # request fields the server does not take: never sent
 
     @property
     def prefix_capacity(self) -> int:
@@ -307,9 +323,14 @@ class CacheSettings:
 
 @dataclass(frozen=True, slots=True)
 class BudgetSettings:
-    """The most a run may spend, in USD (None: no budget); ``rrcli run --max-cost`` overrides."""
+    """The most a run may spend, in USD (None: no budget); ``rrcli run --max-cost`` overrides.
+    ``key``: the name the budget is kept under, in the ledger file and in Redis ("": the
+    profile's name); ``period``: "day" or "month" (UTC), after which serve and Pool spend
+    again from nothing ("": never)."""
 
     max_cost_usd: float | None = None
+    key: str = ""
+    period: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,19 +413,19 @@ def profile_to_dict(profile: Profile, *, redact: bool = True) -> dict[str, Any]:
     out["queue"] = _plain(profile.queue)
     if profile.serve != ServeSettings():
         out["serve"] = {k: v for k, v in _plain(profile.serve).items() if v != ""}
-    if profile.budget.max_cost_usd is not None:
-        out["budget"] = _plain(profile.budget)
+    if profile.budget != BudgetSettings():
+        out["budget"] = {k: v for k, v in _plain(profile.budget).items() if v != ""}
     out["backends"] = [_backend_to_dict(b, redact) for b in profile.backends]
     return out
 
 
 def _backend_to_dict(backend: Backend, redact: bool) -> dict[str, Any]:
     out = _plain(backend)
-    for key in ("credentials", "price", "sim", "headers", "params", "endpoints"):
+    for key in ("credentials", "price", "sim", "headers", "params", "endpoints", "drop_params"):
         out.pop(key, None)
     if not backend.gate_scope:
         out.pop("gate_scope")
-    if REGISTRY[backend.provider].auth_header is not None:
+    if info(backend.provider).auth_header is not None:
         creds = backend.credentials.redacted()
         if not redact and backend.credentials.api_key is not None:
             creds["api_key"] = backend.credentials.api_key
@@ -412,6 +433,8 @@ def _backend_to_dict(backend: Backend, redact: bool) -> dict[str, Any]:
     elif backend.credentials.profile is not None:
         out["credentials"] = {"profile": backend.credentials.profile}
     out["endpoints"] = list(backend.endpoints)
+    if backend.drop_params:
+        out["drop_params"] = list(backend.drop_params)
     out["headers"] = redacted_headers(dict(backend.headers)) if redact else dict(backend.headers)
     if redact:
         out["base_url"] = redacted_url(backend.base_url)

@@ -16,6 +16,7 @@ from typing import Any
 
 from rrcli.config.profile import (
     BINDINGS,
+    BUDGET_PERIODS,
     CACHE_MODES,
     GATE_KINDS,
     MAX_CONTINUATIONS,
@@ -171,12 +172,17 @@ BACKEND = {
     "prompt_cache_key": Field("bool"),
     "max_tokens_per_image": Field("int", at_least(1)),
     "region": Field("str", NOT_EMPTY),
+    "deployment": Field("str", NOT_EMPTY),
+    "api_version": Field("str", NOT_EMPTY),
+    "drop_params": Field("strs"),
 }
 CREDENTIALS = {
     "api_key_env": Field("str", ENV_RULE, secret=True),
     "api_key": Field("str", NOT_EMPTY, secret=True),
     "auth": Field("str", choices=AUTH),
     "profile": Field("str", NOT_EMPTY),
+    "token_env": Field("str", ENV_RULE, secret=True),
+    "token_command": Field("str", NOT_EMPTY),
 }
 RETRY = {
     "max_retries": Field("int", at_least(0)),
@@ -220,7 +226,11 @@ COOLDOWN = {
 }
 HEALTH = {"recover_after": Field("number", within(0, MAX_RECOVER_AFTER))}
 CACHE = {"path": Field("str", NOT_EMPTY), "mode": Field("str", choices=CACHE_MODES)}
-BUDGET = {"max_cost_usd": Field("number", at_least(0))}
+BUDGET = {
+    "max_cost_usd": Field("number", at_least(0)),
+    "key": Field("str", ID_RULE),
+    "period": Field("str", choices=BUDGET_PERIODS),
+}
 MAX_PRICE = 10_000.0  # USD per million tokens: ten times the dearest model's; more is a typo
 _PRICE = Field("number", within(0, MAX_PRICE))
 PRICE = {"input": _PRICE, "output": _PRICE, "cached_input": _PRICE, "cache_write": _PRICE}
@@ -246,9 +256,14 @@ EXPECTED = {
     "ints": ("a list of integers", "write a list such as [429, 503]"),
     "strs": ("a list of strings", 'write a list such as ["chat", "embeddings"]'),
 }
-# headers that carry a key: each provider's own auth header, and a proxy's
+# headers that carry a key: each provider's own auth header, and a proxy's. Azure's api-key is
+# left to ``headers`` too: an openai backend at an Azure-style gateway sends its key that way
+# (masked like every credential header); an azure backend sends its own over it.
 KEY_HEADERS = frozenset(
-    {"proxy-authorization", *(p.auth_header for p in REGISTRY.values() if p.auth_header)}
+    {
+        "proxy-authorization",
+        *(p.auth_header for p in REGISTRY.values() if p.auth_header and p.auth_header != "api-key"),
+    }
 )
 # headers that frame the request on the wire: the HTTP client writes them from the body it sends;
 # a stale Content-Length or a second Transfer-Encoding would desync a keep-alive connection

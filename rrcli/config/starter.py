@@ -1,9 +1,13 @@
 """``rrcli init``: a starter profile whose only missing piece is its keys.
 
-For openai and anthropic it names one environment variable per backend (``OPENAI_API_KEY_1``...),
-so the only errors ``rrcli validate`` gives on it are the variables not yet exported, and
-``next_step`` names them; for sim it is a pool of simulated backends of different speeds that
-runs offline at once.
+For a provider that takes a key it names one environment variable per backend
+(``OPENAI_API_KEY_1``..., after the registry's key variable: ``GROQ_API_KEY_1``...), so the only
+errors ``rrcli validate`` gives on it are the variables not yet exported, and ``next_step``
+names them; for azure, each backend's resource and deployment are placeholders to replace too;
+for bedrock, a backend a region, signed by the AWS credentials the machine has;
+for a local server (ollama, vllm, sglang, llamacpp) it is a pool at the server's usual address
+with no key; for sim it is a pool of simulated backends of different speeds that runs offline at
+once.
 """
 
 from __future__ import annotations
@@ -18,13 +22,17 @@ from rrcli.registry import info
 __all__ = ["key_variables", "next_step", "starter_profile", "starter_text", "write_starter"]
 
 _SIM_SPEEDS = ((20, 4), (60, 4), (150, 8))  # (latency_ms, max_concurrency), cycled
+_AWS_REGIONS = ("us-east-1", "us-west-2", "eu-central-1")  # a bedrock pool's, cycled
 
 
 def key_variables(provider: str, backends: int) -> list[str]:
-    """The key variable of each starter backend, one per backend (none for sim)."""
-    if provider == "sim":
+    """The key variable of each starter backend, one per backend (none for sim or a local
+    server)."""
+    entry = info(provider)
+    if entry.auth_header is None or not entry.key_required:
         return []
-    return [f"{provider.upper()}_API_KEY_{n}" for n in range(1, backends + 1)]
+    stem = entry.key_env or f"{provider.upper()}_API_KEY"
+    return [f"{stem}_{n}" for n in range(1, backends + 1)]
 
 
 def next_step(path: Path, provider: str, backends: int, environ: Mapping[str, str]) -> str:
@@ -32,11 +40,16 @@ def next_step(path: Path, provider: str, backends: int, environ: Mapping[str, st
     to export (the only thing left before the profile validates), then the check to run."""
     pool = f"{backends} {provider} backend" + ("s" if backends > 1 else "")
     unset = [name for name in key_variables(provider, backends) if not environ.get(name)]
+    resources = (
+        "; write your resources' endpoints in base_url and their deployment names in deployment"
+        if provider == "azure"
+        else ""
+    )
     if not unset:
-        return f"wrote {path} ({pool}); next: rrcli validate {path}"
+        return f"wrote {path} ({pool}){resources}; next: rrcli validate {path}"
     return (
-        f"wrote {path} ({pool}); the only thing left: export {', '.join(unset)} (unset now; "
-        f"one key per backend), then: rrcli validate {path}"
+        f"wrote {path} ({pool}){resources}; the only thing left: export {', '.join(unset)} "
+        f"(unset now; one key per backend), then: rrcli validate {path}"
     )
 
 
@@ -55,11 +68,23 @@ def starter_profile(provider: str = "openai", backends: int = 3) -> dict[str, An
                 "rate_limit_rate": 0.0,
                 "output_tokens": 32,
             }
+        elif provider == "bedrock":  # one region a backend; the AWS credential chain signs
+            backend["region"] = _AWS_REGIONS[(n - 1) % len(_AWS_REGIONS)]
+            backend["max_concurrency"] = 4
+        elif provider == "azure":  # each deployment its own resource: placeholders to replace
+            backend["base_url"] = f"https://my-resource-{n}.openai.azure.com"
+            backend["deployment"] = info(provider).default_model
+            backend["max_concurrency"] = 4
+            backend["credentials"] = {"api_key_env": key_variables(provider, backends)[n - 1]}
         else:
             # written out (not left to the default) so a user sees where to point it elsewhere
             backend["base_url"] = info(provider).default_base_url
             backend["max_concurrency"] = 4
-            backend["credentials"] = {"api_key_env": key_variables(provider, backends)[n - 1]}
+            variables = key_variables(provider, backends)
+            if variables:
+                backend["credentials"] = {"api_key_env": variables[n - 1]}
+            else:  # a server on this machine: no key, and its private address allowed
+                backend["allow_private"] = True
         pool.append(backend)
     return {
         "name": f"{provider}-pool",
@@ -81,9 +106,21 @@ def starter_text(provider: str = "openai", backends: int = 3) -> str:
 
     if provider == "sim":
         next_step = "# Simulated backends: no network, no key. Try: rrcli validate <this file>"
+    elif provider == "bedrock":
+        next_step = (
+            "# Signed with your AWS credentials (AWS_ACCESS_KEY_ID..., a profile, a role); "
+            "pip install 'rrcli[bedrock]'.\n# Then: rrcli validate <this file>"
+        )
+    elif not key_variables(provider, backends):
+        next_step = f"# {provider} on this machine, no key. Try: rrcli validate <this file>"
     else:
         names = ", ".join(key_variables(provider, backends))
         next_step = f"# Export {names} (one key per backend), then: rrcli validate <this file>"
+        if provider == "azure":
+            next_step += (
+                "\n# Replace each base_url with your resource's endpoint and each deployment "
+                "with its deployment name."
+            )
     header = (
         "# rrcli profile: a pool of backends and how to route across it.\n"
         f"{next_step}\n"

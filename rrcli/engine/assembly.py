@@ -14,34 +14,36 @@ opens a connection."""
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rrcli.config.prices import pool_prices
-from rrcli.config.profile import Backend, Price, Profile
+from rrcli.config.profile import Profile
 from rrcli.engine.cached import ResponseCache, open_cache
 from rrcli.engine.engine import Engine
-from rrcli.engine.money import budget_prices, make_budget, output_caps
+from rrcli.engine.money import make_budget, output_caps
 from rrcli.engine.observers import Observer, Traced, logged
 from rrcli.engine.options import EngineOptions
+from rrcli.engine.parts import (
+    Preflight,
+    Reassembly,
+    make_prober,
+    make_providers,
+    open_gates,
+    preflight,
+)
 from rrcli.engine.quiet import debug_logged
 from rrcli.engine.summary import RunSummary
-from rrcli.errors import ProviderError
 from rrcli.logs import get_logger
-from rrcli.providers import make_provider
-from rrcli.providers.base import Provider
-from rrcli.providers.probe import PROBE_TIMEOUT, probe_call
 from rrcli.records.origins import ResponseOrigins
 from rrcli.records.results import ResultSink, ResumeState
 from rrcli.records.trace import TraceWriter
 from rrcli.routing.cashier import Cashier
 from rrcli.routing.control import RunControl
-from rrcli.routing.health import Health, Probe
+from rrcli.routing.health import Health
 from rrcli.routing.router import Router
 from rrcli.routing.tally import Tally
 
@@ -70,24 +72,6 @@ class EngineOutputs(Protocol):
     def claim(self) -> ResumeState | None: ...
 
     def open(self, summary: RunSummary) -> tuple[ResultSink | None, TraceWriter]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Preflight:
-    """What an engine needs that is checked before anything is opened: each backend's key,
-    and a budget's prices (None: no budget)."""
-
-    keys: Mapping[str, str | None]
-    prices: Mapping[str, Price] | None
-
-
-def preflight(
-    profile: Profile, options: EngineOptions, environ: Mapping[str, str] | None = None
-) -> Preflight:
-    """The keys (UsageError if one is unset) and a budget's prices (UsageError: a budget over
-    an unpriced backend); nothing is opened or sent."""
-    keys = _keys(profile, os.environ if environ is None else environ)
-    return Preflight(keys, budget_prices(profile, options))
 
 
 async def open_engine(
@@ -119,6 +103,7 @@ async def open_engine(
     gates = open_gates(profile, rng)
     budget = await make_budget(profile, options, checked.prices, control, gates)
     bindings = resume.sessions if resume is not None else None
+    shared = _shared_pool(profile, options, gates)
     router = Router(
         profile,
         gates,
@@ -127,20 +112,24 @@ async def open_engine(
         sleep=asyncio.sleep,
         budget=budget,
         bindings=bindings,
+        shared=shared,
     )
-    providers = _providers(profile, checked.keys, seed)
+    providers = make_providers(profile, checked.keys, seed)
     results, traces = outputs.open(summary)
     traces.run(profile, label, options.results)
     origins = ResponseOrigins()
     if resume is not None:
         origins.update(resume.responses.items())
-    cashier = Cashier(pool_prices(profile.backends), budget)
+    prices = pool_prices(profile.backends)
+    cashier = Cashier(prices, budget)
     addresses = {bid: provider.server_address for bid, provider in providers.items()}
     observers: list[Observer] = [cashier.observe, Traced(traces, addresses).observe]
     recover_after = profile.health.recover_after
     if recover_after is None:
         recover_after = options.recover_after
-    probe = _prober(profile.backends, providers)
+    defined = {b.id: b for b in profile.backends}
+    probe = make_prober(defined, providers)
+    parts = Reassembly(options, environ, seed, defined, addresses, prices)
     health = Health(
         router,
         traces,
@@ -148,7 +137,9 @@ async def open_engine(
         recover_after=recover_after,
         probe=probe,
         lasting=options.lasting,
+        shared=shared,
     )
+    await health.join()
     observers.append(health.observe)
     if debug_logged():
         observers.append(logged)
@@ -177,22 +168,8 @@ async def open_engine(
         caps=output_caps(profile)[0] if budget is not None else {},
         origins=origins,
         sending=set() if closable else None,
+        reassembly=parts,
     )
-
-
-def _keys(profile: Profile, environ: Mapping[str, str]) -> dict[str, str | None]:
-    """Each backend's key (UsageError if one is unset), with a warning naming each key's
-    variable (never its value) that has whitespace around it."""
-    keys = {b.id: b.credentials.resolve(environ) for b in profile.backends}
-    for backend in profile.backends:
-        if backend.credentials.padded(environ):
-            log.warning(
-                "rrcli.key_whitespace",
-                backend=backend.id,
-                variable=backend.credentials.api_key_env or "credentials.api_key",
-                fix="the key is sent without the whitespace; remove it from the variable",
-            )
-    return keys
 
 
 def _open_cache(
@@ -219,45 +196,16 @@ def _open_cache(
     return cache
 
 
-def _providers(
-    profile: Profile, keys: Mapping[str, str | None], seed: int | None
-) -> dict[str, Any]:
-    """One provider (one HTTP client) per backend, each with its own key."""
-    return {
-        b.id: make_provider(b, keys[b.id], retry=profile.retry, seed=seed) for b in profile.backends
-    }
-
-
-def _prober(backends: tuple[Backend, ...], providers: Mapping[str, Provider]) -> Probe:
-    """A backend's probe: the smallest call it serves (providers/probe.py), through its own
-    provider (its key, its client), waited for at most PROBE_TIMEOUT; neither gated nor
-    charged: one call of a few tokens a backend down, at most every ``recover_after``."""
-    by_id = {b.id: b for b in backends}
-
-    async def probe(deployment: str) -> ProviderError | None:
-        try:
-            call = probe_call(by_id[deployment])
-            await asyncio.wait_for(providers[deployment].send(call), PROBE_TIMEOUT)
-        except ProviderError as exc:
-            return exc
-        except TimeoutError:
-            message = f"timeout: the probe had no answer within {PROBE_TIMEOUT:g} s"
-            return ProviderError(message, type="timeout", transient=True)
+def _shared_pool(profile: Profile, options: EngineOptions, gates: Mapping[str, Any]) -> Any:
+    """A lasting engine's (serve, Pool) health and session bindings shared with every process
+    serving the pool on its Redis gate (fleet/shared_pool.py); None on a local gate, and for
+    a batch run."""
+    hub = getattr(gates, "hub", None)
+    if hub is None or not options.lasting:
         return None
+    from rrcli.fleet.shared_pool import SharedPool
 
-    return probe
-
-
-def open_gates(profile: Profile, rng: random.Random, *, local: bool = False) -> Mapping[str, Any]:
-    """The gates of the pool: shared in Redis on a Redis gate (GateUnavailableError: exit 2,
-    nothing sent), else in process; ``local`` forces in-process gates (--dry-run)."""
-    if profile.gate.kind == "redis" and not local:
-        from rrcli.fleet.redis_gate import make_redis_gates
-
-        return make_redis_gates(profile, rng=rng)
-    from rrcli.routing.gate import make_gates
-
-    return make_gates(profile, clock=time.monotonic)
+    return SharedPool(hub, profile.label, profile.serve.session_idle)
 
 
 def make_router(

@@ -20,7 +20,7 @@ import time
 from asyncio import current_task
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgspec import structs
 
@@ -30,7 +30,7 @@ from rrcli.engine.attempts import MOVES, decide, sent
 from rrcli.engine.cached import ANSWERED, ResponseCache
 from rrcli.engine.echo import Echo, OnText, echo_for
 from rrcli.engine.failures import log_failure, log_repeated
-from rrcli.engine.money import final_halt
+from rrcli.engine.money import budget_parts, final_halt, output_caps
 from rrcli.engine.observers import Observer
 from rrcli.engine.quiet import debug_logged
 from rrcli.engine.summary import RunSummary
@@ -59,7 +59,7 @@ from rrcli.routing.cashier import Cashier
 from rrcli.routing.control import RunControl
 from rrcli.routing.costs import NO_OUTPUT
 from rrcli.routing.health import Health
-from rrcli.routing.lease import Lease
+from rrcli.routing.lease import BackendState, Lease
 from rrcli.routing.retry import RetryPolicy
 from rrcli.routing.router import Router
 from rrcli.routing.serving import RouteRules
@@ -74,7 +74,10 @@ from rrcli.tokens import (
     output_cap,
 )
 
-__all__ = ["Engine", "ResultSink"]
+if TYPE_CHECKING:
+    from rrcli.engine.parts import Reassembly
+
+__all__ = ["Engine", "Reloaded", "ResultSink"]
 
 log = get_logger("rrcli")
 
@@ -96,7 +99,7 @@ class Engine:
 
     profile: Profile
     router: Router
-    providers: Mapping[str, Provider]
+    providers: dict[str, Provider]
     results: ResultSink | None
     traces: TraceWriter
     summary: RunSummary
@@ -115,12 +118,14 @@ class Engine:
     caps: Mapping[str, int] = field(default_factory=dict)
     origins: ResponseOrigins = field(default_factory=ResponseOrigins)
     sending: set[asyncio.Task[Any]] | None = None
+    reassembly: Reassembly | None = None
     policy: RetryPolicy = field(init=False)
     session_binding: bool = field(init=False)
     rules: RouteRules = field(init=False)
     _log_calls: bool = field(init=False)
     _continuations: int = field(init=False)  # [retry] max_continuations
     _closed: bool = field(init=False, default=False)
+    _drains: set[asyncio.Task[None]] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         self.policy = RetryPolicy(self.profile.retry, self.rng)
@@ -136,10 +141,53 @@ class Engine:
         self._closed = True
         return frozenset(self.sending or ())
 
+    def reload(self, profile: Profile) -> Reloaded:
+        """The pool of ``profile`` from now on, without a call dropped: a new backend joins, a
+        removed one drains (no new call goes there; its calls in flight finish, then its
+        connections close), a changed one is both (removed, and added under its id: its
+        sessions stay bound to the new one); an unchanged one keeps its state. Raises UsageError
+        (the engine unchanged) when a key is unset, a budget's backend has no price, or
+        ``profile`` differs in more than its backends."""
+        parts = self.reassembly
+        if parts is None:
+            raise RuntimeError("this engine was not assembled to reload")
+        checked = parts.check(self.profile, profile)
+        before = {b.id: b for b in self.profile.backends}
+        fresh = [b for b in profile.backends if before.get(b.id) != b]
+        gates = parts.gates(self.profile, profile, self.gates)
+        providers = parts.providers(profile, fresh, checked.keys)
+        if self.budget is not None:
+            assert checked.prices is not None
+            self.budget.reprice(checked.prices, *budget_parts(profile))
+            self.caps = output_caps(profile)[0]
+        ids = {b.id for b in profile.backends}
+        kept = profile.backends
+        gone = tuple(bid for bid, b in before.items() if bid not in ids or b not in kept)
+        retired = self.router.reload(profile, gates)
+        if self.health is not None:
+            self.health.forget(gone)
+        old = {bid: self.providers[bid] for bid in gone}
+        self.providers.update(providers)
+        for bid in set(gone) - ids:
+            del self.providers[bid]
+        self.profile, self.gates, self.rules = profile, gates, RouteRules(profile.backends)
+        if old:
+            drain = asyncio.ensure_future(_drained(retired, old))
+            self._drains.add(drain)
+            drain.add_done_callback(self._drains.discard)
+        return Reloaded(
+            tuple(b.id for b in fresh if b.id not in before),
+            tuple(bid for bid in gone if bid not in ids),
+            tuple(bid for bid in gone if bid in ids),
+        )
+
     async def close(self) -> None:
         """The run's end, however it ended: the run_end record, outputs flushed, connections and
         shared leases given back, the end logged."""
         summary, budget = self.summary, self.budget
+        for drain in list(self._drains):  # a reload's backends still draining: closed now
+            drain.cancel()
+        await asyncio.gather(*self._drains, return_exceptions=True)
         if self.health is not None:
             await self.health.close()
         halted = None if summary.halted is None else summary.halted.reason
@@ -551,6 +599,30 @@ class Engine:
         """The session a result line names: when bindings must survive --resume, and always
         for a session."""
         return job.session if (self.session_binding or job.kind == "session") else None
+
+
+@dataclass(frozen=True, slots=True)
+class Reloaded:
+    """What a reload changed, by backend id: the backends ``added``, ``removed`` and
+    ``changed`` (removed and added again under the same id)."""
+
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    changed: tuple[str, ...]
+
+
+DRAIN_POLL = 0.5  # seconds between looks at a removed backend's calls in flight
+
+
+async def _drained(states: tuple[BackendState, ...], providers: Mapping[str, Provider]) -> None:
+    """Close ``providers`` (a reload removed or changed their backends) once the calls in
+    flight on ``states`` ended (or the engine closes)."""
+    try:
+        while any(state.in_flight for state in states):
+            await asyncio.sleep(DRAIN_POLL)
+    finally:
+        for provider in providers.values():
+            await asyncio.shield(provider.aclose())
 
 
 #: what ``rrcli run`` adds to a refusal of each ``reason``: its flag

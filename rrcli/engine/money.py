@@ -5,24 +5,29 @@ halt message once a budget-halted run has drained. The budget itself is routing'
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import sqlite3
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rrcli.config.models import media_tokens, output_ceiling
 from rrcli.config.prices import pool_prices, unpriced_budget
 from rrcli.config.profile import Backend, Price, Profile
 from rrcli.errors import UsageError
+from rrcli.records.ledger import LEDGER_NAME, RENEW_S, FileLedger
 from rrcli.records.spend import traces_cost
 from rrcli.registry import ANTHROPIC_MAX_TOKENS
 from rrcli.routing.budget import Budget, Ledger, LocalLedger
 from rrcli.routing.control import Halt, RunControl
-from rrcli.tokens import output_cap
+from rrcli.tokens import MediaTokens, output_cap
 
 if TYPE_CHECKING:
     from rrcli.engine.options import EngineOptions
     from rrcli.engine.summary import RunSummary
 
-__all__ = ["budget_prices", "final_halt", "make_budget", "output_caps", "sent_cap"]
+__all__ = ["budget_parts", "budget_prices", "final_halt", "make_budget", "output_caps", "sent_cap"]
 
 
 def final_halt(budget: Budget, summary: RunSummary, rest: Iterator[object] | None) -> Halt:
@@ -61,16 +66,22 @@ async def make_budget(
     """The run's budget at ``prices`` (``budget_prices``; None: no budget). With ``--resume``
     the spend of the earlier runs of the same results file in the traces counts. The ledger is
     shared in Redis on a Redis gate (the profile's budget), and always in queue mode (the
-    queue's budget, on the queue's Redis whatever the gate), each results file its own share."""
+    queue's budget, on the queue's Redis whatever the gate), each results file its own share.
+    A front-end that lasts (serve, Pool) keeps its budget in the ledger file beside its traces
+    under the profile's budget key (in this process only without traces), and its budget
+    refuses each call on its own, never halting: ``rrcli run``'s budget is its results file's
+    (its earlier spend read from the traces on ``--resume``), the ledger file not read."""
     limit = _limit(profile, options)
     if prices is None or limit is None:
         return None
     earlier = traces_cost(options.traces, prices, options.results) if options.resume else 0.0
-    _, uncapped = output_caps(profile)
-    media = {b.id: media_tokens(b) for b in profile.backends}
+    uncapped, media = budget_parts(profile)
     hub = getattr(gates, "hub", None)
+    key = profile.budget.key or profile.label
     ledger: LocalLedger | Ledger
-    if hub is None and options.queue is None:
+    if hub is None and options.queue is None and options.lasting and options.traces is not None:
+        ledger = _file_ledger(options.traces, key, limit, profile.budget.period)
+    elif hub is None and options.queue is None:
         ledger = LocalLedger(limit, earlier)
     else:
         from rrcli.fleet.ledger import RedisLedger, budget_hub
@@ -78,11 +89,38 @@ async def make_budget(
         own = hub is None
         if hub is None:
             hub = budget_hub(profile.queue_url)
-        name = profile.label if options.queue is None else f"queue:{options.queue}"
+        name = key if options.queue is None else f"queue:{options.queue}"
         owner = str(options.out.resolve()) if options.out is not None else hub.process
         ledger = await RedisLedger.join(hub, profile, limit, earlier, name, owner)
         ledger.owns_hub = own
-    return Budget(limit, prices, ledger, control, uncapped, media, options.queue)
+    halts = not options.lasting
+    return Budget(limit, prices, ledger, control, uncapped, media, options.queue, halts)
+
+
+def _file_ledger(traces: Path, key: str, limit: float, period: str) -> FileLedger:
+    """The ledger file beside ``traces`` (every process whose traces share a folder shares
+    it), renewing this process's reservations while it lives. Raises UsageError when the file
+    cannot be opened."""
+    path = traces.parent / LEDGER_NAME
+    try:
+        ledger = FileLedger(path, key, limit, period)
+    except sqlite3.Error as exc:
+        raise UsageError(f"{path}: the budget's ledger cannot be opened ({exc})") from exc
+    ledger.renewing = asyncio.create_task(_renewing(ledger), name="rrcli.budget.renew")
+    return ledger
+
+
+async def _renewing(ledger: FileLedger) -> None:
+    while True:
+        await asyncio.sleep(RENEW_S)
+        with contextlib.suppress(sqlite3.Error):
+            ledger.renew()
+
+
+def budget_parts(profile: Profile) -> tuple[frozenset[str], dict[str, MediaTokens]]:
+    """What a budget knows of each backend beside its price: the backends whose most output
+    nothing tells, and the tokens a media part is reserved at, by backend id."""
+    return output_caps(profile)[1], {b.id: media_tokens(b) for b in profile.backends}
 
 
 def output_caps(profile: Profile) -> tuple[dict[str, int], frozenset[str]]:

@@ -270,6 +270,22 @@ class RedisGates(dict[str, RedisGate]):
     async def close(self) -> None:
         await self.hub.close()
 
+    def rescoped(self, profile: Profile) -> RedisGates:
+        """The gates of ``profile``'s scopes on the same hub (a reloaded profile): a scope
+        whose limits are unchanged keeps its gate; a new or changed one gets a new gate, the
+        gate it replaces still renewing the leases of its calls in flight until the hub
+        closes."""
+        hub, gates = self.hub, {}
+        for limits in scope_limits(profile.backends):
+            gate = self.get(limits.scope)
+            if gate is None or gate.limits != limits:
+                if gate is not None:  # its calls in flight keep their leases renewed
+                    hub.gates[f"{limits.scope}\0{id(gate)}"] = hub.gates.pop(limits.scope)
+                gate = RedisGate(hub, limits, profile.retry.max_server_pause)
+                hub.gates[limits.scope] = gate
+            gates[limits.scope] = gate
+        return RedisGates(hub, gates)
+
 
 def make_redis_gates(
     profile: Profile,

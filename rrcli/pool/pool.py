@@ -26,7 +26,7 @@ from rrcli.config.load import load_profile
 from rrcli.config.profile import SERVE_RECOVER_AFTER, Profile
 from rrcli.engine.assembly import flush_periodically, open_engine
 from rrcli.engine.echo import OnText
-from rrcli.engine.engine import Engine
+from rrcli.engine.engine import Engine, Reloaded
 from rrcli.engine.options import EngineOptions
 from rrcli.engine.quiet import quiet_unless_configured
 from rrcli.engine.summary import RunSummary
@@ -152,6 +152,14 @@ class Pool:
             await engine.close()
         finally:
             self._stack.close()
+
+    def reload(self, profile: Profile) -> Reloaded:
+        """The pool of ``profile`` from now on, no call dropped (``Engine.reload``: new backends
+        join, removed ones drain); UsageError, the pool unchanged, when ``profile`` cannot be
+        applied."""
+        reloaded = self.engine.reload(profile)
+        self.profile = profile
+        return reloaded
 
     def reopen(self) -> None:
         """The trace file opened again at its path (after a log rotation moved it); a new
@@ -299,8 +307,9 @@ def settled(outcome: CallOutcome) -> CallOutcome:
 
 
 def _refused(job: Job, exc: Halted | NoHealthyBackend) -> CallError:
-    """The error of a call the pool refused: its budget spent, or no backend left, said as the
-    engine's signal says it (never in a run's words)."""
+    """The error of a call the pool refused: its budget spent (``retry_after`` the seconds
+    until its period renews it, None when none will), or no backend left, said as the engine's
+    signal says it (never in a run's words)."""
     if isinstance(exc, NoHealthyBackend):
         kind, message = "no_healthy_backend", str(exc)
     elif exc.reason == "budget":
@@ -309,7 +318,8 @@ def _refused(job: Job, exc: Halted | NoHealthyBackend) -> CallError:
         kind, message = "no_healthy_backend", exc.said
     error = {"type": kind, "message": message}
     record = {"id": job.id, "status": "error", "deployment": None, "attempts": 0, "error": error}
-    return CallError(message, type=kind, result=record)
+    retry_after = exc.retry_after if isinstance(exc, Halted) else None
+    return CallError(message, type=kind, result=record, retry_after=retry_after)
 
 
 def _closed(job: Job, attempts: int | None) -> CallError:

@@ -50,6 +50,10 @@ class Sender:
             cookies.set_cookie_header(request)
         return request
 
+    def refresh(self) -> None:
+        """Take the client's headers anew from the next request on (a renewed token)."""
+        self._heads.clear()
+
     async def send(self, request: httpx2.Request) -> httpx2.Response:
         """The answer's head; its body is read as it comes (then close the answer)."""
         response = await self._transport.handle_async_request(request)

@@ -49,6 +49,7 @@ __all__ = [
     "Reply",
     "error_body",
     "error_from_status",
+    "filter_refusal",
     "invalid_response",
     "is_backend_fault",
     "is_context_length_message",
@@ -206,6 +207,8 @@ ERROR_TYPES = frozenset(
         "permission_error",
         "not_found_error",
         "billing_error",
+        "content_filter",
+        "token_command",
     }
 )
 
@@ -331,7 +334,8 @@ def error_from_status(
 
     Transient when the status is in ``retry.retry_on_status`` or the error is Anthropic's
     ``overloaded_error``; the server's ``x-should-retry`` header overrides that; a 429 for
-    ``insufficient_quota`` and a 400 saying the context is too long are never transient.
+    ``insufficient_quota``, a 400 saying the context is too long and a prompt a content
+    filter refused (``content_filter``, naming the categories) are never transient.
     An answer about the backend rather than the call (``is_backend_fault``) is
     ``backend_down`` and never transient. ``retry_after`` is the server's Retry-After; without
     one, the reset of a rate-limit budget its headers say is spent (``rate_limit_pause``), as a
@@ -351,6 +355,9 @@ def error_from_status(
         text += " — the account is out of credit or quota; add funds or use another key"
     elif status in (400, 413) and is_context_length_message(f"{message} {kind} {code}"):
         type_, transient = "context_length_exceeded", False
+    elif code == "content_filter":
+        type_, transient = "content_filter", False
+        text = f"HTTP {status}: {filter_refusal(_inner_filter(body), 'the prompt')}"
     down = is_backend_fault(status, type_, f"{message} {kind} {code}", body)
     if down:
         transient = False
@@ -367,6 +374,33 @@ def error_from_status(
         body=error_body(body, secret),
         backend_down=down,
     )
+
+
+def filter_refusal(results: object, what: str) -> str:
+    """What a content filter refused, naming its categories: ``results`` is Azure's
+    ``content_filter_result(s)`` object (category → ``{"filtered", "severity"}``)."""
+    named = []
+    if isinstance(results, dict):
+        for category, verdict in results.items():
+            if isinstance(verdict, dict) and verdict.get("filtered") is True:
+                severity = verdict.get("severity")
+                named.append(f"{category} ({severity})" if isinstance(severity, str) else category)
+    said = f"category {', '.join(named)}" if named else "no category named"
+    return (
+        f"content filter refused {what}: {said} — not retried; change the prompt, or the "
+        "deployment's content filter"
+    )
+
+
+def _inner_filter(body: bytes | Any) -> object:
+    """Azure's ``error.innererror.content_filter_result`` of an error body, or None."""
+    try:
+        data = orjson.loads(body) if isinstance(body, bytes | bytearray) else body
+    except orjson.JSONDecodeError:
+        return None
+    error = data.get("error") if isinstance(data, dict) else None
+    inner = error.get("innererror") if isinstance(error, dict) else None
+    return inner.get("content_filter_result") if isinstance(inner, dict) else None
 
 
 def is_backend_fault(status: int, type_: str, words: str, body: bytes | Any) -> bool:

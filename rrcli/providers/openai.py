@@ -9,7 +9,9 @@ answer says is kept on the Reply: tool calls (their arguments checked to be a JS
 refusal, logprobs, every choice of an ``n`` > 1 answer, cached and reasoning token counts,
 ``system_fingerprint``. A stream is folded into the body a plain answer would have been, then
 read the same way. Its other endpoints (embeddings, responses, completions, moderations) are
-``providers.endpoints``.
+``providers.endpoints``. The request fields a host does not take (its backend's
+``drop_params``: the preset's list, or the profile's) are dropped from every chat body here,
+the one place a body is made.
 """
 
 from __future__ import annotations
@@ -56,7 +58,12 @@ class OpenAIProvider(HTTPProvider):
         body["model"] = self.backend.model
         feedback = self.backend.reasoning_feedback
         body["messages"] = [_as_sent(m, feedback) for m in messages]
-        if call.stream:
+        drops = self.backend.drop_params
+        for name in drops:
+            body.pop(name, None)
+        if call.stream and "stream_options" in drops:
+            body["stream"] = True  # a host that refuses stream_options reports usage unasked
+        elif call.stream:
             body["stream"] = True
             options = body.get("stream_options")
             options = dict(options) if isinstance(options, dict) else {}
@@ -285,9 +292,18 @@ class _OpenAIStream:
 class _ChoiceFold:
     """One choice's deltas."""
 
-    __slots__ = ("calls", "content", "finish_reason", "logprobs", "reasoning", "refusal")
+    __slots__ = (
+        "calls",
+        "content",
+        "filtered",
+        "finish_reason",
+        "logprobs",
+        "reasoning",
+        "refusal",
+    )
 
     def __init__(self) -> None:
+        self.filtered: Any = None  # Azure's content_filter_results, as its finish chunk says
         self.content: list[str] = []
         self.reasoning: list[str] = []
         self.refusal: list[str] = []
@@ -298,6 +314,7 @@ class _ChoiceFold:
     def add(self, choice: dict[str, Any]) -> str | None:
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
+            self.filtered = choice.get("content_filter_results", self.filtered)
         if choice.get("logprobs"):
             self._logprobs(choice["logprobs"])
         delta = choice.get("delta")
@@ -379,9 +396,12 @@ class _ChoiceFold:
             ]
         if self.reasoning:
             message["reasoning_content"] = "".join(self.reasoning)
-        return {
+        folded = {
             "index": index,
             "message": message,
             "logprobs": self.logprobs,
             "finish_reason": self.finish_reason,
         }
+        if self.filtered is not None:
+            folded["content_filter_results"] = self.filtered
+        return folded

@@ -42,7 +42,7 @@ from rrcli.config.profile import Price
 from rrcli.errors import Halted, Unaffordable
 from rrcli.records.dollars import usd
 from rrcli.routing.control import Halt, RunControl
-from rrcli.routing.costs import NO_OUTPUT, attempt_ceiling, over_limit
+from rrcli.routing.costs import NO_OUTPUT, attempt_ceiling, input_ceiling, over_limit
 from rrcli.tokens import MediaTokens, output_cap
 
 if TYPE_CHECKING:
@@ -99,7 +99,11 @@ class Budget:
     most output nothing tells (a call there without its own cap is refused: exit 2);
     ``media``: by backend id, the tokens an image, file or audio part is reserved at;
     ``queue``: the queue whose budget it is, in queue mode (its halt then says how a worker
-    runs the jobs left)."""
+    runs the jobs left); ``halts``: a refusal may halt the run (``rrcli run``); without it
+    (serve, Pool, which outlive a spent budget, renewed by its period) each refused call is
+    refused on its own: ``Halted`` when what is left cannot cover even its input, else
+    ``Unaffordable`` naming the cap to lower, and a call with no cap rrcli can know is
+    ``Unaffordable`` naming ``max_tokens``."""
 
     def __init__(
         self,
@@ -110,8 +114,10 @@ class Budget:
         uncapped: frozenset[str] = frozenset(),
         media: Mapping[str, MediaTokens] | None = None,
         queue: str | None = None,
+        halts: bool = True,
     ) -> None:
         self.limit = limit
+        self.halts = halts
         self.queue = queue
         self.ledger = ledger
         self.refused = 0
@@ -125,6 +131,19 @@ class Budget:
         self._waiting: deque[tuple[float, asyncio.Future[bool]]] = deque()
         self._sleepers: list[asyncio.Future[None]] = []
 
+    def reprice(
+        self,
+        prices: Mapping[str, Price],
+        uncapped: frozenset[str],
+        media: Mapping[str, MediaTokens],
+    ) -> None:
+        """A reloaded pool's backends priced (``prices``, ``uncapped``, ``media`` by backend
+        id, as at ``__init__``); a backend it no longer has keeps its own, for its calls in
+        flight."""
+        self._prices = {**self._prices, **prices}
+        self.uncapped = (self.uncapped - set(prices)) | uncapped
+        self.media.update(media)
+
     @property
     def spent(self) -> float:
         return self.ledger.spent
@@ -135,6 +154,8 @@ class Budget:
         whose worst case is more than the whole limit."""
         uncapped = backend in self.uncapped and call.endpoint not in NO_OUTPUT
         if uncapped and output_cap(call.params) is None:
+            if not self.halts:
+                raise Unaffordable(uncapped_call(backend))
             self._control.halt(uncapped_halt(backend))
             raise self._halted()
         media = self.media.get(backend, MEDIA)
@@ -153,15 +174,15 @@ class Budget:
             self._smallest = cost
         local = self._local
         if local is None:
-            return self._reserve_shared(lease, cost)
+            return self._reserve_shared(lease, cost, call)
         if not self._waiting and local.reserve(cost) is not None:
             self._took(lease, "", cost)
             return None
         if local.spent + cost > self.limit + _EPSILON:
-            self._refuse()
-        return self._wait_local(lease, cost)
+            self._refuse(lease, call)
+        return self._wait_local(lease, cost, call)
 
-    async def _wait_local(self, lease: Lease, cost: float) -> None:
+    async def _wait_local(self, lease: Lease, cost: float, call: Call) -> None:
         """Wait in line until attempts in flight settled enough for ``cost`` (``_wake``)."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting.append((cost, future))
@@ -172,7 +193,7 @@ class Budget:
                 self._give_back(cost)
             raise
         if not granted:
-            self._refuse()
+            self._refuse(lease, call)
         self._took(lease, "", cost)
 
     def _wake(self) -> None:
@@ -200,7 +221,7 @@ class Budget:
         self._local.settle("", cost, 0.0)
         self._wake()
 
-    async def _reserve_shared(self, lease: Lease, cost: float) -> None:
+    async def _reserve_shared(self, lease: Lease, cost: float, call: Call) -> None:
         """A shared ledger: ask it again after each local settle, or every POLL_S, until the
         attempt fits or can never fit."""
         ledger = self.ledger
@@ -214,7 +235,7 @@ class Budget:
             if ledger.spent + cost > self.limit + _EPSILON or (
                 control.stopping and control.halted is None
             ):
-                self._refuse()
+                self._refuse(lease, call)
             await self._pause()
 
     async def _pause(self) -> None:
@@ -233,10 +254,13 @@ class Budget:
         if self.ledger.reserved > self.reserved_peak:
             self.reserved_peak = self.ledger.reserved
 
-    def _refuse(self) -> None:
+    def _refuse(self, lease: Lease, call: Call) -> None:
         """The attempt at hand can never fit: its job ends without a result; the run halts
-        once what is left cannot cover the smallest worst case seen."""
+        once what is left cannot cover the smallest worst case seen. A budget that does not
+        halt refuses the call alone (``_unfit``)."""
         self.refused += 1
+        if not self.halts:
+            raise self._unfit(lease.state.backend.id, call)
         if self.spent + self._smallest > self.limit + _EPSILON:
             self._control.halt(self.halt(None))
         raise self._halted()
@@ -252,6 +276,24 @@ class Budget:
             "budget",
             f"the budget of ${usd(self.limit)} has ${usd(left)} left, less than this call's "
             "worst case: it is not sent",
+        )
+
+    def _unfit(self, backend: str, call: Call) -> Halted | Unaffordable:
+        """Why a call that does not fit what is left is refused by a budget that does not
+        halt: ``Unaffordable`` naming the cap to lower when its input with one token of output
+        fits, else ``Halted`` (the budget spent, ``retry_after`` the seconds until its period
+        renews it, None when none will)."""
+        left = max(0.0, self.limit - self.spent)
+        price, media = self._prices[backend], self.media.get(backend, MEDIA)
+        if input_ceiling(price, call, media) + price.output / 1e6 <= left + _EPSILON:
+            return Unaffordable(over_limit(price, call, left, media, backend, left=True))
+        renews = getattr(self.ledger, "renews_in", None)
+        return Halted(
+            "budget",
+            f"the budget of ${usd(self.limit)} is spent (${usd(self.spent)} of it; each call "
+            "holds its worst case until it ends): no more calls are sent"
+            + (" until its period starts again" if renews is not None and renews() else ""),
+            retry_after=None if renews is None else renews(),
         )
 
     def settle(self, lease: Lease, charged: float | None) -> Awaitable[None] | None:
@@ -312,6 +354,14 @@ def uncapped_halt(backend: str) -> Halt:
         f"backend {backend}: a budget reserves each call's most output, and neither the call "
         "nor the backend caps it, nor is its model's most output known — set params.max_tokens "
         "on the backend (or max_tokens on each job)",
+    )
+
+
+def uncapped_call(backend: str) -> str:
+    """Why a budget that does not halt refuses a call rrcli cannot bound, naming the field."""
+    return (
+        f"max_tokens is required: a budget reserves each call's most output, and the model "
+        f"of deployment {backend} has no most output rrcli knows — set max_tokens"
     )
 
 

@@ -121,10 +121,18 @@ def input_most(price: Price) -> float:
     return price.input if write is None or write <= price.input else write
 
 
-def over_limit(price: Price, call: Call, limit: float, media: MediaTokens, backend: str) -> str:
+def input_ceiling(price: Price, call: Call, media: MediaTokens = MEDIA) -> float:
+    """USD: the most the input of one attempt of ``call`` may cost at ``price``."""
+    return input_bound(call.messages, call.params, call.input, media) * input_most(price) / 1e6
+
+
+def over_limit(
+    price: Price, call: Call, limit: float, media: MediaTokens, backend: str, left: bool = False
+) -> str:
     """What is wrong and the fix, for a call whose worst case at ``price`` (``attempt_ceiling``)
-    is more than the whole ``limit``: its input's share and its output's, and the largest
-    output cap that would fit when the input alone does."""
+    is more than the whole ``limit`` (``left``: more than the ``limit`` left of the budget):
+    its input's share and its output's, and the largest output cap that would fit when the
+    input alone does."""
     given = input_bound(call.messages, call.params, call.input, media)
     spend_in = given * input_most(price) / 1e6
     spend_out = attempt_ceiling(price, call, None, media) - spend_in
@@ -132,7 +140,8 @@ def over_limit(price: Price, call: Call, limit: float, media: MediaTokens, backe
         f"its worst case on backend {backend} is ${usd(spend_in + spend_out, 4)} (input "
         f"${usd(spend_in, 4)}: at most {given:,} tokens, a token a character and each image, "
         f"audio or file at its most; output ${usd(spend_out, 4)} at its cap), more than the "
-        f"whole budget of ${usd(limit, 4)}, so it is never sent"
+        + (f"${usd(limit, 4)} left of the budget" if left else f"whole budget of ${usd(limit, 4)}")
+        + (", so it is not sent" if left else ", so it is never sent")
     )
     room = (limit - spend_in) * 1e6 / (price.output * answers(call)) if price.output else 0
     fix = f"lower its max_tokens to {int(room):,} or less"

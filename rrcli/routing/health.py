@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rrcli.config.profile import MAX_RECOVER_AFTER
 from rrcli.errors import ProviderError
@@ -39,12 +39,28 @@ if TYPE_CHECKING:
     from rrcli.routing.lease import BackendState, Lease
     from rrcli.routing.router import Router
 
-__all__ = ["Health", "Probe", "pool_down_message", "probe_waits"]
+__all__ = ["Health", "Probe", "SharedHealth", "pool_down_message", "probe_waits"]
 
 log = get_logger("rrcli")
 
 #: a probe of one backend (by id): None when it answered, else the error it met
 Probe = Callable[[str], Awaitable[ProviderError | None]]
+
+
+class SharedHealth(Protocol):
+    """Health shared with the other processes serving the pool (fleet/shared_pool.py): the
+    backends down, told and heard; a probe claimed by one process at a time."""
+
+    async def downs(self, deployments: Iterable[str]) -> dict[str, tuple[str, str]]: ...
+    async def went_down(self, deployment: str, reason: str, message: str, wait: float) -> None: ...
+    async def claim_probe(self, deployment: str, wait: float) -> float | None: ...
+    async def came_up(self, deployment: str) -> None: ...
+    def listen(
+        self, on_down: Callable[[str, str, str], None], on_up: Callable[[str], None]
+    ) -> None: ...
+    async def close(self) -> None: ...
+
+
 #: the error of a connection refused: past a call's retries, its backend is down (when healing)
 REFUSED = "connect_error"
 
@@ -75,7 +91,9 @@ class Health:
         "_lasting",
         "_probe",
         "_probes",
+        "_shared",
         "_sleep",
+        "_told",
         "control",
         "recover_after",
         "router",
@@ -92,6 +110,7 @@ class Health:
         probe: Probe | None = None,
         sleep: Sleep = asyncio.sleep,
         lasting: bool = False,
+        shared: SharedHealth | None = None,
     ) -> None:
         self.router = router
         self.traces = traces
@@ -101,6 +120,19 @@ class Health:
         self._sleep = sleep
         self._lasting = lasting and self.recover_after > 0.0
         self._probes: dict[str, asyncio.Task[None]] = {}  # the backends being probed, by id
+        self._shared = shared if self.recover_after > 0.0 else None
+        self._told: set[asyncio.Task[None]] = set()  # downs being told to the other processes
+
+    async def join(self) -> None:
+        """Take down the backends the other processes sharing the pool found down, then hear
+        what they find (no-op when not shared)."""
+        shared = self._shared
+        if shared is None:
+            return
+        found = await shared.downs(s.backend.id for s in self.router.states)
+        for deployment, (reason, message) in found.items():
+            self.heard_down(deployment, reason, message)
+        shared.listen(self.heard_down, self.heard_up)
 
     @property
     def heals(self) -> bool:
@@ -114,7 +146,7 @@ class Health:
         if error is None:
             return
         refused = error.type == REFUSED and attempt.decision in ("error", "failover")
-        if error.backend_down or (refused and self.heals):
+        if (error.backend_down or (refused and self.heals)) and self.router.holds(attempt.backend):
             self.down(attempt.backend.id, error)
 
     def down(self, deployment: str, error: ProviderError) -> None:
@@ -124,8 +156,31 @@ class Health:
         state = self.router.take_down(deployment, reason)
         if state is None:
             return
+        message = f"{error.message} — {check_hint(state.backend, reason)}"
+        if self._shared is not None:
+            told = self._shared.went_down(deployment, reason, message, self.recover_after)
+            task = asyncio.ensure_future(told)
+            self._told.add(task)
+            task.add_done_callback(self._told.discard)
+        self._out(state, reason, message)
+
+    def heard_down(self, deployment: str, reason: str, message: str) -> None:
+        """Another process sharing the pool took ``deployment`` down: out of the pool here too,
+        probed as if it were found here."""
+        state = self.router.take_down(deployment, reason)
+        if state is not None:
+            self._out(state, reason, f"{message} (found by another process)")
+
+    def heard_up(self, deployment: str) -> None:
+        """A probe of another process was answered: ``deployment`` is back here too."""
+        self.forget((deployment,))
+        self._up(deployment, "a probe by another process was answered")
+
+    def _out(self, state: BackendState, reason: str, message: str) -> None:
+        """``state`` out of the pool for ``reason``: traced, logged, probed when backends heal,
+        and the engine halted when none is left (and it is not ``lasting``)."""
         backend = state.backend
-        message = f"{error.message} — {check_hint(backend, reason)}"
+        deployment = backend.id
         self.traces.backend(backend.id, "down", reason, message)
         if self.heals:
             after = f"probed again in {self.recover_after:g} s"
@@ -152,11 +207,21 @@ class Health:
         """Probe ``deployment`` after each of ``probe_waits`` until a probe succeeds, then bring
         it back."""
         assert self._probe is not None
+        shared = self._shared
         try:
             for wait in probe_waits(self.recover_after):
                 await self._sleep(wait)
+                if shared is not None:  # one process probes; the others wait for its answer
+                    due = await shared.claim_probe(deployment, min(MAX_RECOVER_AFTER, 2 * wait))
+                    while due:  # another process's probe is due first
+                        await self._sleep(due)
+                        due = await shared.claim_probe(deployment, min(MAX_RECOVER_AFTER, 2 * wait))
+                    if due is None:  # it was answered: the backend is up
+                        break
                 error = await self._probe(deployment)
                 if error is None:
+                    if shared is not None:
+                        await shared.came_up(deployment)
                     break
                 log.warning(
                     "rrcli.backend_probe_failed",
@@ -165,18 +230,32 @@ class Health:
                     message=error.message,
                 )
         finally:
-            self._probes.pop(deployment, None)
+            if self._probes.get(deployment) is asyncio.current_task():  # not a newer probe's
+                del self._probes[deployment]
+        self._up(deployment, "a probe was answered")
+
+    def _up(self, deployment: str, why: str) -> None:
         if self.router.bring_up(deployment) is not None:
-            self.traces.backend(deployment, "up", "probe_ok", "a probe was answered")
+            self.traces.backend(deployment, "up", "probe_ok", why)
             log.warning(
                 "rrcli.backend_up",
                 backend=deployment,
-                message=f"{deployment} is back in the pool: a probe was answered",
+                message=f"{deployment} is back in the pool: {why}",
             )
+
+    def forget(self, deployments: Iterable[str]) -> None:
+        """Stop probing ``deployments``: a reload removed them (or changed them: the new one
+        starts up)."""
+        for deployment in deployments:
+            task = self._probes.pop(deployment, None)
+            if task is not None:
+                task.cancel()
 
     async def close(self) -> None:
         """Cancel the probes under way (the engine's end)."""
-        probes = list(self._probes.values())
+        if self._shared is not None:
+            await self._shared.close()
+        probes = [*self._probes.values(), *self._told]
         for task in probes:
             task.cancel()
         await asyncio.gather(*probes, return_exceptions=True)

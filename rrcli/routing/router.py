@@ -18,10 +18,10 @@ clock, rng and sleep are passed in.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-from rrcli.config.profile import Profile
+from rrcli.config.profile import Backend, Profile
 from rrcli.errors import BackendDown, ProviderError, WaitEnded
 from rrcli.logs import get_logger
 from rrcli.routing.down import no_backend
@@ -37,12 +37,24 @@ if TYPE_CHECKING:
     from rrcli.records.attempt import Attempt
     from rrcli.routing.budget import Budget
 
-__all__ = ["EWMA_ALPHA", "Router"]
+__all__ = ["EWMA_ALPHA", "REMOVED", "Router", "SharedBindings"]
 
 
 log = get_logger()
 
 EWMA_ALPHA = 0.3  # weight of the newest latency sample
+#: why a backend a reload took out of the pool is out: its session binds again for it
+REMOVED = "removed"
+
+
+class SharedBindings(Protocol):
+    """Session bindings shared with the other processes serving the pool
+    (fleet/shared_pool.py): the deployment a session is bound to, set when it binds, kept
+    while it is used."""
+
+    async def bound(self, session: str) -> str | None: ...
+    async def bind(self, session: str, deployment: str) -> None: ...
+    def touch(self, session: str) -> None: ...
 
 
 class Router:
@@ -58,26 +70,16 @@ class Router:
         sleep: Sleep,
         budget: Budget | None = None,
         bindings: Mapping[str, str] | None = None,
+        shared: SharedBindings | None = None,
     ) -> None:
-        self.profile = profile
-        self.states: tuple[BackendState, ...] = tuple(
-            BackendState(b, gates[b.scope], i, clock) for i, b in enumerate(profile.backends)
-        )
-        self._by_id = {s.backend.id: s for s in self.states}
-        self._strategy = make_strategy(profile, rng)
-        self._admitted = tuple(s for s in self.states if self._strategy.admits(s.backend))
-        # a strategy blind to load sees only what never changes: its candidates, built once
-        fixed = tuple(Candidate(s.position, s.backend.weight) for s in self.states)
-        self._fixed = None if self._strategy.load_aware else fixed
-        self._skip_cooling = self._strategy.load_aware or profile.cooldown.round_robin
-        self._cooled_until = 0.0  # the latest cooldown of any backend: none cools after it
-        #: the strategy that reads prompts, when it is the one
-        self._prefixes = self._strategy if isinstance(self._strategy, CacheAware) else None
-        self.threshold = profile.cache_threshold  # what a lookahead's match must cover
-        self.prompts = Prepared()  # the prompts a lookahead rendered, for the call's decision
         self._rng = rng
         self._clock = clock
         self._sleep = sleep
+        states = [BackendState(b, gates[b.scope], i, clock) for i, b in enumerate(profile.backends)]
+        self._pool(profile, states)
+        self._cooled_until = 0.0  # the latest cooldown of any backend: none cools after it
+        self.threshold = profile.cache_threshold  # what a lookahead's match must cover
+        self.prompts = Prepared()  # the prompts a lookahead rendered, for the call's decision
         self._sessions = profile.binding == "session"
         self._max_pause = profile.retry.max_server_pause  # the longest a server may hold a backend
         #: each session's binding: its backend, tag (new | kept | rebound) and, rebound, why
@@ -85,11 +87,37 @@ class Router:
         self._turns: dict[str, int] = {}  # the calls each session handed in so far (``turn``)
         self._saved: dict[str, str] = dict(bindings or {})  # --resume's {session: deployment}
         self.budget = budget  # the run's budget, when it has one: admission reserves from it
+        #: the bindings of the other processes serving the pool, when shared (sessions only)
+        self.shared = shared if self._sessions else None
         distinct = {id(s.gate): s.gate for s in self.states}.values()
         self._waiting = Waiting(self._sweep, len(distinct), rng, sleep)
         self._queued = isinstance(self._strategy, FirstAvailable)  # requests wait in line
-        if self._queued:
-            for gate in distinct:
+        self._listened: set[int] = set()  # the gates whose releases serve the queue (their ids)
+        self._listen(distinct)
+
+    def _pool(self, profile: Profile, states: list[BackendState]) -> None:
+        """The pool of ``states`` (in ``profile``'s order) and what is built once from it: the
+        strategy, the backends it admits, the candidates of a strategy blind to load."""
+        self.profile = profile
+        self.states: tuple[BackendState, ...] = tuple(states)
+        self._by_id = {s.backend.id: s for s in self.states}
+        self._strategy = make_strategy(profile, self._rng)
+        admits = self._strategy.admits
+        self._admitted = tuple(s for s in self.states if s.down is None and admits(s.backend))
+        # a strategy blind to load sees only what never changes: its candidates, built once
+        fixed = tuple(Candidate(s.position, s.backend.weight) for s in self.states)
+        self._fixed = None if self._strategy.load_aware else fixed
+        self._skip_cooling = self._strategy.load_aware or profile.cooldown.round_robin
+        #: the strategy that reads prompts, when it is the one
+        self._prefixes = self._strategy if isinstance(self._strategy, CacheAware) else None
+
+    def _listen(self, gates: Iterable[Gate]) -> None:
+        """first_available: a release at any of ``gates`` serves the requests waiting."""
+        if not self._queued:
+            return
+        for gate in gates:
+            if id(gate) not in self._listened:
+                self._listened.add(id(gate))
                 gate.add_release_listener(self._waiting.on_capacity)
 
     # -- public API --------------------------------------------------------------------------
@@ -131,13 +159,26 @@ class Router:
             lease = self._grant(await self._route(exclude, prompt), None)
         else:
             state, tag, why = self._bound(session)
+            if state is None and self.shared is not None:  # bound by another process?
+                state, tag, why = await self._bound_elsewhere(session, exclude)
             if state is None or state.backend.id in exclude or not await self._slot(state):
                 if state is not None:  # moved off its backend, or its backend went down
                     tag, why = "rebound", state.down or moved_for or "not_eligible"
-                state = await self._route(exclude, prompt)
-                self._bind(session, state, tag, why)
+                moved = None
+                if tag == "rebound" and self.shared is not None:  # moved by another process?
+                    moved = await self._moved_elsewhere(session, state, exclude)
+                if moved is not None:
+                    self._bind(session, moved, tag, why)
+                    state = moved
+                else:
+                    state = await self._route(exclude, prompt)
+                    self._bind(session, state, tag, why)
+                    if self.shared is not None:
+                        await self.shared.bind(session, state.backend.id)
                 if tag == "rebound":
                     log.info("rrcli.session_rebound", session=session, to=state.backend.id, why=why)
+            elif self.shared is not None:
+                self.shared.touch(session)
             lease = self._grant(state, tag)
             lease.rebound_for = why
         if prompt is not None:  # cache_aware: the prompt is recorded where it went, keyed there
@@ -160,6 +201,31 @@ class Router:
             return None, "rebound", "removed"
         self._bind(session, saved, "kept")
         return saved, "kept", None
+
+    async def _bound_elsewhere(
+        self, session: str, exclude: frozenset[str]
+    ) -> tuple[BackendState | None, str, str | None]:
+        """A session this process has not seen, bound by another sharing the pool: kept on
+        that backend (bound here too) when it is in this pool; else None, to bind as new."""
+        assert self.shared is not None
+        deployment = await self.shared.bound(session)
+        state = None if deployment is None else self._by_id.get(deployment)
+        if state is None:
+            return None, "new", None
+        self._bind(session, state, "kept")
+        return state, "kept", None
+
+    async def _moved_elsewhere(
+        self, session: str, state: BackendState | None, exclude: frozenset[str]
+    ) -> BackendState | None:
+        """The backend another process already moved ``session`` to, off ``state``, a slot on
+        it held; None when there is none this call may use."""
+        assert self.shared is not None
+        deployment = await self.shared.bound(session)
+        moved = None if deployment is None else self._by_id.get(deployment)
+        if moved is None or moved is state or deployment in exclude or moved.down is not None:
+            return None
+        return moved if await self._slot(moved) else None
 
     async def reacquire(self, lease: Lease) -> None:
         """A retry takes a slot again on the SAME backend (FIFO at its gate); raises
@@ -225,7 +291,8 @@ class Router:
         budget is spent until its reset; never longer than ``max_server_pause``) and the tpm
         booking corrected by the reply's usage (never above what the call could have cost); a
         cancelled attempt changes nothing. Its money is the cashier's (cashier.py)."""
-        state = self._by_id[attempt.backend.id]
+        # the lease's own state: a backend a reload removed still has its calls in flight
+        state = self._by_id[attempt.backend.id] if lease is None else lease.state
         reply, error = attempt.reply, attempt.error
         if reply is None:
             assert error is not None  # an attempt has its reply or its error
@@ -306,7 +373,8 @@ class Router:
         """Take backend ``deployment`` out of the pool (until ``bring_up``), its state returned
         (None: it already was out); calls waiting at its gate choose again, calls in flight
         finish."""
-        if (state := self._by_id[deployment]).down is not None:
+        state = self._by_id.get(deployment)
+        if state is None or state.down is not None:  # out already, or no longer in the pool
             return None
         state.down = reason
         self._admitted = tuple(s for s in self._admitted if s is not state)
@@ -317,16 +385,57 @@ class Router:
                 waiter.granted.set_exception(no_backend(self.states, bool(healthy), waiter.exclude))
         return state
 
+    def holds(self, backend: Backend) -> bool:
+        """Whether ``backend`` is in the pool as it is now defined (a reload may have removed or
+        changed it while its calls were in flight)."""
+        state = self._by_id.get(backend.id)
+        return state is not None and state.backend == backend
+
     def bring_up(self, deployment: str) -> BackendState | None:
         """Bring backend ``deployment`` back into the pool (a probe was answered), its state
         returned (None: it was not out); it starts with no failures and no cooldown."""
-        if (state := self._by_id[deployment]).down is None:
+        state = self._by_id.get(deployment)
+        if state is None or state.down is None:  # not out, or no longer in the pool
             return None
         state.down, state.failures_in_a_row = None, 0
         state.cooldown_until, state.cooled_for = 0.0, None
         admits = self._strategy.admits
         self._admitted = tuple(s for s in self.states if s.down is None and admits(s.backend))
         return state
+
+    def reload(self, profile: Profile, gates: Mapping[str, Gate]) -> tuple[BackendState, ...]:
+        """The pool of ``profile`` from now on, each backend on its scope's gate in ``gates``; the
+        states of the backends it no longer has (removed, or changed: a changed backend is a new
+        one under the same id) are returned, out of the pool (``down`` ``removed``). A backend
+        unchanged keeps its state (its calls in flight, counters, health, sessions); a session
+        bound to a changed one moves to its new state, one bound to a removed one binds again
+        at its next call (``removed``). Calls in flight on a removed backend finish there; calls
+        waiting for its slot choose again. Only the backends may differ from the pool's profile."""
+        clock = self._clock
+        states = []
+        for position, backend in enumerate(profile.backends):
+            state = self._by_id.get(backend.id)
+            if state is None or state.backend != backend or state.gate is not gates[backend.scope]:
+                state = BackendState(backend, gates[backend.scope], position, clock)
+            state.position = position
+            states.append(state)
+        kept = {id(s) for s in states}
+        retired = tuple(s for s in self.states if id(s) not in kept)
+        self._pool(profile, states)
+        for state in retired:
+            state.down = REMOVED
+            state.gate.wake_waiters()  # its waiters choose again, among the pool as it is now
+        for session, (state, tag, why) in list(self._bindings.items()):
+            if state.down == REMOVED and (new := self._by_id.get(state.backend.id)) is not None:
+                self._bind(session, new, tag, why)  # the same deployment, as it is now defined
+        distinct = {id(s.gate): s.gate for s in self.states}.values()
+        self._waiting.n_gates = len(distinct)
+        self._listen(distinct)
+        healthy = {s.backend.id for s in self._admitted}
+        for waiter in self._waiting.queue:  # first_available requests left with no backend fail
+            if not (waiter.granted.done() or healthy - waiter.exclude):
+                waiter.granted.set_exception(no_backend(self.states, bool(healthy), waiter.exclude))
+        return retired
 
     # -- internals ---------------------------------------------------------------------------
 

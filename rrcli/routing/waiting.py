@@ -42,7 +42,7 @@ class Waiting:
 
     def __init__(self, sweep: Sweep, n_gates: int, rng: random.Random, sleep: Sleep) -> None:
         self.queue: deque[_Waiter] = deque()
-        self._sweep, self._n_gates, self._rng, self._sleep = sweep, n_gates, rng, sleep
+        self._sweep, self.n_gates, self._rng, self._sleep = sweep, n_gates, rng, sleep
         self._poller: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()  # replaced per poller: an Event binds to one loop
         self._quiet = False
@@ -103,7 +103,7 @@ class Waiting:
         once every gate has said no."""
         refused: set[int] = set()
         for waiter in tuple(self.queue):
-            if len(refused) >= self._n_gates:
+            if len(refused) >= self.n_gates:
                 return
             if waiter.granted.done():
                 continue

@@ -418,13 +418,15 @@ def _failed(wire: Wire, error: CallError, pool: Pool) -> Response:
     """The answer to a failed call: upstream failures said as ``upstream.told`` says them; a
     call refused before any backend was asked (``refused``) is one the metrics count."""
     status, message, kind = told(error, _status(error), pool.engine.status())
+    if error.type == "budget":  # the API's own words for an account out of money
+        kind = "insufficient_quota"
     headers = {"x-rrcli-attempts": str(error.result.get("attempts", 0))}
     deployment = error.result.get("deployment")
     if deployment:
         headers["x-rrcli-deployment"] = str(deployment)
     if error.retry_after is not None:
         headers["retry-after"] = str(max(1, round(error.retry_after)))
-    elif status in (429, 503) and error.type != "insufficient_quota":
+    elif status in (429, 503) and kind != "insufficient_quota":
         headers["retry-after"] = "1"
     response = Json(wire.error(status, message, kind), status, headers)
     refused = _NOT_ASKED.get(error.type)

@@ -40,13 +40,20 @@ class Gateway:
         self.sessions = Idle(settings.session_idle)
         self.metrics = Metrics(self.pools, lambda: self.in_flight)
         self._by_model: dict[str, tuple[Pool, frozenset[str]]] = {}
+        self.remap()
+
+    def remap(self) -> None:
+        """Which pool, and which of its backends, each model picks, as the pools are now (a
+        reload changes their backends)."""
+        by_model: dict[str, tuple[Pool, frozenset[str]]] = {}
         for pool in self.pools:
             ids = {b.id for b in pool.profile.backends}
             for backend in pool.profile.backends:
                 serving = {b.id for b in pool.profile.backends if b.model == backend.model}
-                self._by_model.setdefault(backend.model, (pool, frozenset(ids - serving)))
+                by_model.setdefault(backend.model, (pool, frozenset(ids - serving)))
         for pool in self.pools:  # a profile's name wins over a model of the same name
-            self._by_model[pool_name(pool)] = (pool, frozenset())
+            by_model[pool_name(pool)] = (pool, frozenset())
+        self._by_model = by_model
 
     def models(self) -> list[str]:
         return list(self._by_model)

@@ -2,7 +2,9 @@
 
 SIGTERM (and Ctrl-C) stop taking connections and let the requests in flight finish, for up to
 the drain timeout, then the pools close (their traces flushed) and the call returns. SIGHUP
-reopens the trace files (after a log rotation moved them). With no client key configured a
+reopens the trace files (after a log rotation moved them) and reads each pool's profile again:
+a valid one is applied with no request dropped (``Pool.reload``), an invalid one logged and
+the pool kept as it was. With no client key configured a
 random one is made and shown once; ``no_auth`` is refused on any host but loopback, since the
 pool spends its owner's keys.
 """
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import uvicorn
 
+from rrcli.config.load import load_profile
 from rrcli.config.profile import Profile
 from rrcli.errors import RRCLIError, UsageError
 from rrcli.logs import get_logger
@@ -145,7 +148,7 @@ async def serve(
         # server: moved out of the collector's reach, a full collection walks only what requests
         # left behind (its longest pause at 64 in flight: 16 ms, not 69 ms)
         gc.freeze()
-        await _run(gateway, options, echo, sock, on_start, made)
+        await _run(gateway, options, echo, sock, on_start, made, environ)
     finally:
         for pool in opened:
             await pool.close()
@@ -158,6 +161,7 @@ async def _run(
     sock: socket.socket | None,
     on_start: Callable[[Gateway], None] | None,
     made: bool,
+    environ: Mapping[str, str],
 ) -> None:
     total = allowed_connections(options.max_connections)
     per_address = min(options.max_connections_per_address or max(1, total // 2), total)
@@ -177,8 +181,9 @@ async def _run(
     server = _Server(config)
     loop = asyncio.get_running_loop()
     main = threading.current_thread() is threading.main_thread()
+    reloads: set[asyncio.Task[None]] = set()
     if main:
-        loop.add_signal_handler(signal.SIGHUP, lambda: _reopen(gateway))
+        loop.add_signal_handler(signal.SIGHUP, _on_hangup, gateway, environ, reloads)
     sweeper = asyncio.create_task(_sweep(gateway))
     if sock is None:
         family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
@@ -227,12 +232,45 @@ def _name(sock: socket.socket) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _on_hangup(gateway: Gateway, environ: Mapping[str, str], tasks: set[asyncio.Task]) -> None:
+    """SIGHUP: the trace files reopened now, the profiles read again and reloaded in a task
+    (one at a time)."""
+    _reopen(gateway)
+    task = asyncio.ensure_future(_reload(gateway, environ, [t for t in tasks if not t.done()]))
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+
+
 def _reopen(gateway: Gateway) -> None:
     for pool in gateway.pools:
         try:
             pool.reopen()
         except RRCLIError as exc:  # its folder gone, say: the lines go on to the file as it was
             log.error("rrcli.traces_not_reopened", error=str(exc))
+
+
+async def _reload(
+    gateway: Gateway, environ: Mapping[str, str], before: list[asyncio.Task[None]]
+) -> None:
+    """Each pool's profile read again from its file and, when it is valid, applied; an invalid
+    one is logged (its file, every error) and the pool goes on as it was."""
+    await asyncio.gather(*before, return_exceptions=True)
+    for pool in gateway.pools:
+        source = pool.profile.source
+        try:
+            profile = await asyncio.to_thread(load_profile, Path(source), environ=environ)
+            reloaded = pool.reload(profile)
+        except RRCLIError as exc:
+            log.error("rrcli.profile_not_reloaded", path=source, error=str(exc))
+            continue
+        gateway.remap()  # before the next pool's file is read: requests pick from it now
+        log.warning(
+            "rrcli.profile_reloaded",
+            path=source,
+            added=list(reloaded.added),
+            removed=list(reloaded.removed),
+            changed=list(reloaded.changed),
+        )
 
 
 async def _sweep(gateway: Gateway) -> None:

@@ -72,8 +72,9 @@ class OpenAIWire(Wire):
     name = "openai"
 
     def error(self, status: int, message: str, kind: str | None = None) -> bytes:
-        error = {"message": message, "type": openai_error_type(status), "param": None}
-        error["code"] = kind
+        quota = kind == "insufficient_quota"  # OpenAI's type and code for it alike
+        kind_of = kind if quota else openai_error_type(status)
+        error = {"message": message, "type": kind_of, "param": None, "code": kind}
         return orjson.dumps({"error": error})
 
     def answer(self, outcome: CallOutcome) -> dict[str, Any]:

@@ -5,10 +5,11 @@ A test of a mixed pool asks what each server was sent (only fields of its own AP
 endpoint? which headers?). The server keeps the last ``limit`` requests (10,000 by default) as
 they arrived: raw body bytes and raw header pairs, so keeping one costs an append and no
 decoding; they are decoded when read. ``GET /requests`` answers
-``{"requests": [{"seq", "method", "path", "headers", "body"}, ...], "dropped": N}`` oldest first:
-``seq`` counts from 1 since the last reset, ``body`` is the parsed JSON (the text when it is not
-JSON), ``headers`` are lower-case names without the credentials (``authorization``,
-``x-api-key``: /stats counts those by fingerprint), and ``dropped`` counts requests no longer
+``{"requests": [{"seq", "method", "path", "query", "headers", "body"}, ...], "dropped": N}``
+oldest first: ``seq`` counts from 1 since the last reset, ``query`` is the URL's query string,
+``body`` is the parsed JSON (the text when it is not JSON), ``headers`` are lower-case names
+without the credentials (``authorization``, ``x-api-key``, ``api-key``: /stats counts those by
+fingerprint), and ``dropped`` counts requests no longer
 kept. ``?path=/v1/embeddings`` keeps one path's; ``?since=SEQ`` those after SEQ. ``/stats/reset``
 clears it.
 """
@@ -25,7 +26,7 @@ from rrcli.sim.behaviour import key_fingerprint
 
 __all__ = ["Counters", "Received"]
 
-_SECRET = frozenset({b"authorization", b"x-api-key"})
+_SECRET = frozenset({b"authorization", b"x-api-key", b"api-key"})
 
 
 @dataclass(slots=True)
@@ -74,10 +75,11 @@ class Counters:
                 "authorization:" + key_fingerprint(bearer.removeprefix("Bearer "))
             ] += 1
             seen = True
-        api_key = headers.get("x-api-key")
-        if api_key:
-            self.credentials["x-api-key:" + key_fingerprint(api_key)] += 1
-            seen = True
+        for name in ("x-api-key", "api-key"):
+            api_key = headers.get(name)
+            if api_key:
+                self.credentials[f"{name}:" + key_fingerprint(api_key)] += 1
+                seen = True
         if not seen:
             self.credentials["none"] += 1
 
@@ -88,13 +90,20 @@ class Received:
     __slots__ = ("_log", "count")
 
     def __init__(self, limit: int = 10_000) -> None:
-        self._log: deque[tuple[int, str, str, list[tuple[bytes, bytes]], bytes]]
+        self._log: deque[tuple[int, str, str, list[tuple[bytes, bytes]], bytes, bytes]]
         self._log = deque(maxlen=limit)
         self.count = 0
 
-    def add(self, method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    def add(
+        self,
+        method: str,
+        path: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        query: bytes = b"",
+    ) -> None:
         self.count += 1
-        self._log.append((self.count, method, path, headers, body))
+        self._log.append((self.count, method, path, headers, body, query))
 
     def clear(self) -> None:
         self._log.clear()
@@ -103,7 +112,7 @@ class Received:
     def read(self, path: str | None = None, since: int = 0) -> dict[str, Any]:
         """The kept requests as JSON-ready dicts (see the module docstring)."""
         out = []
-        for seq, method, at, headers, body in self._log:
+        for seq, method, at, headers, body, query in self._log:
             if seq <= since or (path is not None and at != path):
                 continue
             out.append(
@@ -111,6 +120,7 @@ class Received:
                     "seq": seq,
                     "method": method,
                     "path": at,
+                    "query": query.decode("latin-1"),
                     "headers": {
                         k.decode("latin-1").lower(): v.decode("latin-1")
                         for k, v in headers

@@ -5,7 +5,8 @@ modules it names).
 Trying a profile should not cost money, and the tests and benchmarks need a server whose latency,
 errors, rate limits and concurrency cap are known. It serves OpenAI ``/v1/chat/completions``,
 ``/v1/embeddings``, ``/v1/responses``, ``/v1/completions`` and ``/v1/moderations`` and Anthropic
-``/v1/messages``, plain and SSE streaming where the API streams; any other path (one without
+``/v1/messages``, plain and SSE streaming where the API streams, and Azure OpenAI's paths
+(``rrcli.sim.azure``); any other path (one without
 ``/v1`` included, as OpenAI and vLLM answer it) is a 404 in the error shape of the API the
 request speaks. ``/v1/models``;
 ``/stats`` (``/stats/reset``, which also empties the prefix cache) so tests can see what the
@@ -59,6 +60,7 @@ from starlette.routing import Route
 
 from rrcli.errors import InvalidSimRequest, UsageError
 from rrcli.sim.anthropic_messages import AnthropicWire
+from rrcli.sim.azure import azure_routes
 from rrcli.sim.bedrock_converse import BedrockWire
 from rrcli.sim.behaviour import (
     ERROR,
@@ -92,6 +94,7 @@ ENDPOINTS = [
     ("/v1/messages", AnthropicWire()),
     ("/model/{model}/converse", BedrockWire()),
     ("/model/{model}/converse-stream", BedrockWire()),
+    *azure_routes(_OPENAI),
 ]
 
 
@@ -163,7 +166,8 @@ class _SimAPI:
         scope = request.scope  # its path: request.url would build a URL object a request
         self.state.requests += 1
         self.state.paths[scope["path"]] += 1
-        self.received.add(scope["method"], scope["path"], scope["headers"], raw)
+        query = scope.get("query_string", b"")
+        self.received.add(scope["method"], scope["path"], scope["headers"], raw, query)
 
     def error(
         self,
@@ -212,6 +216,9 @@ class _SimAPI:
             self.marked += 1
             if self.marked > int(times):  # the first N requests only; then behave normally
                 forced, modes = None, ""
+        refused = wire.refusal(request.query_params)
+        if refused is not None:
+            return self.error(wire, refused[0], refused[1], code=refused[2])
         if forced:
             return self.forced(wire, int(forced), headers)
         streamed = wire.streamed(request.scope["path"], body)
@@ -380,8 +387,8 @@ def serve(config: SimConfig, host: str, port: int, *, echo: Any = print) -> None
     url = f"http://{host}:{sock.getsockname()[1]}"
     server = uvicorn_server(config)
     echo(
-        f"rrcli sim listening on {url} — openai base_url {url}/v1, anthropic base_url {url}, "
-        f"stats {url}/stats"
+        f"rrcli sim listening on {url} — openai base_url {url}/v1, anthropic and azure base_url "
+        f"{url}, stats {url}/stats"
     )
     try:
         asyncio.run(server.serve(sockets=[sock]))

@@ -96,6 +96,10 @@ class Wire:
     def key(self, headers: Any) -> str | None:
         raise NotImplementedError
 
+    def refusal(self, query: Any) -> tuple[int, str, str | None] | None:
+        """(status, message, code) when the request's query is refused (Azure's api-version)."""
+        return None
+
     def limit_headers(self, spec: str) -> dict[str, str]:
         raise NotImplementedError
 
