@@ -250,3 +250,49 @@ def test_prices_come_from_genai_prices():
         price.cached_input,
         price.cache_write,
     )
+
+
+def test_a_json_schema_answer_is_the_forced_tools_input(tmp_path, sim_server):
+    """An OpenAI job asking for a json_schema answer is sent as a forced tool; the result is
+    that tool's input as JSON text, finish reason stop, no tool call left."""
+    sim = sim_server(api_keys=[SECRET])
+    schema = {"name": "city", "schema": WEATHER}
+    job = {
+        **OPENAI_JOB,
+        "params": {"response_format": {"type": "json_schema", "json_schema": schema}},
+    }
+    done, results, _ = run(tmp_path, sim, [job])
+    assert 0 == done.returncode, done.stderr
+    result = results["o1"]
+    assert ("stop", None) == (result["finish_reason"], result.get("tool_calls"))
+    assert isinstance(orjson.loads(result["output"])["city"], str)
+    sent = sim.received()[0]["body"]["toolConfig"]
+    assert {"tool": {"name": sent["tools"][0]["toolSpec"]["name"]}} == sent["toolChoice"]
+
+
+def test_expiring_credentials_are_fetched_again(tmp_path, sim_server):
+    """Credentials from a profile's credential_process that are about to expire are fetched
+    again before the next call is signed (botocore's refresh), not reused."""
+    sim = sim_server(api_keys=[SECRET])
+    runs = tmp_path / "runs"
+    script = tmp_path / "creds.py"
+    keys = {"Version": 1, "AccessKeyId": "AKIDPROC", "SecretAccessKey": SECRET}
+    script.write_text(
+        "import datetime, json, pathlib\n"
+        f"runs = pathlib.Path({str(runs)!r})\n"
+        "runs.write_text((runs.read_text() if runs.exists() else '') + 'x')\n"
+        "soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=60)\n"
+        f"keys = {keys!r}\n"
+        "print(json.dumps({**keys, 'Expiration': soon.strftime('%Y-%m-%dT%H:%M:%SZ')}))\n"
+    )
+    config = tmp_path / "config"
+    config.write_text(f"[profile proc]\ncredential_process = {sys.executable} {script}\n")
+    env = {**AWS_ENV, "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
+    env["AWS_CONFIG_FILE"] = str(config)
+    jobs = [OPENAI_JOB, {**OPENAI_JOB, "id": "o2"}]
+    done, results, _ = run(
+        tmp_path, sim, jobs, "--concurrency", "1", env=env, credentials={"profile": "proc"}
+    )
+    assert 0 == done.returncode, done.stderr
+    assert ["ok", "ok"] == [results["o1"]["status"], results["o2"]["status"]]
+    assert 3 <= len(runs.read_text())  # resolved, then fetched again before each call
