@@ -296,3 +296,20 @@ def test_expiring_credentials_are_fetched_again(tmp_path, sim_server):
     assert 0 == done.returncode, done.stderr
     assert ["ok", "ok"] == [results["o1"]["status"], results["o2"]["status"]]
     assert 3 <= len(runs.read_text())  # resolved, then fetched again before each call
+
+
+def test_validate_probe_signs_a_tiny_converse(tmp_path, sim_server):
+    """`validate --probe` sends one tiny signed Converse call: ok with the right secret, a
+    failure naming InvalidSignatureException with a wrong one; no secret printed."""
+    sim = sim_server(api_keys=[SECRET])
+    profile = bedrock_profile(tmp_path / "p.toml", sim.url)
+    wrong = "Wrong/Secret+Access+Key+abcdefghijklmnopq"
+    lines = []
+    for secret in (SECRET, wrong):
+        env = {**AWS_ENV, "AWS_SECRET_ACCESS_KEY": secret}
+        done = rrcli("validate", "--probe", profile, cwd=tmp_path, env=env)
+        lines.append(next(ln for ln in done.stdout.splitlines() if ln.startswith("probe:")))
+        assert secret not in done.stdout + done.stderr
+    assert lines[0].startswith("probe: br: ok in ")
+    assert "FAILED" in lines[1] and "InvalidSignatureException" in lines[1]
+    assert [f"/model/{MODEL}/converse"] * 2 == [r["path"] for r in sim.received()]

@@ -5,8 +5,9 @@ modules it names).
 Trying a profile should not cost money, and the tests and benchmarks need a server whose latency,
 errors, rate limits and concurrency cap are known. It serves OpenAI ``/v1/chat/completions``,
 ``/v1/embeddings``, ``/v1/responses``, ``/v1/completions`` and ``/v1/moderations`` and Anthropic
-``/v1/messages``, plain and SSE streaming where the API streams, and Azure OpenAI's paths
-(``rrcli.sim.azure``); any other path (one without
+``/v1/messages``, plain and SSE streaming where the API streams, Azure OpenAI's paths
+(``rrcli.sim.azure``) and Bedrock's Converse (``/model/{model}/converse``, ``-stream`` in
+event-stream frames: ``rrcli.sim.bedrock_converse``); any other path (one without
 ``/v1`` included, as OpenAI and vLLM answer it) is a 404 in the error shape of the API the
 request speaks. ``/v1/models``;
 ``/stats`` (``/stats/reset``, which also empties the prefix cache) so tests can see what the
