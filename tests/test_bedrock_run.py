@@ -313,3 +313,19 @@ def test_validate_probe_signs_a_tiny_converse(tmp_path, sim_server):
     assert lines[0].startswith("probe: br: ok in ")
     assert "FAILED" in lines[1] and "InvalidSignatureException" in lines[1]
     assert [f"/model/{MODEL}/converse"] * 2 == [r["path"] for r in sim.received()]
+
+
+def test_a_server_echoing_the_session_token_gets_it_into_no_output(tmp_path, sim_server):
+    """A session token travels with each request (X-Amz-Security-Token); a server echoing it
+    in its error gets it masked in the result, the traces and the log."""
+    sim = sim_server(api_keys=[SECRET])
+    token = "FwoGZXIvYXdzEXAMPLEsessionTOKEN0123456789abcdef"
+    headers = {"x-sim-status": "400", "x-sim-error-message": f"bad token {token}"}
+    env = {**AWS_ENV, "AWS_SESSION_TOKEN": token}
+    done, results, traces = run(tmp_path, sim, [OPENAI_JOB], env=env, headers=headers)
+    assert "ok" != results["o1"]["status"]
+    assert "bad token ***" in results["o1"]["error"]["message"]
+    assert token == sim.received()[0]["headers"]["x-amz-security-token"]
+    written = done.stdout + done.stderr + traces.read_text()
+    written += (tmp_path / "jobs.results.jsonl").read_text()
+    assert token not in written

@@ -7,7 +7,8 @@ environment (``AWS_ACCESS_KEY_ID``...), the shared files, SSO, a role (web ident
 instance metadata). They are resolved at the first call, off the event loop (a role's lookup
 is network I/O), and again when botocore says they are about to expire. Each request is signed
 by botocore's ``SigV4Auth`` for service ``bedrock`` in the backend's ``region``; the secret
-never leaves the process (only the signature travels) and is masked in every error.
+never leaves the process (only the signature travels); a session token travels in
+``X-Amz-Security-Token`` and is masked in every error the server's words make.
 
 The adapter speaks the ``anthropic`` dialect: an OpenAI-shaped job is translated by the one
 table (``translate``), then spelled as Converse (``converse``). Usage counts
@@ -153,7 +154,9 @@ class BedrockProvider(HTTPProvider):
         refresh = getattr(credentials, "refresh_needed", None)
         if self._frozen is None or (refresh is not None and refresh()):
             self._frozen = await asyncio.to_thread(credentials.get_frozen_credentials)
-            self._key = self._frozen.secret_key  # masked in every error from now on
+            # masked in every error from now on: the session token, which travels with each
+            # request (a server could echo it), else the secret key (which never does)
+            self._key = self._frozen.token or self._frozen.secret_key
         return self._frozen
 
     def _resolve(self, botocore: Any) -> Any:
