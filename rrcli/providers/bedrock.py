@@ -129,14 +129,13 @@ class BedrockProvider(HTTPProvider):
         return self._stream_url if call.stream else self._chat_url
 
     async def prepare(self, request: httpx2.Request) -> httpx2.Request:
-        """``request`` signed: SigV4 over its method, URL, content type, host and body."""
+        """``request`` signed: SigV4 over its method, URL, host, body, content type and the
+        backend's own headers (AWS wants every ``x-amz-*`` header a request carries signed)."""
         botocore = _botocore()
         frozen = await self._current_credentials(botocore)
+        headers = {**self.backend.headers, "content-type": request.headers["content-type"]}
         signed = botocore.awsrequest.AWSRequest(
-            method="POST",
-            url=str(request.url),
-            data=request.content,
-            headers={"content-type": request.headers["content-type"]},
+            method="POST", url=str(request.url), data=request.content, headers=headers
         )
         botocore.auth.SigV4Auth(frozen, _SERVICE, self._region).add_auth(signed)
         for name in ("Authorization", "X-Amz-Date", "X-Amz-Security-Token"):
