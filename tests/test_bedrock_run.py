@@ -137,6 +137,19 @@ def test_a_streamed_result_equals_the_plain_one(tmp_path, sim_server):
     assert all(c["ttft_ms"] is not None for c in calls(traces))
 
 
+def test_reasoning_text_plain_and_streamed(tmp_path, sim_server):
+    """A reasoningContent block (plain) and its reasoning deltas (streamed) are the result's
+    reasoning_content, the same both ways."""
+    sim = sim_server(api_keys=[SECRET])
+    headers = {"x-sim-mode": "reasoning"}
+    _, plain, _ = run(tmp_path, sim, [OPENAI_JOB], name="plain", headers=headers)
+    done, streamed, _ = run(tmp_path, sim, [OPENAI_JOB], "--stream", name="s", headers=headers)
+    assert 0 == done.returncode, done.stderr
+    assert plain["o1"]["reasoning_content"].startswith("sim reasoning: ")
+    expected = [plain["o1"][k] for k in ("reasoning_content", "output")]
+    assert expected == [streamed["o1"][k] for k in ("reasoning_content", "output")]
+
+
 def test_cache_reads_count_as_input_and_cached(tmp_path, sim_server):
     """Bedrock's cacheReadInputTokens are input tokens (inputTokens counts the rest) and the
     result's cached_input_tokens."""

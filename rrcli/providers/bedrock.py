@@ -124,6 +124,7 @@ class BedrockProvider(HTTPProvider):
         self._region = backend.region or ""
         self._credentials: Any = None  # botocore's, resolved at the first call
         self._frozen: Any = None
+        self._resolving = asyncio.Lock()  # the first calls wait for one lookup, not one each
 
     def chat_url(self, call: Call) -> httpx2.URL:
         return self._stream_url if call.stream else self._chat_url
@@ -147,12 +148,13 @@ class BedrockProvider(HTTPProvider):
     async def _current_credentials(self, botocore: Any) -> Any:
         """The credentials to sign with: resolved once, off the event loop, and refreshed
         there when botocore says they are about to expire."""
-        if self._credentials is None:
-            self._credentials = await asyncio.to_thread(self._resolve, botocore)
-        credentials = self._credentials
-        refresh = getattr(credentials, "refresh_needed", None)
-        if self._frozen is None or (refresh is not None and refresh()):
-            self._frozen = await asyncio.to_thread(credentials.get_frozen_credentials)
+        refresh = getattr(self._credentials, "refresh_needed", None)
+        if self._frozen is not None and (refresh is None or not refresh()):
+            return self._frozen
+        async with self._resolving:
+            if self._credentials is None:
+                self._credentials = await asyncio.to_thread(self._resolve, botocore)
+            self._frozen = await asyncio.to_thread(self._credentials.get_frozen_credentials)
             # masked in every error from now on: the session token, which travels with each
             # request (a server could echo it), else the secret key (which never does)
             self._key = self._frozen.token or self._frozen.secret_key
