@@ -23,11 +23,13 @@ import pytest
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One request as received: its path, headers (lower-case names) and raw body."""
+    """One request as received: its path, headers (lower-case names) and raw body; ``lines``:
+    each header as sent, name as written (a header sent twice is there twice)."""
 
     path: str
     headers: dict[str, str]
     body: bytes
+    lines: tuple[tuple[str, str], ...] = ()
 
     def json(self) -> Any:
         return orjson.loads(self.body)
@@ -175,11 +177,13 @@ async def _read_request(reader: asyncio.StreamReader, wait: float | None) -> Req
         return None
     path = line.split(b" ")[1].decode("latin-1")
     headers: dict[str, str] = {}
+    lines = []
     while (raw := await reader.readline()) not in (b"\r\n", b"\n", b""):
         name, _, value = raw.decode("latin-1").partition(":")
         headers[name.strip().lower()] = value.strip()
+        lines.append((name.strip(), value.strip()))
     body = await reader.readexactly(int(headers.get("content-length") or 0))
-    return Request(path, headers, body)
+    return Request(path, headers, body, tuple(lines))
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -14,6 +15,13 @@ import orjson
 import tomli_w
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (a server there: connection refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def write_profile(path: Path, backends: list[dict[str, Any]], **top: Any) -> Path:

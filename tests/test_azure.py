@@ -11,6 +11,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from hostile import chat
 from runkit import read_jsonl, rrcli, write_jobs
 from simkit import post
 
@@ -296,22 +297,47 @@ def test_a_token_command_is_run_again_when_its_token_expires(sim_server, tmp_pat
 
 def test_a_failing_token_command_is_an_error_that_says_what_to_do(sim_server, tmp_path) -> None:
     """A token command that fails is a ``token_command`` error naming the command and its last
-    line of stderr, not retried; nothing is sent."""
+    line of stderr, not retried; nothing is sent. A password given to the command as an
+    option's value is masked where its stderr repeats it."""
     server = sim_server()
+    said = "import sys; sys.exit('not logged in with ' + sys.argv[-1])"
     backend = Backend(
         id="east",
         provider="azure",
         base_url=server.url,
         allow_private=True,
         credentials=Credentials(
-            token_command=f"{sys.executable} -c \"import sys; sys.exit('not logged in')\""
+            token_command=f'{sys.executable} -c "{said}" --password hunter2-pass'
         ),
     )
     with pytest.raises(ProviderError) as failed:
         send(backend, Call(messages=USER), None)
     assert ("token_command", False) == (failed.value.type, failed.value.transient)
-    assert "not logged in" in failed.value.message
+    assert "not logged in with ***" in failed.value.message
     assert 0 == server.stats()["requests"]
+
+
+def test_a_profile_written_whole_keeps_its_token_command(tmp_path) -> None:
+    """The masked command is for printing only: a profile written unredacted (as ``rrcli``
+    writes one it means to read again) keeps the command as given."""
+    import tomli_w
+
+    from rrcli.config.profile import profile_to_dict
+
+    command = "get-token --password hunter2-pass"
+    backend = {
+        "id": "az",
+        "provider": "azure",
+        "base_url": "http://127.0.0.1:9",
+        "allow_private": True,
+        "deployment": "d",
+        "credentials": {"token_command": command},
+    }
+    first, again = tmp_path / "first.toml", tmp_path / "again.toml"
+    first.write_text(tomli_w.dumps({"backends": [backend]}))
+    written = profile_to_dict(validate_profile(first).profile, redact=False)
+    again.write_text(tomli_w.dumps(written))
+    assert command == validate_profile(again).profile.backends[0].credentials.token_command
 
 
 @pytest.mark.parametrize(
@@ -357,3 +383,38 @@ def test_api_version_without_a_deployment_is_a_warning(tmp_path) -> None:
     assert ["backends[0].api_version"] == [
         w.path for w in report.warnings if w.code == "ignored_key"
     ]
+
+
+@pytest.mark.parametrize(
+    ("credentials", "env", "auth"),
+    [
+        ({"api_key_env": "AZ_KEY"}, {"AZ_KEY": KEY}, ("api-key", KEY)),
+        ({"token_env": "AZ_TOK"}, {"AZ_TOK": KEY}, ("authorization", f"Bearer {KEY}")),
+    ],
+)
+def test_a_header_named_in_another_case_is_sent_once(
+    hostile_server, tmp_path, credentials, env, auth
+) -> None:
+    """Header names are one name in any case: a profile's ``Api-Key`` and ``Content-Type``
+    beside the backend's own credential and JSON body are not sent a second time; the
+    backend's credential and content type are what goes, the profile's other headers as
+    written."""
+    server = hostile_server(lambda _: chat())
+    profile = write_azure_profile(
+        tmp_path / "azure.toml",
+        server,
+        {
+            "id": "east",
+            "deployment": "d",
+            "credentials": credentials,
+            "headers": {"Api-Key": "from-the-profile", "Content-Type": "text/plain", "X-Team": "a"},
+        },
+    )
+    done = rrcli("run", "--prompt", "hi", "-p", profile, cwd=tmp_path, env=env)
+    assert 0 == done.returncode, done.stderr
+    (request,) = server.requests
+    names = [name.lower() for name, _ in request.lines]
+    assert len(names) == len(set(names)), request.lines
+    assert auth[1] == request.headers[auth[0]]
+    assert ("application/json", "a") == (request.headers["content-type"], request.headers["x-team"])
+    assert "from-the-profile" not in str(request.lines)

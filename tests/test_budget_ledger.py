@@ -6,17 +6,30 @@ request whose output nothing bounds a 400 naming max_tokens, never a health even
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import sqlite3
 import threading
+import time
 
 import anthropic
 import httpx2
 import openai
 import pytest
+import redis
 from runkit import write_profile
 from servekit import Served
+from test_redis_gate import _server
 
-from rrcli.records.ledger import LEDGER_NAME
+import rrcli
+from rrcli.records.ledger import LEDGER_NAME, period_of
+
+
+@pytest.fixture
+def redis_server():
+    yield from _server()
+
 
 HI = [{"role": "user", "content": "Hi"}]
 PRICE = {"input": 1000.0, "output": 1000.0}  # USD a million tokens: $0.001 a token
@@ -27,14 +40,14 @@ def _profile(tmp_path, url, **budget):
     return write_profile(tmp_path / "pool.toml", backends, name="pool", budget=budget)
 
 
-def _spend(url: str, most: int = 80) -> list[int]:
+def _spend(url: str, most: int = 80, model: str = "pool") -> list[int]:
     """Chat requests through the OpenAI SDK until the budget is spent (429), each asking
     max_tokens 20 until one is too big for what is left (400), then 1: the statuses."""
-    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=30)
     statuses, cap = [], 20
     for _ in range(most):
         try:
-            client.chat.completions.create(model="pool", messages=HI, max_tokens=cap)
+            client.chat.completions.create(model=model, messages=HI, max_tokens=cap)
         except openai.APIStatusError as exc:
             statuses.append(exc.status_code)
             if exc.status_code != 400:
@@ -45,16 +58,12 @@ def _spend(url: str, most: int = 80) -> list[int]:
     return statuses
 
 
-def test_three_serve_restarts_on_one_budget_never_spend_past_it(tmp_path, billing_server):
-    """Three starts of ``rrcli serve`` on one profile and trace file, each sending until its
-    budget refuses: what the server billed stays within the budget, and the later starts are
-    refused at once (429 insufficient_quota, no Retry-After)."""
-    server = billing_server(writes=5)
-    path = _profile(tmp_path, server.openai_url, max_cost_usd=0.2)
-    traces = tmp_path / "traces.jsonl"
+def _starts(count: int, path, tmp_path, *args: str) -> tuple[list[list[int]], httpx2.Response]:
+    """``count`` starts of ``rrcli serve`` one after the other, each sending until refused
+    (``_spend``): their statuses, and the last start's answer to one more request."""
     runs = []
-    for _ in range(3):
-        served = Served(path, tmp_path, "--no-auth", "--traces", str(traces))
+    for _ in range(count):
+        served = Served(path, tmp_path, "--no-auth", *args)
         try:
             runs.append(_spend(served.url))
             spent = httpx2.post(
@@ -64,6 +73,17 @@ def test_three_serve_restarts_on_one_budget_never_spend_past_it(tmp_path, billin
             )
         finally:
             served.stop()
+    return runs, spent
+
+
+def test_three_serve_restarts_on_one_budget_never_spend_past_it(tmp_path, billing_server):
+    """Three starts of ``rrcli serve`` on one profile and trace file, each sending until its
+    budget refuses: what the server billed stays within the budget, and the later starts are
+    refused at once (429 insufficient_quota, no Retry-After)."""
+    server = billing_server(writes=5)
+    path = _profile(tmp_path, server.openai_url, max_cost_usd=0.2)
+    traces = tmp_path / "traces.jsonl"
+    runs, spent = _starts(3, path, tmp_path, "--traces", str(traces))
     billed = server.billed(PRICE)
     assert 0.19 < billed <= 0.2
     assert [[429], [429]] == runs[1:]
@@ -183,10 +203,6 @@ def test_a_pool_keeps_its_spend_in_the_ledger_beside_its_traces(tmp_path, billin
     """``rrcli.Pool`` with a trace file spends until its budget refuses (CallError ``budget``,
     the gateway's words, ``retry_after`` the seconds to the period's end); a pool opened again
     on the same traces is refused at its first call, and nothing was billed past the limit."""
-    import asyncio
-
-    import rrcli
-
     server = billing_server(writes=5)
     path = _profile(tmp_path, server.openai_url, max_cost_usd=0.05, period="month")
     traces = tmp_path / "pool.jsonl"
@@ -210,3 +226,144 @@ def test_a_pool_keeps_its_spend_in_the_ledger_beside_its_traces(tmp_path, billin
     assert 0 < first[-1].retry_after <= 31 * 86400
     assert ["budget"] == [error.type for error in again]
     assert server.billed(PRICE) <= 0.05
+
+
+def _ledger(folder) -> tuple[float, list[float]]:
+    """What the ledger file in ``folder`` holds: the spend and the reservations in flight."""
+    with sqlite3.connect(folder / LEDGER_NAME) as db:
+        spent = db.execute("SELECT COALESCE(SUM(spent), 0) FROM budgets").fetchone()[0]
+        held = [cost for (cost,) in db.execute("SELECT cost FROM held")]
+    return spent, held
+
+
+def test_a_daily_budget_on_a_redis_gate_is_kept_per_day(tmp_path, billing_server, redis_server):
+    """``period = "day"`` on a Redis gate: serve spends until refused with the API's quota
+    error and Retry-After the seconds to the next UTC midnight, Redis holding the spend under
+    that day's keys; a second gateway started on the same Redis is refused at once."""
+    server = billing_server(writes=5)
+    backends = [{"id": "b0", "base_url": server.openai_url, "endpoints": ["chat"], "price": PRICE}]
+    gate = {"kind": "redis", "url": redis_server.url, "lease": 2.0}
+    budget = {"max_cost_usd": 0.05, "period": "day"}
+    path = write_profile(tmp_path / "pool.toml", backends, name="pool", gate=gate, budget=budget)
+    runs, spent = _starts(2, path, tmp_path)
+    day = period_of("day", time.time())[0]
+    with redis.Redis(port=redis_server.port) as client:
+        shares = client.hvals(f"rrcli:{{budget:pool@{day}}}:shares")
+    assert 200 == runs[0][0] and [429] == runs[1]
+    assert 429 == spent.status_code
+    assert "insufficient_quota" == spent.json()["error"]["type"]
+    assert 0 < int(spent.headers["retry-after"]) <= 86400
+    assert 0.04 < sum(float(share) for share in shares) <= 0.05
+    assert 0.04 < server.billed(PRICE) <= 0.05
+
+
+def test_a_call_in_flight_when_serve_is_killed_is_charged_once_it_expires(
+    tmp_path, sim_server, billing_server
+):
+    """A gateway killed (SIGKILL) with a call in flight to a slow backend leaves its
+    reservation in the ledger file: the next gateway on the same folder and budget key counts
+    it as held while it may still be billed, and once its time is past (written into the past
+    here) as spent, never given back; spending to the end, both together stay within the
+    budget."""
+    slow = sim_server(latency_ms=60_000)
+    fast = billing_server(writes=5)
+    profiles = []
+    for name, url in (("slow", slow.openai_url), ("fast", fast.openai_url)):
+        backends = [{"id": "b0", "base_url": url, "endpoints": ["chat"], "price": PRICE}]
+        budget = {"max_cost_usd": 0.1, "key": "team"}
+        profiles.append(
+            write_profile(tmp_path / f"{name}.toml", backends, name=name, budget=budget)
+        )
+    traces = str(tmp_path / "t.jsonl")
+    doomed = Served(profiles[0], tmp_path, "--no-auth", "--traces", traces)
+    cut: list[Exception] = []
+
+    def send() -> None:
+        try:
+            httpx2.post(
+                doomed.url + "/v1/chat/completions",
+                json={"model": "slow", "messages": HI, "max_tokens": 40},
+                timeout=120,
+            )
+        except httpx2.TransportError as exc:  # the gateway died under it
+            cut.append(exc)
+
+    sending = threading.Thread(target=send)
+    sending.start()
+    deadline = time.monotonic() + 30
+    while not (tmp_path / LEDGER_NAME).is_file() or not _ledger(tmp_path)[1]:
+        assert time.monotonic() < deadline, "the call was never in flight"
+        time.sleep(0.05)
+    os.kill(doomed.proc.pid, signal.SIGKILL)
+    doomed.proc.communicate(timeout=30)
+    sending.join(timeout=30)
+    [left] = _ledger(tmp_path)[1]
+    served = Served(profiles[1], tmp_path, "--no-auth", "--traces", traces)
+    try:
+        held = _ledger(tmp_path)
+        with sqlite3.connect(tmp_path / LEDGER_NAME) as db:
+            db.execute("UPDATE held SET expires = 0")  # its owner's time ran out
+        statuses = _spend(served.url, model="fast")
+    finally:
+        served.stop()
+    spent, after = _ledger(tmp_path)
+    assert 1 == len(cut)
+    assert 0.04 < left < 0.05
+    assert (0.0, [left]) == held
+    assert [] == after
+    assert 200 == statuses[0] and 429 == statuses[-1]
+    assert fast.billed(PRICE) + left <= 0.1
+    assert spent == pytest.approx(fast.billed(PRICE) + left)
+
+
+def test_serve_and_a_pool_on_one_host_share_one_budget_key(tmp_path, billing_server):
+    """``rrcli serve`` and an ``rrcli.Pool`` (in the test's own process), their traces in one
+    folder and their profiles naming one budget key, both sending at once until refused:
+    together they are billed no more than the budget, and each was served before it was
+    refused."""
+    server = billing_server(writes=5, latency_s=0.02)
+    backends = [{"id": "b0", "base_url": server.openai_url, "endpoints": ["chat"], "price": PRICE}]
+    budget = {"max_cost_usd": 0.3, "key": "team"}
+    paths = [
+        write_profile(tmp_path / f"{name}.toml", backends, name=name, budget=budget)
+        for name in ("gateway", "library")
+    ]
+
+    ready = threading.Barrier(2, timeout=60)  # both front-ends up before either sends
+
+    def gateway() -> list[int]:
+        ready.wait()
+        return _spend(served.url, 200, "gateway")
+
+    async def pool() -> list[str]:
+        outcomes = []
+        async with rrcli.Pool.from_profile(paths[1], traces=tmp_path / "pool.jsonl") as pool:
+            ready.wait()
+            for cap in [20] * 80 + [1] * 20:
+                try:
+                    await pool.chat(HI, max_tokens=cap)
+                except rrcli.CallError as exc:
+                    outcomes.append(exc.type)
+                    if exc.type == "budget":
+                        break
+                    continue
+                outcomes.append("ok")
+        return outcomes
+
+    served = Served(paths[0], tmp_path, "--no-auth", "--traces", str(tmp_path / "serve.jsonl"))
+    results: dict[str, list] = {}
+    try:
+        threads = [
+            threading.Thread(target=lambda: results.update(serve=gateway())),
+            threading.Thread(target=lambda: results.update(pool=asyncio.run(pool()))),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        served.stop()
+    assert server.billed(PRICE) <= 0.3
+    assert 200 in results["serve"] and results["serve"][-1] in (400, 429)
+    assert "ok" in results["pool"] and "budget" == results["pool"][-1]
+    assert 0.25 < _ledger(tmp_path)[0] <= 0.3

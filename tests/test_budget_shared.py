@@ -16,7 +16,7 @@ from billing import GPT_4O
 from runkit import popen, rrcli, write_profile
 from test_redis_gate import _server
 
-from rrcli.fleet.ledger import RedisLedger, budget_hub, budget_keys
+from rrcli.fleet.ledger import RedisLedger, budget_hub
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def test_a_dead_process_reservation_expires_and_its_room_comes_back(redis_server
     """A process that set $0.8 of a $1 budget aside and died without settling it: once its
     reservation's time passed, its amount is held no more, so another process on the budget
     is granted $0.8 and sees only that held, not $1.6."""
-    keys = budget_keys("expiring")
+    keys = "expiring"
 
     async def main() -> tuple[str | None, str | None, float]:
         dead = RedisLedger(budget_hub(redis_server.url), keys, 1.0, 0.3, "dead.jsonl")
@@ -147,7 +147,7 @@ def test_room_granted_in_redis_to_an_attempt_cancelled_meanwhile_goes_back(redis
     while Redis, paused, has not answered yet: once Redis runs the request and grants the room,
     it is given back at once, so another process is granted $1 long before the reservation's
     own time (30 s) would have run out."""
-    keys = budget_keys("cancelled")
+    keys = "cancelled"
 
     async def main() -> str | None:
         gone = RedisLedger(budget_hub(redis_server.url), keys, 1.0, 30.0, "gone.jsonl")
@@ -170,3 +170,43 @@ def test_room_granted_in_redis_to_an_attempt_cancelled_meanwhile_goes_back(redis
         return token
 
     assert asyncio.run(main()) is not None
+
+
+def test_a_daily_budget_in_redis_spends_again_the_next_day(redis_server):
+    """Two processes on one daily budget of $1 in Redis, their clocks the test's: spent on
+    2026-12-06 (a third reservation refused, Redis holding the spend under that day's keys),
+    both are granted again once their clocks pass midnight, a call in flight across it counts
+    in the day it ends in, and the old day's spend is never put back into the new one."""
+    now = [1796601600.0 - 10]  # 2026-12-06 23:59:50 UTC
+    hubs = [budget_hub(redis_server.url) for _ in range(2)]
+
+    async def main() -> dict[str, object]:
+        a, b = (
+            RedisLedger(hub, "team", 1.0, 30.0, f"{i}.jsonl", "day", lambda: now[0])
+            for i, hub in enumerate(hubs)
+        )
+        first = await a.reserve(0.5)
+        await a.settle(first, 0.5, 0.5)
+        crossing = await b.reserve(0.4)
+        refused = await a.reserve(0.2)
+        renews = a.renews_in()
+        now[0] += 20  # 2026-12-07 00:00:10
+        await b.settle(crossing, 0.4, 0.3)
+        after = [await a.reserve(0.6), await b.reserve(0.1)]
+        over = await a.reserve(0.2)
+        found = await hubs[0].client().keys("rrcli:{budget:team@*}:shares")
+        keys = sorted(found)
+        for hub in hubs:
+            await hub.close()
+        return {"refused": refused, "renews": renews, "after": after, "over": over,
+                "keys": keys, "spent": b.spent, "mine": (a.mine, b.mine)}  # fmt: skip
+
+    seen = asyncio.run(main())
+    assert None is seen["refused"]
+    assert 10.0 == pytest.approx(seen["renews"])
+    assert all(token is not None for token in seen["after"])
+    assert None is seen["over"]  # 0.3 spent + 0.7 held: no room for 0.2 more
+    assert pytest.approx(0.3) == seen["spent"]
+    assert (0.0, 0.3) == pytest.approx(seen["mine"])
+    expected = ["rrcli:{budget:team@2026-12-06}:shares", "rrcli:{budget:team@2026-12-07}:shares"]
+    assert expected == seen["keys"]

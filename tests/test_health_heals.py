@@ -17,7 +17,7 @@ from rrcli.records.trace import TraceWriter
 from rrcli.routing.control import RunControl
 from rrcli.routing.health import Health, probe_waits
 from rrcli.routing.status import BudgetStatus, DeploymentStatus, EngineStatus
-from tests.runkit import calls, read_jsonl, rrcli, write_jobs, write_profile
+from tests.runkit import calls, free_port, read_jsonl, rrcli, write_jobs, write_profile
 from tests.test_router import _profile, _router, _run
 
 REFUSED = ProviderError("connect error: refused", type="connect_error", transient=True)
@@ -196,3 +196,26 @@ def test_rrcli_run_keeps_a_401_backend_down_unless_its_profile_says_recover_afte
         states = [r["state"] for r in read_jsonl(traces) if r["event"] == "backend"]
         seen.append((dead.stats()["requests"] > traced, states))
     assert [(False, ["down"]), (True, ["down"])] == seen
+
+
+def test_a_backend_whose_server_is_gone_is_said_to_need_its_server_not_its_key(tmp_path):
+    """A backend whose every connection is refused (no server at its port), with a key in a
+    variable: once its retries are spent it leaves the pool, and what the run says to check is
+    that its server runs at its address, never its key."""
+    port = free_port()
+    backends = [
+        {"id": "gone", "base_url": f"http://127.0.0.1:{port}/v1", "auth": "key",
+         "credentials": {"api_key_env": "GONE_KEY"}},
+    ]  # fmt: skip
+    profile = write_profile(
+        tmp_path / "p.toml", backends, health={"recover_after": 5}, retry={"max_retries": 1}
+    )
+    jobs = write_jobs(tmp_path / "jobs.jsonl", 2)
+    result = rrcli(
+        "run", jobs, "-p", profile, "--out", tmp_path / "r.jsonl", cwd=tmp_path,
+        env={"GONE_KEY": "sk-a-key-for-the-gone-server-0123"},
+    )  # fmt: skip
+    said = result.stdout + result.stderr
+    assert 1 == result.returncode, said
+    assert f"check that the server at http://127.0.0.1:{port}/v1 is running" in said
+    assert "GONE_KEY" not in said

@@ -8,6 +8,7 @@ spelling reaches a result, a trace, the terminal or ``validate``'s output.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from urllib.parse import quote
 
@@ -347,3 +348,123 @@ def test_otlp_url_credentials_are_never_printed(tmp_path, sim_server):
     assert f"spans not delivered to {masked}" in export.stderr
     outputs = run.stdout + run.stderr + export.stdout + export.stderr
     assert [] == [secret for secret in (password, token) if secret in outputs]
+
+
+TOKEN = "eyJ0eXAiOiJKV1QiLCJhbGciOiJSUzI1NiJ9-entra-0123456789XYZ"  # an Entra ID token
+
+
+def token_spellings(token: str) -> list[str]:
+    escaped = "".join(f"\\u{ord(c):04x}" for c in token)
+    return [token, token[:10], escaped[:30], quote(token, safe=""), *_percent(token)]
+
+
+def azure_by_command(tmp_path: Path, server) -> Path:
+    """A profile of an Azure deployment whose bearer token a command prints (as JSON, as
+    ``az account get-access-token`` does): the token is in no file the run reads."""
+    script = tmp_path / "print_entra_token.py"
+    script.write_text(f"import json\nprint(json.dumps({{'accessToken': {TOKEN!r}}}))\n")
+    entry = {
+        "id": "az",
+        "provider": "azure",
+        "base_url": server.url,
+        "deployment": "d",
+        "model": "gpt-4o-mini",
+        "credentials": {"token_command": f"{sys.executable} {script}"},
+    }
+    return write_profile(tmp_path / "p.toml", [entry], retry={"max_retries": 0})
+
+
+def test_a_token_a_command_prints_reaches_no_output_whatever_the_server_says(
+    tmp_path, hostile_server
+):
+    """An Azure backend's bearer token, printed by ``credentials.token_command`` once the run
+    has started, is masked as a key is: a server that sends it back in every way the key test
+    uses (error type and message, a cut text body, escaped, URL-encoded, an SSE error event,
+    the model, request id and answer) gets none of its spellings into the results (response
+    kept), the traces or a verbose run's stdout and stderr."""
+    server = hostile_server(echoing)
+    profile = azure_by_command(tmp_path, server)
+    jobs = tmp_path / "jobs.jsonl"
+    lines = [
+        {"id": kind, "prompt": kind, **({"params": {"stream": True}} if kind == "sse" else {})}
+        for kind in KINDS
+    ]
+    jobs.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    result = rrcli("run", jobs, "-p", profile, "--keep-response", "-v", cwd=tmp_path)
+    assert 1 == result.returncode, result.stderr
+    assert {f"Bearer {TOKEN}"} == {r.headers["authorization"] for r in server.requests}
+    assert all("api-key" not in r.headers for r in server.requests)
+    written = [
+        (tmp_path / "jobs.results.jsonl").read_text(),
+        (tmp_path / "jobs.traces.jsonl").read_text(),
+        result.stdout,
+        result.stderr,
+    ]
+    records = read_jsonl(tmp_path / "jobs.results.jsonl") + read_jsonl(
+        tmp_path / "jobs.traces.jsonl"
+    )
+    assert [] == [
+        s for text in [*written, *strings(records)] for s in token_spellings(TOKEN) if s in text
+    ]
+    by_id = {r["id"]: r for r in read_jsonl(tmp_path / "jobs.results.jsonl")}
+    assert ("your key: ***", "***") == (by_id["reply"]["output"], by_id["reply"]["request_id"])
+    assert "***" == by_id["sse"]["error"]["type"]
+
+
+def test_a_token_a_command_prints_is_never_echoed_from_a_stream(tmp_path, hostile_server):
+    """``--prompt --stream`` against a server streaming the command's token back split across
+    chunks: printed as ``***``, the text around it as sent."""
+    pieces = ["your token: " + TOKEN[:20], TOKEN[20:40], TOKEN[40:] + " and more"]
+
+    def streamed(request) -> Canned:
+        events = [
+            {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"content": p}}]}
+            for p in pieces
+        ]
+        done = {
+            "id": "c",
+            "model": "m",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        }
+        chunks = [b"data: " + orjson.dumps(e) + b"\n\n" for e in [*events, done]]
+        return Canned(
+            200,
+            {"content-type": "text/event-stream"},
+            chunks=[*chunks, b"data: [DONE]\n\n"],
+            gap=0.1,
+        )
+
+    server = hostile_server(streamed)
+    profile = azure_by_command(tmp_path, server)
+    result = rrcli("run", "--prompt", "hi", "--stream", "-p", profile, "-v", cwd=tmp_path)
+    assert 0 == result.returncode, result.stderr
+    assert f"Bearer {TOKEN}" == server.requests[0].headers["authorization"]
+    assert "your token: *** and more" == result.stdout.strip()
+    assert [] == [s for s in token_spellings(TOKEN) if s in result.stdout + result.stderr]
+
+
+def test_validate_masks_a_token_commands_arguments(tmp_path, hostile_server):
+    """A token command's arguments may hold a secret (``--password x``, ``--secret=x``, a key
+    as a word of its own): ``validate`` and ``validate --json`` show the program and the
+    options' names, every other word as ``***``."""
+    server = hostile_server(lambda _: chat())
+    command = f"get-token --password hunter2-pass --secret={KEY} {VARIABLE_KEY} -o json"
+    entry = {
+        "id": "az",
+        "provider": "azure",
+        "base_url": server.url,
+        "deployment": "d",
+        "credentials": {"token_command": command},
+    }
+    profile = write_profile(tmp_path / "p.toml", [entry])
+    report = rrcli("validate", profile, "--json", cwd=tmp_path)
+    text = rrcli("validate", profile, cwd=tmp_path)
+    for output in (report, text):
+        shown = output.stdout + output.stderr
+        assert [] == [s for s in ("hunter2-pass", KEY, VARIABLE_KEY) if s in shown]
+    (backend,) = orjson.loads(report.stdout)["profile"]["backends"]
+    assert (
+        "get-token --password *** --secret=*** *** -o ***"
+        == (backend["credentials"]["token_command"])
+    )
+    assert [] == server.requests

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from rrcli.config.redaction import MASK, looks_like_key, redacted_headers, redacted_url
+from rrcli.config.redaction import (
+    MASK,
+    looks_like_key,
+    redacted_command,
+    redacted_headers,
+    redacted_url,
+)
 from rrcli.errors import UsageError
 from rrcli.registry import REGISTRY, info
 
@@ -141,7 +147,7 @@ class Credentials:
         if self.token_env is not None:
             out["token_env"] = MASK if looks_like_key(self.token_env) else self.token_env
         if self.token_command is not None:
-            out["token_command"] = self.token_command
+            out["token_command"] = redacted_command(self.token_command)
         return out
 
 
@@ -429,6 +435,8 @@ def _backend_to_dict(backend: Backend, redact: bool) -> dict[str, Any]:
         creds = backend.credentials.redacted()
         if not redact and backend.credentials.api_key is not None:
             creds["api_key"] = backend.credentials.api_key
+        if not redact and backend.credentials.token_command is not None:
+            creds["token_command"] = backend.credentials.token_command
         out["credentials"] = creds
     elif backend.credentials.profile is not None:
         out["credentials"] = {"profile": backend.credentials.profile}

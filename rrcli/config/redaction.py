@@ -5,7 +5,8 @@ request id, an SSE event, a body kept in a result). ``redact`` masks it in every
 in text: as written, JSON-escaped, Python-escaped (how an HTTP client's error shows a header
 value) and URL-encoded. Text is always redacted before it is cut: a cut key leaves a prefix no
 search can find. The profile's other secrets (a password in the Redis URL, a token in a
-base_url's query, a header that carries credentials) are masked where a profile is printed.
+base_url's query, a header that carries credentials, the arguments of a command that prints a
+token: ``--password x``) are masked where a profile is printed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
@@ -20,10 +22,12 @@ from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlsp
 
 __all__ = [
     "MASK",
+    "command_secrets",
     "is_secret_header",
     "looks_like_key",
     "redact",
     "redact_each",
+    "redacted_command",
     "redacted_headers",
     "redacted_url",
     "secret_forms",
@@ -43,6 +47,8 @@ SECRET_PARAMS = frozenset(
 )
 _PERCENT = re.compile(r"%[0-9A-F]{2}")
 _ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|%([0-7][0-9a-fA-F])")
+#: a command's option name, shown as written (``--resource``, ``-o``); its value is masked
+_OPTION = re.compile(r"--?[A-Za-z][A-Za-z0-9-]*")
 _KEY_PREFIXES = ("sk-", "sk_", "pk-", "rk-", "xai-", "gsk_", "hf_", "AIza", "ghp_", "key-")
 
 
@@ -131,6 +137,42 @@ def url_secrets(url: str) -> tuple[str, ...]:
 def _secret_param(name: str) -> bool:
     lowered = name.lower().replace("-", "_")
     return lowered in SECRET_PARAMS or lowered.endswith(("_key", "_token", "_secret"))
+
+
+def redacted_command(command: str) -> str:
+    """``command`` as it may be printed: its program and option names as written, every other
+    argument (an option's value, a word of its own: any may be a password) as ``***``."""
+    return " ".join(shown for shown, _ in _command_words(command)) if command.strip() else ""
+
+
+def command_secrets(command: str) -> tuple[str, ...]:
+    """The secrets ``command``'s own messages may repeat, to be masked there: its options'
+    values (``--password x``, ``--password=x``, ``-px``) and the words that look like a key.
+    Its other words stay readable there (``az account get-access-token``)."""
+    found = (secret for _, secret in _command_words(command) if secret)
+    return tuple(dict.fromkeys(s for s in found if len(s) >= MIN_SECRET))
+
+
+def _command_words(command: str) -> list[tuple[str, str | None]]:
+    """Each word of ``command`` as (how it is printed, the secret it may be or None)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # an unclosed quote: nothing of it is shown
+        return [(MASK, command)]
+    out = [(shlex.quote(words[0]), None)] if words else []
+    option_before = False
+    for word in words[1:]:
+        name, equals, value = word.partition("=")
+        if _OPTION.fullmatch(name) and (len(name) == 2 or name.startswith("--")):
+            out.append((f"{name}={MASK}", value) if equals else (name, None))
+            option_before = not equals
+            continue
+        if word.startswith("-") and _OPTION.fullmatch(word[:2]):  # -pVALUE
+            out.append((MASK, word[2:]))
+        else:
+            out.append((MASK, word if option_before or looks_like_key(word) else None))
+        option_before = False
+    return out
 
 
 def is_secret_header(name: str) -> bool:

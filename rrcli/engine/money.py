@@ -68,7 +68,8 @@ async def make_budget(
     shared in Redis on a Redis gate (the profile's budget), and always in queue mode (the
     queue's budget, on the queue's Redis whatever the gate), each results file its own share.
     A front-end that lasts (serve, Pool) keeps its budget in the ledger file beside its traces
-    under the profile's budget key (in this process only without traces), and its budget
+    under the profile's budget key (in this process only without traces; in Redis on a Redis
+    gate), its spend started again at each of the budget's periods, and its budget
     refuses each call on its own, never halting: ``rrcli run``'s budget is its results file's
     (its earlier spend read from the traces on ``--resume``), the ledger file not read."""
     limit = _limit(profile, options)
@@ -91,7 +92,8 @@ async def make_budget(
             hub = budget_hub(profile.queue_url)
         name = key if options.queue is None else f"queue:{options.queue}"
         owner = str(options.out.resolve()) if options.out is not None else hub.process
-        ledger = await RedisLedger.join(hub, profile, limit, earlier, name, owner)
+        period = profile.budget.period if options.queue is None and options.lasting else ""
+        ledger = await RedisLedger.join(hub, profile, limit, earlier, name, owner, period)
         ledger.owns_hub = own
     halts = not options.lasting
     return Budget(limit, prices, ledger, control, uncapped, media, options.queue, halts)

@@ -1,8 +1,9 @@
 """One budget for every process sharing it: spend reserved and settled atomically in
 Redis, one Lua script a step (as the gate's own steps: ``_scripts``).
 
-Keys of the budget named ``<name>`` (the profile's label, or the queue's; hash tag
-``{budget:<name>}``, so one slot on a cluster)::
+Keys of the budget named ``<name>`` (the profile's budget key, or the queue's; hash tag
+``{budget:<name>}``, so one slot on a cluster; a budget with a ``period`` is named
+``<name>@<period>``, ``team@2026-12-06``, its spend in each period kept apart)::
 
     shares   HASH  owner -> USD     what each results file's runs settled (owner: its path)
     held     ZSET  token -> expiry  the reservations of the attempts in flight
@@ -19,18 +20,26 @@ whose processes all ended before the restart. The keys expire ``KEEP_S`` after t
 step. A reservation (and a process's membership) expires ``ttl`` after its last step: longer
 than any attempt may take, so only a dead process's reservations ever expire. Numbers cross the
 script boundary as strings.
+
+A budget with a ``period`` (``day`` or ``month``, UTC, as ``records.ledger.period_of`` says)
+counts each period's spend under that period's keys: a process's first step in a later period
+(by its own clock) goes to the new keys with its share started again at nothing, and a call in
+flight across the change settles in the period it ends in (its reservation in the old one
+expires with its ``ttl``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+import time
+from collections.abc import Callable
 
 from rrcli.config.profile import GateSettings, Profile
 from rrcli.errors import RedisDown
 from rrcli.fleet._hub import Hub
 from rrcli.fleet._scripts import Script
+from rrcli.records.ledger import period_of
 
 __all__ = ["KEEP_S", "RedisLedger", "budget_hub"]
 
@@ -145,32 +154,68 @@ def budget_keys(name: str) -> dict[str, str]:
 
 
 class RedisLedger:
-    """A ``budget.Ledger`` shared through Redis; ``spent`` and ``reserved`` are everyone's, as
-    last seen; ``mine`` is this results file's share, as this process settled it."""
+    """A ``budget.Ledger`` shared through Redis under the budget ``name``; ``spent`` and
+    ``reserved`` are everyone's, as last seen; ``mine`` is this results file's share (in the
+    period at hand), as this process settled it. ``period``: "day" or "month" (a budget that
+    spends again from nothing at each one's start, UTC), "" for none; ``clock``: epoch
+    seconds, which tell the period."""
 
     def __init__(
-        self, hub: Hub, keys: Mapping[str, str], limit: float, ttl: float, owner: str
+        self,
+        hub: Hub,
+        name: str,
+        limit: float,
+        ttl: float,
+        owner: str,
+        period: str = "",
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.spent = self.reserved = self.mine = 0.0
-        self._hub, self._keys, self._limit, self._ttl = hub, dict(keys), limit, ttl
-        self._owner = owner
+        self._hub, self._name, self._limit, self._ttl = hub, name, limit, ttl
+        self._owner, self.period, self._clock = owner, period, clock
+        self._label: str | None = None  # the period whose keys ``_keys`` are
+        self._keys: dict[str, str] = {}
         self._held: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
         self.owns_hub = False  # a hub of its own (``budget_hub``): closed with the ledger
+        self._period_keys()
 
     @classmethod
     async def join(
-        cls, hub: Hub, profile: Profile, limit: float, earlier: float, name: str, owner: str
+        cls,
+        hub: Hub,
+        profile: Profile,
+        limit: float,
+        earlier: float,
+        name: str,
+        owner: str,
+        period: str = "",
     ) -> RedisLedger:
         """Join the budget ``name`` on ``hub``'s Redis as ``owner`` (a results file), whose
-        earlier spend is ``earlier``."""
+        earlier spend is ``earlier``, counted per ``period`` ("": never started again)."""
         ttl = hub.lease + max((b.timeout for b in profile.backends), default=60.0)
-        ledger = cls(hub, budget_keys(name), limit, ttl, owner)
+        ledger = cls(hub, name, limit, ttl, owner, period)
         ledger.mine = earlier
         spent = await hub.run_until_up(JOIN, ledger._keys, *ledger._me(), repr(earlier))
         ledger.spent = float(spent)
         ledger._task = asyncio.create_task(ledger._restoring(), name="rrcli.budget.restore")
         return ledger
+
+    def renews_in(self) -> float | None:
+        """Seconds until the budget's period starts again (None: no period)."""
+        now = self._clock()
+        ends = period_of(self.period, now)[1]
+        return None if ends is None else max(0.0, ends - now)
+
+    def _period_keys(self) -> dict[str, str]:
+        """The keys of the period at hand; in a new one this process's share starts again."""
+        label = period_of(self.period, self._clock())[0]
+        if label != self._label:
+            if self._label is not None:
+                self.mine = 0.0
+            self._label = label
+            self._keys = budget_keys(f"{self._name}@{label}" if label else self._name)
+        return self._keys
 
     def _me(self) -> tuple[str, float, str]:
         return self._hub.process, self._ttl, self._owner
@@ -181,10 +226,11 @@ class RedisLedger:
         room granted to an attempt that is gone is never held for it."""
         hub, token = self._hub, self._hub.token()
         await hub.wait_admissible()  # after an outage, the others' shares come back first
+        keys = self._period_keys()
         asking = asyncio.ensure_future(
             hub.run_until_up(
                 RESERVE,
-                self._keys,
+                keys,
                 *self._me(),
                 repr(self.mine),
                 token,
@@ -195,7 +241,7 @@ class RedisLedger:
         try:
             ok, spent, held = await asyncio.shield(asking)
         except asyncio.CancelledError:
-            hub.background(self._give_back(asking, token))
+            hub.background(self._give_back(asking, keys, token))
             raise
         self.spent, self.reserved = float(spent), float(held)
         if not int(ok):
@@ -203,18 +249,20 @@ class RedisLedger:
         self._held[token] = cost
         return token
 
-    async def _give_back(self, asking: asyncio.Future[list[str]], token: str) -> None:
-        """Once the reservation ``token`` a cancelled attempt asked for is answered, drop it."""
+    async def _give_back(
+        self, asking: asyncio.Future[list[str]], keys: dict[str, str], token: str
+    ) -> None:
+        """Once the reservation ``token`` a cancelled attempt asked for (under ``keys``) is
+        answered, drop it."""
         with contextlib.suppress(Exception):
             if int((await asking)[0]):
-                await self._hub.run(SETTLE, self._keys, *self._me(), repr(self.mine), token)
+                await self._hub.run(SETTLE, keys, *self._me(), repr(self.mine), token)
 
     async def settle(self, token: str, reserved: float, actual: float) -> None:
         self._held.pop(token, None)
+        keys = self._period_keys()
         self.mine += actual
-        spent = await self._hub.run_until_up(
-            SETTLE, self._keys, *self._me(), repr(self.mine), token
-        )
+        spent = await self._hub.run_until_up(SETTLE, keys, *self._me(), repr(self.mine), token)
         self.spent = float(spent)
 
     async def _restoring(self) -> None:
@@ -223,7 +271,8 @@ class RedisLedger:
             await asyncio.sleep(self._hub.interval)
             held = [x for token, cost in self._held.items() for x in (token, repr(cost))]
             with contextlib.suppress(RedisDown):
-                await self._hub.run(RESTORE, self._keys, *self._me(), repr(self.mine), *held)
+                keys = self._period_keys()
+                await self._hub.run(RESTORE, keys, *self._me(), repr(self.mine), *held)
 
     async def close(self) -> None:
         if self._task is not None:

@@ -24,7 +24,8 @@ def make_provider(
     backend: Backend, api_key: str | None, *, retry: RetrySettings, seed: int | None
 ) -> Provider:
     """The provider for ``backend``, sending ``api_key`` (None: no auth header) in its own
-    header, and masked in every string the server sends back (``scrub.Redacting``). ``seed``
+    header, and masked in every string the server sends back (``scrub.Redacting``), as is each
+    secret the provider learns (``report_secrets_to``: a token a command printed). ``seed``
     makes the simulated provider repeatable (the HTTP ones ignore it)."""
     try:
         module, name = info(backend.provider).adapter.split(":")
@@ -33,7 +34,7 @@ def make_provider(
     adapter = getattr(importlib.import_module(module), name)
     provider = adapter(backend, api_key, retry=retry, seed=seed)
     secrets = backend_secrets(backend, api_key)
-    if not secrets:
+    if not secrets and not hasattr(provider, "report_secrets_to"):
         return provider
     redacting = importlib.import_module("rrcli.providers.scrub").Redacting
     return redacting(provider, secrets)  # whatever the server says, no secret reaches a record

@@ -82,6 +82,19 @@ Parse = Callable[[dict[str, Any]], Reply]
 NewStream = Callable[[], StreamFold]
 
 
+def _merged_headers(*layers: Mapping[str, str]) -> dict[str, str]:
+    """The headers of ``layers``, each name once: a later layer's header replaces an earlier
+    one's of the same name in any case (``Api-Key`` and ``api-key`` are one header)."""
+    out: dict[str, str] = {}
+    spelt: dict[str, str] = {}  # lower-case name -> the name as kept
+    for layer in layers:
+        for name, value in layer.items():
+            out.pop(spelt.get(name.lower(), name), None)
+            spelt[name.lower()] = name
+            out[name] = value
+    return out
+
+
 class HTTPProvider:
     """One backend's HTTP adapter. Subclasses set ``path`` and implement the three hooks; the
     registry says which header the key travels in and which one carries the request id."""
@@ -113,9 +126,10 @@ class HTTPProvider:
         entry = info(backend.provider)
         self._request_id_header = entry.request_id_header
         cap = max(1, backend.max_concurrency)
-        headers = {**backend.headers, "content-type": "application/json", **self.api_headers}
+        own = {"content-type": "application/json", **self.api_headers}
         if api_key and entry.auth_header:
-            headers[entry.auth_header] = self.auth_value(api_key)
+            own[entry.auth_header] = self.auth_value(api_key)
+        headers = _merged_headers(backend.headers, own)
         self._idle = backend.stream_idle_timeout or backend.timeout
         # the attempt's deadline is kept by ``_deadlines`` (send); the client only times the
         # connect and the wait for a pooled connection (``connect_timeout``, ``pool_timeout``),

@@ -27,6 +27,7 @@ import httpx2
 import orjson
 
 from rrcli.config.profile import Backend, RetrySettings
+from rrcli.config.redaction import command_secrets, redact_each
 from rrcli.config.urls import endpoint_url
 from rrcli.errors import ProviderError
 from rrcli.providers._http import NewStream, Parse
@@ -86,6 +87,7 @@ class AzureProvider(OpenAIProvider):
         self._url = endpoint_url(self._bases["deployment"], self.path)
         self._chat_url = httpx2.URL(self._url)
         credentials = backend.credentials
+        self._learn: Callable[[str], None] = _unheard
         self._command = None
         if credentials.token_command is not None:
             self._command = TokenCommand(credentials.token_command)
@@ -93,6 +95,10 @@ class AzureProvider(OpenAIProvider):
             self._client.headers.pop("api-key", None)
             if api_key:
                 self._client.headers["authorization"] = f"Bearer {api_key}"
+
+    def report_secrets_to(self, learn: Callable[[str], None]) -> None:
+        """Tell ``learn`` each token the command prints, before it is sent (``scrub``)."""
+        self._learn = learn
 
     def auth_value(self, api_key: str) -> str:
         return api_key  # the resource key, as it is, in ``api-key``
@@ -120,6 +126,7 @@ class AzureProvider(OpenAIProvider):
         assert self._command is not None
         token = await self._command.token()
         if token != self._key:
+            self._learn(token)
             self._key = token
             self._client.headers["authorization"] = f"Bearer {token}"
             self._sender.refresh()
@@ -132,6 +139,10 @@ class AzureProvider(OpenAIProvider):
             if any((headers.get(name) or "").strip() == "0" for name in spent):
                 reply.pause_s = LIMIT_WINDOW
         return reply
+
+
+def _unheard(secret: str) -> None:
+    """Where a provider made without ``make_provider``'s masking reports a token."""
 
 
 def _filtered_answer(reply: Reply, key: str | None) -> ProviderError:
@@ -153,6 +164,7 @@ class TokenCommand:
 
     def __init__(self, command: str, clock: Callable[[], float] = time.time) -> None:
         self._argv = shlex.split(command)
+        self._secrets = command_secrets(command)  # masked in what its stderr says
         self._clock = clock
         self._token: str | None = None
         self._expires = 0.0
@@ -188,7 +200,8 @@ class TokenCommand:
             raise _command_failed(f"{name} gave no token within {COMMAND_TIMEOUT:g} s") from None
         if process.returncode != 0:
             said = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-            raise _command_failed(f"{name} exited with {process.returncode}: {said[0][:200]}")
+            said = redact_each(said[0], self._secrets)[:200]
+            raise _command_failed(f"{name} exited with {process.returncode}: {said}")
         return out
 
 

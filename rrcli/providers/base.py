@@ -14,6 +14,9 @@ CONTRACT (the runner codes against exactly this):
   and calls ``on_text(chunk)`` for each piece of output text as it arrives (for ``--prompt
   --stream``); without it ``on_text`` is never called.
 - ``await provider.aclose()`` closes its client.
+- A provider that comes by a secret as it runs (a token a command prints) has
+  ``report_secrets_to(learn)``, and calls ``learn(secret)`` before it sends the secret: from then
+  on it is masked in everything the provider returns or raises (``scrub.Redacting``).
 
 ERRORS are made here and only here: ``translate_transport_error`` turns an httpx2 exception into a
 ``TransportError``/``TimeoutError_`` (transient), ``error_from_status`` a non-2xx answer into a

@@ -7,7 +7,9 @@ credential in the base_url's query or password, a credential header's value), an
 ``ProviderError`` before the runner sees it. A reply is checked at the cost of one JSON encode
 of its strings and a substring search per form; only a reply that holds a secret is walked.
 A text that was cut before it got here may end in part of a key: a run of eight or more
-characters that starts the key is masked too. Streamed text echoed as it arrives
+characters that starts the key is masked too. A secret the provider learns as it runs (the
+token a ``credentials.token_command`` prints) it reports to ``learn`` before sending it, and it
+is masked from then on like the others. Streamed text echoed as it arrives
 (``--prompt --stream``) is held back while its end could be the start of a secret, so a key
 split across two chunks is masked whole before anything of it is printed.
 """
@@ -21,11 +23,11 @@ from typing import Any
 
 import orjson
 
-from rrcli.config.redaction import MASK, redact, secret_forms
+from rrcli.config.redaction import MASK, MIN_SECRET, redact, secret_forms
 from rrcli.errors import ProviderError
 from rrcli.providers.base import Call, Provider, Reply
 
-__all__ = ["HeldEcho", "Redacting", "scrub_error", "scrub_reply", "scrub_text"]
+__all__ = ["HeldEcho", "Redacting", "Secrets", "scrub_error", "scrub_reply", "scrub_text"]
 
 #: a Reply's fields that hold strings from the server, alone or inside its JSON
 _FIELDS = (
@@ -46,18 +48,46 @@ _FIELDS = (
 )
 _VALUES = attrgetter(*_FIELDS)
 PARTIAL = 8  # the shortest start of a key masked on its own (a cut text's tail)
+#: learned secrets kept masked: a token renewed hourly for a month adds no search to each reply
+LEARNED_KEPT = 8
+
+
+class Secrets:
+    """One backend's secrets that no record may show: those its profile gives and the newest
+    LEARNED_KEPT of those it learned as it ran; ``all`` is a new tuple when one is learned."""
+
+    __slots__ = ("all", "given", "learned")
+
+    def __init__(self, given: Sequence[str]) -> None:
+        self.given = tuple(given)
+        self.learned: tuple[str, ...] = ()
+        self.all = self.given
+
+    def learn(self, secret: str) -> None:
+        """Mask ``secret`` too from now on (one too short to be a key is not masked)."""
+        if len(secret) >= MIN_SECRET and secret not in self.all:
+            self.learned = (*self.learned, secret)[-LEARNED_KEPT:]
+            self.all = self.given + self.learned
 
 
 class Redacting:
-    """``provider`` with each of ``secrets`` masked in everything it returns or raises."""
+    """``provider`` with each of ``secrets`` masked in everything it returns or raises, and each
+    secret it learns (a provider with ``report_secrets_to`` is handed ``learn``)."""
 
     def __init__(self, provider: Provider, secrets: Sequence[str]) -> None:
         self.inner = provider
-        self.secrets = tuple(secrets)
+        self.held = Secrets(secrets)
         self.server_address = provider.server_address
+        report = getattr(provider, "report_secrets_to", None)
+        if report is not None:
+            report(self.held.learn)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return self.held.all
 
     async def send(self, call: Call, on_text: Callable[[str], None] | None = None) -> Reply:
-        echo = None if on_text is None else HeldEcho(on_text, self.secrets)
+        echo = None if on_text is None else HeldEcho(on_text, self.held)
         try:
             reply = await self.inner.send(call, echo)
         except ProviderError as exc:
@@ -79,19 +109,23 @@ class Redacting:
 
 
 class HeldEcho:
-    """Streamed text passed on with ``secrets`` masked: the end of what arrived is held back
-    while it could be the start of a secret's form, and passed on (masked) once the next piece
-    shows it is not, or at ``flush``."""
+    """Streamed text passed on with ``secrets`` masked (those learned while it streams too): the
+    end of what arrived is held back while it could be the start of a secret's form, and passed
+    on (masked) once the next piece shows it is not, or at ``flush``."""
 
-    __slots__ = ("_forms", "_held", "_out", "_secrets")
+    __slots__ = ("_forms", "_held", "_out", "_secrets", "_source")
 
-    def __init__(self, out: Callable[[str], None], secrets: Sequence[str]) -> None:
+    def __init__(self, out: Callable[[str], None], secrets: Secrets) -> None:
         self._out = out
-        self._secrets = tuple(secrets)
-        self._forms = tuple(f for secret in secrets for f in secret_forms(secret))
+        self._source = secrets
+        self._secrets: tuple[str, ...] = ()
+        self._forms: tuple[str, ...] = ()
         self._held = ""
 
     def __call__(self, piece: str) -> None:
+        if self._source.all is not self._secrets:  # a secret learned since the last piece
+            self._secrets = self._source.all
+            self._forms = tuple(f for secret in self._secrets for f in secret_forms(secret))
         text = self._held + piece
         for secret in self._secrets:
             text = redact(text, secret)
@@ -113,7 +147,7 @@ class HeldEcho:
     def flush(self) -> None:
         """Pass on what is held (the stream ended): masked as a cut text is."""
         text, self._held = self._held, ""
-        for secret in self._secrets:
+        for secret in self._source.all:
             text = scrub_text(text, secret)
         if text:
             self._out(text)

@@ -40,7 +40,9 @@ def no_backend(
 
 def check_hint(backend: Backend, reason: str) -> str:
     """What to check for a backend down for ``reason``: the key's variable (never the key),
-    the account, or the model and address."""
+    the account, the model and address, or that its server runs."""
+    if reason == "connect_error":
+        return f"check that the server at {redacted_url(backend.base_url)} is running"
     creds = backend.credentials
     if creds.api_key_env is not None:
         key = f"the key in ${creds.api_key_env}"
