@@ -8,7 +8,8 @@ instance metadata). They are resolved at the first call, off the event loop (a r
 is network I/O), and again when botocore says they are about to expire. Each request is signed
 by botocore's ``SigV4Auth`` for service ``bedrock`` in the backend's ``region``; the secret
 never leaves the process (only the signature travels); a session token travels in
-``X-Amz-Security-Token`` and is masked in every error the server's words make.
+``X-Amz-Security-Token``; both are reported (``report_secrets_to``) and masked in everything
+the provider returns or raises.
 
 The adapter speaks the ``anthropic`` dialect: an OpenAI-shaped job is translated by the one
 table (``translate``), then spelled as Converse (``converse``). Usage counts
@@ -70,6 +71,10 @@ _CREDENTIAL_HINT = (
 )
 
 
+def _unheard(secret: str) -> None:
+    """No one to tell (a provider made without ``make_provider``'s masking)."""
+
+
 def _botocore() -> Any:
     """botocore's session, auth and request modules (the ``bedrock`` extra)."""
     try:
@@ -125,6 +130,7 @@ class BedrockProvider(HTTPProvider):
         self._credentials: Any = None  # botocore's, resolved at the first call
         self._frozen: Any = None
         self._resolving = asyncio.Lock()  # the first calls wait for one lookup, not one each
+        self._learn: Callable[[str], None] = _unheard
 
     def chat_url(self, call: Call) -> httpx2.URL:
         return self._stream_url if call.stream else self._chat_url
@@ -154,11 +160,19 @@ class BedrockProvider(HTTPProvider):
         async with self._resolving:
             if self._credentials is None:
                 self._credentials = await asyncio.to_thread(self._resolve, botocore)
-            self._frozen = await asyncio.to_thread(self._credentials.get_frozen_credentials)
-            # masked in every error from now on: the session token, which travels with each
-            # request (a server could echo it), else the secret key (which never does)
-            self._key = self._frozen.token or self._frozen.secret_key
+            frozen = await asyncio.to_thread(self._credentials.get_frozen_credentials)
+            # masked in everything from now on: the session token travels with each request
+            # (a server could echo it); the secret key never does, but is no less secret
+            for secret in (frozen.token, frozen.secret_key):
+                if secret:
+                    self._learn(secret)
+            self._key = frozen.token or frozen.secret_key
+            self._frozen = frozen
         return self._frozen
+
+    def report_secrets_to(self, learn: Callable[[str], None]) -> None:
+        """Tell ``learn`` the AWS secrets once resolved, before a request carries them."""
+        self._learn = learn
 
     def _resolve(self, botocore: Any) -> Any:
         profile = self.backend.credentials.profile
