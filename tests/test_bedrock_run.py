@@ -342,3 +342,37 @@ def test_a_server_echoing_the_session_token_gets_it_into_no_output(tmp_path, sim
     written = done.stdout + done.stderr + traces.read_text()
     written += (tmp_path / "jobs.results.jsonl").read_text()
     assert token not in written
+
+
+def test_a_mixed_pool_serves_both_shapes_on_every_backend(tmp_path, sim_server):
+    """A pool of a bedrock, an anthropic and an openai backend (one sim speaking all three)
+    runs OpenAI-shaped and Message Batches jobs round robin: every job ok, every backend used,
+    each receiving its own API's bodies."""
+    import tomli_w
+
+    sim = sim_server(api_keys=[SECRET, "sk-sim-key-0123456789"])
+    key = {"api_key_env": "SIM_KEY"}
+    backends = [
+        {"id": "br", "provider": "bedrock", "base_url": sim.url, "region": "us-east-1"},
+        {"id": "an", "provider": "anthropic", "base_url": sim.url, "credentials": key},
+        {"id": "oa", "provider": "openai", "base_url": sim.openai_url, "credentials": key},
+    ]
+    for backend in backends:
+        backend.update(model=MODEL, allow_private=True)
+    profile = {"strategy": "round_robin", "backends": backends}
+    (tmp_path / "mixed.toml").write_bytes(tomli_w.dumps(profile).encode())
+    jobs = [{**OPENAI_JOB, "id": f"o{n}"} for n in range(3)]
+    jobs += [{**ANTHROPIC_JOB, "custom_id": f"a{n}"} for n in range(3)]  # each backend: both
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(j) + b"\n" for j in jobs))
+    env = {**AWS_ENV, "SIM_KEY": "sk-sim-key-0123456789"}
+    done = rrcli(
+        "run", path, "-p", tmp_path / "mixed.toml", "--concurrency", "1", cwd=tmp_path, env=env
+    )
+    assert 0 == done.returncode, done.stderr
+    results = read_jsonl(tmp_path / "mixed.results.jsonl")
+    assert ["ok"] * 6 == [r["status"] for r in results]
+    shapes = {(r["deployment"], (r.get("id") or r["custom_id"])[0]) for r in results}
+    assert {(b, shape) for b in ("br", "an", "oa") for shape in "oa"} == shapes
+    paths = {r["path"] for r in sim.received()}
+    assert {f"/model/{MODEL}/converse", "/v1/messages", "/v1/chat/completions"} == paths

@@ -145,3 +145,10 @@ def test_no_anthropic_job_is_refused_by_converse(sim, job) -> None:
     body = bedrock_body(messages, params, "anthropic")
     if body is not None:
         assert (200, None) == taken(sim, body)
+
+
+def test_the_router_sends_bedrock_what_messages_can_say():
+    """A bedrock backend can say what Anthropic's Messages can (top_k, thinking), not what
+    only chat completions can (logprobs, n = 2): the router keeps those jobs from it."""
+    assert () == unexpressible("bedrock", {"top_k": 3, "thinking": {"type": "enabled"}})
+    assert ("logprobs", "n") == unexpressible("bedrock", {"logprobs": True, "n": 2})
