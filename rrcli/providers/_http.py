@@ -236,8 +236,11 @@ class HTTPProvider:
         return self._url
 
     def url_for(self, call: Call) -> str:
-        """The address ``call`` is posted to: ``url`` for chat, its endpoint's path else."""
-        return self._url if call.endpoint == "chat" else self.endpoint_request(call)[0]
+        """The address ``call`` is posted to: ``chat_url``'s for chat, its endpoint's path
+        else."""
+        if call.endpoint == "chat":
+            return str(self.chat_url(call))
+        return self.endpoint_request(call)[0]
 
     async def _open(self, request: httpx2.Request) -> httpx2.Response:
         """Send ``request`` and wait for the answer's head. A pooled connection the server
