@@ -69,23 +69,27 @@ class FrameParser:
         self._buffer = bytearray()
 
     def feed(self, chunk: bytes) -> list[Frame]:
-        """The frames ``chunk`` completes (InvalidResponseError for bytes that are none)."""
-        self._buffer += chunk
+        """The frames ``chunk`` completes (InvalidResponseError for bytes that are none). The
+        frames read are cut from the buffer once, not one by one."""
+        buffer = self._buffer
+        buffer += chunk
         frames = []
-        while len(self._buffer) >= _PRELUDE:
-            total, head_length, crc = struct.unpack_from(">III", self._buffer)
-            if zlib.crc32(self._buffer[:8]) != crc:
+        at = 0
+        while len(buffer) - at >= _PRELUDE:
+            total, head_length, crc = struct.unpack_from(">III", buffer, at)
+            if zlib.crc32(buffer[at : at + 8]) != crc:
                 raise _broken("the prelude's CRC does not match")
             if not _PRELUDE + head_length + 4 <= total <= MAX_FRAME:
                 raise _broken(f"a frame of {total} bytes")
-            if len(self._buffer) < total:
+            if len(buffer) - at < total:
                 break
-            message = bytes(self._buffer[:total])
-            del self._buffer[:total]
+            message = bytes(buffer[at : at + total])
+            at += total
             if zlib.crc32(message[:-4]) != struct.unpack_from(">I", message, total - 4)[0]:
                 raise _broken("the message's CRC does not match")
             headers = _headers(message[_PRELUDE : _PRELUDE + head_length])
             frames.append(Frame(headers, message[_PRELUDE + head_length : -4]))
+        del buffer[:at]
         return frames
 
     def finish(self) -> list[Frame]:
