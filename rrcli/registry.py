@@ -25,6 +25,7 @@ __all__ = [
     "ANTHROPIC_MAX_TOKENS",
     "AZURE_API_VERSION",
     "BATCH_URLS",
+    "BEDROCK_URL",
     "ENDPOINTS",
     "ENTRY_POINT_GROUP",
     "NAMES",
@@ -52,6 +53,8 @@ BATCH_URLS: dict[str, str] = {
 AZURE_API_VERSION = "2024-10-21"
 #: The ``max_tokens`` an Anthropic request is sent with when the job sets none (the API requires it)
 ANTHROPIC_MAX_TOKENS = 1024
+#: Bedrock's runtime endpoint in a region (a backend's ``region`` fills it in)
+BEDROCK_URL = "https://bedrock-runtime.{region}.amazonaws.com"
 #: Endpoints whose API has no streamed form: ``--stream`` leaves their calls plain
 UNSTREAMED = frozenset({"embeddings", "moderations"})
 
@@ -127,6 +130,15 @@ REGISTRY: dict[str, ProviderInfo] = {
         endpoints=("chat", "embeddings"),
         dialect="gemini",
         prices_id="google",
+    ),
+    "bedrock": ProviderInfo(
+        name="bedrock",
+        adapter="rrcli.providers.bedrock:BedrockProvider",
+        default_base_url=BEDROCK_URL,
+        default_model="anthropic.claude-3-haiku-20240307-v1:0",
+        auth_header=None,  # SigV4: the AWS credentials sign each request (providers.bedrock)
+        request_id_header="x-amzn-requestid",
+        dialect="anthropic",  # reached through the Messages shape (providers.converse)
     ),
     "sim": ProviderInfo(
         name="sim",

@@ -9,6 +9,7 @@ import pytest
 from rrcli.config.load import load_profile, validate_profile
 from rrcli.config.profile import Backend, Credentials
 from rrcli.errors import ProfileError
+from rrcli.registry import NAMES
 
 OPENAI = """
 [[backends]]
@@ -114,7 +115,7 @@ def test_bad_provider_names_the_accepted_ones(tmp_path):
     """provider = "antropic" suggests "anthropic"."""
     report = check(tmp_path, OPENAI + 'provider = "antropic"\n')
     assert 'did you mean "anthropic"?' == report.errors[0].fix
-    assert "(accepted: openai, anthropic, " in report.errors[0].message
+    assert f"(accepted: {', '.join(NAMES)})" in report.errors[0].message
 
 
 def test_duplicate_ids_name_both_indexes(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rrcli.config.aws import aws_credentials, aws_endpoint
 from rrcli.config.profile import (
     DEFAULT_PROVIDER,
     MAX_RESPONSE_BYTES,
@@ -61,7 +62,10 @@ def build_backend(
         )
     own_creds = "credentials" in raw or "auth" in raw
     values, written_at = (own, path) if own_creds else (defaults, "defaults")
-    if provider.auth_header is None:  # a provider that takes no key has no credentials
+    if provider.name == "bedrock":  # AWS credentials, region and botocore (config.aws)
+        credentials = aws_credentials(check, values, path)
+        merged = {**merged, **aws_endpoint(check, merged, path, environ)}
+    elif provider.auth_header is None:  # a provider that takes no key has no credentials
         credentials = Credentials(auth="none")
     elif not provider.key_required and "credentials" not in values and "auth" not in values:
         credentials = Credentials(auth="none")  # a local server: no key unless one is given
@@ -189,6 +193,7 @@ def _backend(
         deployment=deployment,
         api_version=merged.get("api_version", AZURE_API_VERSION) if deployment else None,
         drop_params=tuple(merged.get("drop_params", provider.drops)),
+        region=merged.get("region"),
     )
 
 
@@ -206,6 +211,14 @@ def _credentials(
     table = values.get("credentials", {})
     auth = table.get("auth", values.get("auth", "key"))
     env, key = table.get("api_key_env"), table.get("api_key")
+    if "profile" in table:
+        check.add(
+            "error",
+            f"{where}.profile",
+            f"an AWS profile, but this is an {provider} backend",
+            'remove it; it names the AWS credentials of a provider = "bedrock" backend',
+            "ignored_key",
+        )
     tokens = {k: table[k] for k in ("token_env", "token_command") if k in table}
     if tokens:
         return _token(check, provider, env, key, tokens, where, environ)

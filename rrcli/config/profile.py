@@ -91,14 +91,17 @@ DEFAULT_RETRY_ON_STATUS = (408, 409, 425, 429, 500, 502, 503, 504, 520, 521, 522
 class Credentials:
     """A backend's own credentials; never shared or merged with another backend's.
 
-    ``auth`` is "key" (send a key) or "none" (a local server that needs none). An Azure
-    backend may send a bearer token instead of its key: from the variable ``token_env``, or
-    printed by ``token_command`` (run again when the token expires: Entra ID).
+    ``auth`` is "key" (send a key) or "none" (a local server that needs none, or a bedrock
+    backend: its AWS credentials sign requests, ``profile`` naming the AWS profile, None for
+    the default chain). An Azure backend may send a bearer token instead of its key: from the
+    variable ``token_env``, or printed by ``token_command`` (run again when the token expires:
+    Entra ID).
     """
 
     api_key_env: str | None = None
     api_key: str | None = field(default=None, repr=False)
     auth: str = "key"
+    profile: str | None = None
     token_env: str | None = None
     token_command: str | None = None
 
@@ -139,6 +142,8 @@ class Credentials:
             out["api_key_env"] = MASK if looks_like_key(self.api_key_env) else self.api_key_env
         if self.api_key is not None:
             out["api_key"] = "***"
+        if self.profile is not None:
+            out["profile"] = self.profile
         if self.token_env is not None:
             out["token_env"] = MASK if looks_like_key(self.token_env) else self.token_env
         if self.token_command is not None:
@@ -200,6 +205,7 @@ class Backend:
     prefix_cache_tokens: int | None = None  # what its prefix cache holds; None: prefix_capacity
     prompt_cache_key: bool | None = None  # cache_aware sets one; None: sets_cache_key decides
     max_tokens_per_image: int | None = None  # what a budget reserves an image at; None: known
+    region: str | None = None  # bedrock: the AWS region its requests are signed for
     deployment: str | None = None  # azure: the deployment in the path; None: the v1 API
     api_version: str | None = None  # azure: the api-version of a deployment's calls
     drop_params: tuple[str, ...] = ()  # request fields the server does not take: never sent
@@ -432,6 +438,8 @@ def _backend_to_dict(backend: Backend, redact: bool) -> dict[str, Any]:
         if not redact and backend.credentials.token_command is not None:
             creds["token_command"] = backend.credentials.token_command
         out["credentials"] = creds
+    elif backend.credentials.profile is not None:
+        out["credentials"] = {"profile": backend.credentials.profile}
     out["endpoints"] = list(backend.endpoints)
     if backend.drop_params:
         out["drop_params"] = list(backend.drop_params)

@@ -171,6 +171,7 @@ BACKEND = {
     "prefix_cache_tokens": Field("int", at_least(0)),
     "prompt_cache_key": Field("bool"),
     "max_tokens_per_image": Field("int", at_least(1)),
+    "region": Field("str", NOT_EMPTY),
     "deployment": Field("str", NOT_EMPTY),
     "api_version": Field("str", NOT_EMPTY),
     "drop_params": Field("strs"),
@@ -179,6 +180,7 @@ CREDENTIALS = {
     "api_key_env": Field("str", ENV_RULE, secret=True),
     "api_key": Field("str", NOT_EMPTY, secret=True),
     "auth": Field("str", choices=AUTH),
+    "profile": Field("str", NOT_EMPTY),
     "token_env": Field("str", ENV_RULE, secret=True),
     "token_command": Field("str", NOT_EMPTY),
 }

@@ -102,6 +102,8 @@ class HTTPProvider:
     path: ClassVar[str]
     #: headers every request of the API carries besides the key (Anthropic's version)
     api_headers: ClassVar[Mapping[str, str]] = {}
+    #: the media type of the API's streamed answers (another is read as one plain body)
+    stream_media_type: ClassVar[str] = "text/event-stream"
 
     def __init__(
         self,
@@ -167,6 +169,14 @@ class HTTPProvider:
     def new_stream(self) -> StreamFold:
         raise NotImplementedError
 
+    async def prepare(self, request: httpx2.Request) -> httpx2.Request:
+        """The request as sent: an API that signs each request adds its signature here."""
+        return request
+
+    def new_parser(self) -> Any:
+        """A fresh parser of the stream's bytes into the events the fold takes (SSE)."""
+        return SSEParser()
+
     def endpoint_request(self, call: Call) -> tuple[str, dict[str, Any], Parse, NewStream]:
         """How a call to another endpoint than chat is sent: (url, body, parse a plain body,
         start a stream fold). Profile validation gives such calls only to an API that has the
@@ -191,7 +201,7 @@ class HTTPProvider:
             url, body, parse, new_stream = self.endpoint_request(call)
         content = orjson.dumps(body)
         try:
-            request = self._sender.post(url, content)
+            request = await self.prepare(self._sender.post(url, content))
             deadline = self._deadlines.enter(self.backend.timeout)
             try:
                 if call.stream:
@@ -226,7 +236,8 @@ class HTTPProvider:
         return self._url
 
     def url_for(self, call: Call) -> str:
-        """The address ``call`` is posted to: ``url`` for chat, its endpoint's path else."""
+        """The address ``call`` is posted to: ``chat_url``'s for chat, its endpoint's path
+        else."""
         if call.endpoint == "chat":
             return str(self.chat_url(call))
         return self.endpoint_request(call)[0]
@@ -285,7 +296,7 @@ class HTTPProvider:
         try:
             if not 200 <= response.status_code < 300:
                 raise self._status_error(response, await read_head(response))
-            if "text/event-stream" not in response.headers.get("content-type", ""):
+            if self.stream_media_type not in response.headers.get("content-type", ""):
                 content = await read_body(response, self.backend.max_response_bytes)
                 return self._read_plain(response, content, parse)
             reply = await self._fold(response, deadline, new_stream(), on_text, started)
@@ -303,7 +314,7 @@ class HTTPProvider:
     ) -> Reply:
         """Fold the stream's events; each chunk that carried output moves the deadline to
         ``stream_idle_timeout`` from now. The bytes read count against max_response_bytes."""
-        parser = SSEParser()
+        parser = self.new_parser()
         ttft_ms: float | None = None
         limit, idle = self.backend.max_response_bytes, self._idle
         loop = asyncio.get_running_loop()

@@ -48,6 +48,9 @@ def check_hint(backend: Backend, reason: str) -> str:
         key = f"the key in ${creds.api_key_env}"
     elif creds.api_key is not None:
         key = "the profile's api_key"
+    elif backend.provider == "bedrock":  # SigV4: the AWS credential chain signs its requests
+        where = f"profile {creds.profile!r}" if creds.profile else "the default chain"
+        key = f"the AWS credentials ({where})"
     else:
         key = "the credentials (it sends no key: set credentials.api_key_env)"
     if reason == "insufficient_quota":

@@ -276,7 +276,7 @@ class GeminiWire(GeminiFamily):
     def __init__(self, stream: bool) -> None:
         self.stream = stream
 
-    def streamed(self, body: dict[str, Any]) -> bool:
+    def streamed(self, path: str, body: dict[str, Any]) -> bool:
         return self.stream
 
     def reply(self, sim: Any, body: dict[str, Any], modes: str) -> dict[str, Any]:

@@ -66,7 +66,11 @@ class Counters:
         """Requests per credential: the header it came in and its fingerprint, or none."""
         seen = False
         bearer = headers.get("authorization")
-        if bearer:
+        if bearer and bearer.startswith("AWS4-HMAC-SHA256 Credential="):  # SigV4: the key's id
+            access_key = bearer.partition("=")[2].partition("/")[0]
+            self.credentials["aws:" + key_fingerprint(access_key)] += 1
+            seen = True
+        elif bearer:
             self.credentials[
                 "authorization:" + key_fingerprint(bearer.removeprefix("Bearer "))
             ] += 1

@@ -5,11 +5,12 @@ modules it names).
 Trying a profile should not cost money, and the tests and benchmarks need a server whose latency,
 errors, rate limits and concurrency cap are known. It serves OpenAI ``/v1/chat/completions``,
 ``/v1/embeddings``, ``/v1/responses``, ``/v1/completions`` and ``/v1/moderations``, Anthropic
-``/v1/messages``, Azure OpenAI's paths (``rrcli.sim.azure``) and Gemini's
+``/v1/messages``, Azure OpenAI's paths (``rrcli.sim.azure``), Gemini's
 ``/v1beta/models/{model}:generateContent`` (and ``/v1/...``) and its other methods
-(``rrcli.sim.gemini``), plain and SSE streaming where the API streams; any other path (one
-without ``/v1`` included, as OpenAI and vLLM answer it) is a 404 in the error shape of the
-API the request speaks. ``/v1/models``;
+(``rrcli.sim.gemini``) and Bedrock's Converse (``/model/{model}/converse``, ``-stream`` in
+event-stream frames: ``rrcli.sim.bedrock_converse``), plain and streaming where the API
+streams; any other path (one without ``/v1`` included, as OpenAI and vLLM answer it) is a
+404 in the error shape of the API the request speaks. ``/v1/models``;
 ``/stats`` (``/stats/reset``, which also empties the prefix cache) so tests can see what the
 server saw: requests, peak concurrency,
 429s sent, assistant messages received in histories (and how many carried
@@ -62,6 +63,7 @@ from starlette.routing import Route
 from rrcli.errors import InvalidSimRequest, UsageError
 from rrcli.sim.anthropic_messages import AnthropicWire
 from rrcli.sim.azure import azure_routes
+from rrcli.sim.bedrock_converse import BedrockWire
 from rrcli.sim.behaviour import (
     ERROR,
     RATE_LIMITED,
@@ -80,7 +82,6 @@ from rrcli.sim.wire import AnthropicFamily, OpenAIFamily, Wire, override_headers
 __all__ = ["build_app", "check_host", "listen", "serve", "uvicorn_server"]
 
 _JSON = "application/json"
-_SSE = "text/event-stream"
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 OPENAI_FAMILY, ANTHROPIC_FAMILY, GEMINI_FAMILY = OpenAIFamily(), AnthropicFamily(), GeminiFamily()
 _OPENAI = {
@@ -100,6 +101,8 @@ _GEMINI = {
 ENDPOINTS = [
     *((f"/v1/{name}", wire) for name, wire in _OPENAI.items()),
     ("/v1/messages", AnthropicWire()),
+    ("/model/{model}/converse", BedrockWire()),
+    ("/model/{model}/converse-stream", BedrockWire()),
     *azure_routes(_OPENAI),
     *(
         (f"/{version}/models/{{model}}:{method}", wire)
@@ -234,14 +237,24 @@ class _SimAPI:
             return self.error(wire, refused[0], refused[1], code=refused[2])
         if forced:
             return self.forced(wire, int(forced), headers)
-        return self._refusal(wire, headers) or await self._answer(wire, body, modes, headers)
+        streamed = wire.streamed(request.scope["path"], body)
+        refusal = self._refusal(wire, request, raw)
+        return refusal or await self._answer(wire, body, modes, headers, streamed)
 
-    def _refusal(self, wire: Wire, headers: Any) -> Response | None:
+    def _refusal(self, wire: Wire, request: Request, raw: bytes) -> Response | None:
         """The error this request draws before any work (None: it is served)."""
-        config = self.config
-        if config.api_keys and wire.key(headers) not in config.api_keys:
-            status, kind = wire.bad_key
-            return self.error(wire, status, "invalid API key", kind, "invalid_api_key")
+        config, headers = self.config, request.headers
+        if config.api_keys:
+            scope = request.scope
+            query = scope.get("query_string", b"")
+            target = scope.get("raw_path") or scope["path"].encode()
+            target += b"?" + query if query else b""
+            url = f"http://{headers.get('host', '')}{target.decode('latin-1')}"
+            denied = wire.refused(scope["method"], url, headers, raw, config.api_keys)
+            if denied is not None:
+                status, kind, message = denied
+                code = "invalid_api_key" if status == 401 else None
+                return self.error(wire, status, message, kind, code)
         if wire.request_id_header == "request-id" and "anthropic-version" not in headers:
             return self.error(wire, 400, "anthropic-version: header is required")
         if config.cap is not None and self.state.concurrency >= config.cap:
@@ -254,7 +267,9 @@ class _SimAPI:
             return self.error(wire, 429, "simulated rate limit", headers=self.retry_headers)
         return None
 
-    async def _answer(self, wire: Wire, body: dict, modes: str, headers: Any) -> Response:
+    async def _answer(
+        self, wire: Wire, body: dict, modes: str, headers: Any, streamed: bool
+    ) -> Response:
         """A 200: one JSON body after the whole generation time, or a paced SSE stream (a 400
         for a request the endpoint refuses)."""
         state = self.state
@@ -270,7 +285,7 @@ class _SimAPI:
         state.statuses["200"] += 1
         state.concurrency += 1
         state.peak_concurrency = max(state.peak_concurrency, state.concurrency)
-        if not wire.streamed(body) or "plain-json" in modes or not wire.streams:
+        if not streamed or "plain-json" in modes or not wire.streams:
             try:
                 if total:
                     await asyncio.sleep(total)
@@ -281,7 +296,9 @@ class _SimAPI:
             )
         state.streams += 1
         stream = self._stream(wire, reply, modes, ttft, total)
-        return StreamingResponse(stream, media_type=_SSE, headers=response_headers)
+        return StreamingResponse(
+            stream, media_type=wire.stream_media_type, headers=response_headers
+        )
 
     def _prefill(self, reply: dict[str, Any], body: dict[str, Any]) -> int:
         """Input tokens of a chat reply's prompt that the prefix cache did not hold (0 without

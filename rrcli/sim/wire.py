@@ -64,10 +64,26 @@ class Wire:
     streams: ClassVar[bool] = True  # False: a ``stream`` request gets the plain body
     #: the status and error type of a refused key
     bad_key: ClassVar[tuple[int, str]] = (401, "authentication_error")
+    stream_media_type: ClassVar[str] = "text/event-stream"
 
-    def streamed(self, body: dict[str, Any]) -> bool:
-        """Whether the request asks for a stream (its ``stream`` field; Gemini: its path)."""
+    def streamed(self, path: str, body: dict[str, Any]) -> bool:
+        """Whether the request asks for a stream (its body's ``stream``; Gemini and Bedrock:
+        its path)."""
         return body.get("stream") is True
+
+    def refused(
+        self, method: str, url: str, headers: Any, raw: bytes, secrets: Any
+    ) -> tuple[int, str, str] | None:
+        """(status, error type, message) for a request whose credential is none of
+        ``secrets``; None when it is one of them."""
+        if self.key(headers) in secrets:
+            return None
+        status, kind = self.bad_key
+        return status, kind, "invalid API key"
+
+    def error_headers(self, kind: str) -> dict[str, str]:
+        """Headers an error answer of type ``kind`` carries (Bedrock names it in one)."""
+        return {}
 
     def error_response(
         self,
@@ -79,7 +95,9 @@ class Wire:
         headers: dict[str, str] | None,
     ) -> tuple[bytes, dict[str, str] | None]:
         """The error's body and headers (an API may say a wait in its body instead)."""
-        return self.error_body(status, kind, message, code, param), headers
+        kind = kind or self.error_type(status)
+        body = self.error_body(status, kind, message, code, param)
+        return body, {**self.error_headers(kind), **(headers or {})}
 
     def error_body(
         self, status: int, kind: str | None, message: str, code: str | None, param: str | None
