@@ -189,9 +189,18 @@ def every_command(group: click.Group, prefix: tuple[str, ...] = ()):
 
 
 def help_text(args: tuple[str, ...], command: click.Command) -> str:
+    """The command's `--help` as `rrcli ARGS --help` prints it (the group's settings inherited)."""
     ctx = click.Context(
-        command, info_name=" ".join(("rrcli", *args)), terminal_width=WIDTH, max_content_width=WIDTH
+        main,
+        info_name="rrcli",
+        terminal_width=WIDTH,
+        max_content_width=WIDTH,
+        **main.context_settings,
     )
+    group = main
+    for name in args:
+        group = group.commands[name]
+        ctx = click.Context(group, info_name=name, parent=ctx)
     return command.get_help(ctx)
 
 
