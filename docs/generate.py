@@ -1,0 +1,254 @@
+"""Write the references that are generated, never kept by hand; `--check` changes nothing and
+exits 1 naming every file that is not what this would write.
+
+- docs/reference/profile.md and the KEYS section of man/rrcli-profile.5: from
+  rrcli/config/data/keys.toml (each key's type, default and meaning, written once) joined with the
+  schema of rrcli/config/schema.py (the kind and choices a value is checked against). Every key
+  of the schema must have its entry, and every entry must name a key of the schema.
+- docs/reference/cli.md: each command's `--help`, as click prints it.
+
+    python docs/generate.py          # rewrite them
+    python docs/generate.py --check  # CI: fails when one is stale
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import click
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from rrcli.cli import main  # noqa: E402
+from rrcli.config import schema  # noqa: E402
+
+KEYS = ROOT / "rrcli" / "config" / "data" / "keys.toml"
+PROFILE_PAGE = ROOT / "man" / "rrcli-profile.5"
+PROFILE_MD = ROOT / "docs" / "reference" / "profile.md"
+CLI_MD = ROOT / "docs" / "reference" / "cli.md"
+WIDTH = 100
+
+#: each section of keys.toml and the schema tables whose keys it documents
+SECTIONS = {
+    "Top level": ("TOP",),
+    "[defaults] and [[backends]]": ("BACKEND", "CREDENTIALS", "PRICE"),
+    "sim = { ... }": ("SIM",),
+    "[retry]": ("RETRY",),
+    "[gate]": ("GATE",),
+    "[cooldown]": ("COOLDOWN",),
+    "[health]": ("HEALTH",),
+    "[budget]": ("BUDGET",),
+    "[cache]": ("CACHE",),
+    "[serve]": ("SERVE",),
+    "[queue]": ("QUEUE",),
+}
+#: the top-level keys that are tables: each has its own section (or, for backends, the entries)
+TABLES = {"defaults", "retry", "gate", "cooldown", "health", "cache", "budget", "queue", "serve"}
+
+
+class Stale(Exception):
+    """keys.toml and the schema disagree."""
+
+
+def load_keys() -> list[dict]:
+    return tomllib.loads(KEYS.read_text(encoding="utf-8"))["section"]
+
+
+def entry_names(entry: dict) -> list[str]:
+    """The schema keys an entry documents: "credentials.token_env, ..." is token_env and more."""
+    return [name.strip().rsplit(".", 1)[-1] for name in entry["key"].split(",")]
+
+
+def field_of(title: str, name: str) -> schema.Field | None:
+    for table in SECTIONS[title]:
+        found = getattr(schema, table).get(name)
+        if found is not None:
+            return found
+    return None
+
+
+def check_coverage(sections: list[dict]) -> list[str]:
+    """What keys.toml misses or has too many, against the schema; empty when they agree."""
+    problems = []
+    titles = [s["title"] for s in sections]
+    if titles != list(SECTIONS):
+        problems.append(f"sections are {titles}, expected {list(SECTIONS)}")
+        return problems
+    for section in sections:
+        title = section["title"]
+        text = " ".join(
+            [section.get("intro", "")] + [f"{e['key']} {e['meaning']}" for e in section["keys"]]
+        )
+        named = {n for e in section["keys"] for n in entry_names(e)}
+        for name in named:
+            if field_of(title, name) is None:
+                problems.append(f"{title}: {name} is no key of the schema")
+        for table in SECTIONS[title]:
+            for name in getattr(schema, table):
+                if table == "TOP" and name in TABLES | {"backends"}:
+                    continue
+                if name not in named and not re.search(rf"\b{re.escape(name)}\b", text):
+                    problems.append(f"{title}: the schema's {table}.{name} has no entry")
+    return problems
+
+
+# --- roff -------------------------------------------------------------------------------------
+
+
+def roff(text: str) -> str:
+    text = text.replace("\\", "\\e").replace("-", "\\-").replace('"', "\\(dq")
+    text = text.replace("≥", "\\(>=").replace("×", "\\(mu")
+    return re.sub(r"\*\*(.+?)\*\*", r"\\fB\1\\fR", text)
+
+
+def roff_lines(text: str) -> list[str]:
+    lines = textwrap.wrap(roff(text), WIDTH, break_long_words=False, break_on_hyphens=False)
+    return [f"\\&{line}" if line[:1] in ".'" else line for line in lines]
+
+
+def keys_section(sections: list[dict]) -> list[str]:
+    out = [".SH KEYS"]
+    for section in sections:
+        out.append(f".SS {roff(section['title'])}")
+        if section.get("intro"):
+            out += roff_lines(section["intro"])
+        for entry in section["keys"]:
+            out += [".TP", f".B {roff(entry['key'])}"]
+            out.append(
+                f'.RI "(" "{roff(entry["type"])}" "; default " "{roff(entry["default"])}" ")"'
+            )
+            out += roff_lines(entry["meaning"])
+    return out
+
+
+def profile_page(sections: list[dict]) -> str:
+    lines = PROFILE_PAGE.read_text(encoding="utf-8").split("\n")
+    start, end = lines.index(".SH KEYS"), lines.index(".SH EXAMPLE")
+    return "\n".join([*lines[:start], *keys_section(sections), *lines[end:]])
+
+
+# --- markdown ---------------------------------------------------------------------------------
+
+
+def md(text: str) -> str:
+    text = text.replace("<", "&lt;")
+    return re.sub(r"(?<!\*)\*(?!\*)", r"\\*", text)
+
+
+def kind_text(field: schema.Field | None) -> str:
+    if field is None:
+        return ""
+    shown = schema.EXPECTED[field.kind][0]
+    if field.choices:
+        shown += ": " + ", ".join(f"`{c}`" for c in field.choices)
+    return shown
+
+
+def profile_md(sections: list[dict]) -> str:
+    out = [
+        "# Profile keys",
+        "",
+        "<!-- generated by `python docs/generate.py` from rrcli/config/data/keys.toml and the",
+        "     schema in rrcli/config/schema.py: edit those, never this page -->",
+        "",
+        "Every key a profile may hold: its type, its default and what it does. The same text is",
+        "`man 5 rrcli-profile`. How the pieces fit together: [Profiles](../guides/profiles.md).",
+    ]
+    for section in sections:
+        out += ["", f"## {section['title']}", ""]
+        if section.get("intro"):
+            out += [md(section["intro"]), ""]
+        for entry in section["keys"]:
+            kinds = sorted(
+                {kind_text(field_of(section["title"], n)) for n in entry_names(entry)} - {""}
+            )
+            out += [f"### `{entry['key']}`", ""]
+            out.append(f"*{md(entry['type'])}*; default: {md(entry['default'])}  ")
+            out.append(f"Checked as {'; '.join(kinds)}." if kinds else "A table.")
+            out += ["", md(entry["meaning"]), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+# --- the CLI ----------------------------------------------------------------------------------
+
+
+def every_command(group: click.Group, prefix: tuple[str, ...] = ()):
+    yield prefix, group
+    for name in sorted(group.commands):
+        command = group.commands[name]
+        if isinstance(command, click.Group):
+            yield from every_command(command, (*prefix, name))
+        elif not command.hidden:
+            yield (*prefix, name), command
+
+
+def help_text(args: tuple[str, ...], command: click.Command) -> str:
+    """The command's `--help` as `rrcli ARGS --help` prints it (the group's settings inherited)."""
+    ctx = click.Context(
+        main,
+        info_name="rrcli",
+        terminal_width=WIDTH,
+        max_content_width=WIDTH,
+        **main.context_settings,
+    )
+    group = main
+    for name in args:
+        group = group.commands[name]
+        ctx = click.Context(group, info_name=name, parent=ctx)
+    return command.get_help(ctx)
+
+
+def cli_md() -> str:
+    out = [
+        "# Command line",
+        "",
+        "<!-- generated by `python docs/generate.py` from click's commands: edit rrcli/cli.py -->",
+        "",
+        "Each command's `--help`, as it prints it. The man pages (`man rrcli-run`, ...) say more.",
+    ]
+    for args, command in every_command(main):
+        out += ["", f"## {' '.join(('rrcli', *args))}", "", "```text", help_text(args, command)]
+        out += ["```"]
+    return "\n".join(out) + "\n"
+
+
+def outputs() -> dict[Path, str]:
+    sections = load_keys()
+    problems = check_coverage(sections)
+    if problems:
+        raise Stale("; ".join(problems))
+    return {
+        PROFILE_PAGE: profile_page(sections),
+        PROFILE_MD: profile_md(sections),
+        CLI_MD: cli_md(),
+    }
+
+
+def main_(argv: list[str]) -> int:
+    try:
+        wanted = outputs()
+    except Stale as exc:
+        print(f"generate.py: keys.toml and the schema disagree: {exc}", file=sys.stderr)
+        return 1
+    stale = [p for p, text in wanted.items() if not p.exists() or p.read_text("utf-8") != text]
+    if "--check" in argv:
+        for path in stale:
+            print(
+                f"{path.relative_to(ROOT)} is stale: run python docs/generate.py", file=sys.stderr
+            )
+        return 1 if stale else 0
+    for path in stale:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(wanted[path], encoding="utf-8")
+        print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_(sys.argv[1:]))
