@@ -219,6 +219,30 @@ def queue_command(name: str, profile_path: str | None, as_json: bool) -> None:
     show_default=True,
     help="Share of Anthropic replies that stop with pause_turn.",
 )
+@click.option(
+    "--batch-delay-ms",
+    default=0.0,
+    show_default=True,
+    help="Time a batch takes from created to ended.",
+)
+@click.option(
+    "--batch-window-ms",
+    type=float,
+    default=None,
+    help="Batch lines not done this long after the create expire [default: 24 h].",
+)
+@click.option(
+    "--batch-failure-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of batch lines that fail with a 500.",
+)
+@click.option(
+    "--batch-enqueued-tokens",
+    type=int,
+    default=None,
+    help="Input tokens a key may have in batches not ended [default: no limit].",
+)
 @click.option("--api-key", "api_keys", multiple=True, help="Accept only this key (repeatable).")
 @click.option("--seed", type=int, default=None, help="Makes the random draws repeatable.")
 @click.option("--model", default=None, help="Model name to report (default: the request's).")
