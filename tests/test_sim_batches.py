@@ -198,6 +198,7 @@ def test_the_enqueued_token_limit_fails_openai_and_refuses_anthropic(sim_server)
     other = openai.OpenAI(base_url=server.openai_url, api_key="sk-two")
     assert "validating" == other.batches.retrieve(_submit(other, _jsonl(8)).id).status
     claude = anthropic.Anthropic(base_url=server.url, api_key="sk-one", max_retries=0)
+    claude.messages.batches.create(requests=_requests(8))  # each API's batches count apart
     with pytest.raises(anthropic.RateLimitError):
         claude.messages.batches.create(requests=_requests(8))
     _advance(server, 200)

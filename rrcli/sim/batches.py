@@ -281,10 +281,10 @@ class BatchStore:
         return SimLine(custom_id, 200, plain, tokens)
 
     def _enqueued(self, key: str | None, but: SimBatch) -> int:
-        """Input tokens of ``key``'s batches not ended (``but`` aside)."""
+        """Input tokens of ``key``'s batches on ``but``'s API not ended (``but`` aside)."""
         now, total = self.now(), 0
         for batch in self.batches.values():
-            if batch.key == key and batch is not but:
+            if batch.key == key and batch.api == but.api and batch is not but:
                 progress(batch, now, self.delay, self.window)
                 total += batch.tokens if batch.ended is None else 0
         return total
