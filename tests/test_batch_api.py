@@ -13,7 +13,7 @@ import pytest
 from rrcli.config.profile import Backend, Credentials, RetrySettings
 from rrcli.errors import ProviderError
 from rrcli.providers import make_provider
-from rrcli.providers.batch_api import batch_client
+from rrcli.providers.batch_api import PAGE, batch_client
 
 KEY = "sk-batch-key-0123456789"
 
@@ -187,3 +187,23 @@ def test_a_backend_without_a_batch_api_has_no_client():
     """Only OpenAI, Azure and Anthropic backends get a client."""
     backend = Backend(id="s", provider="sim")
     assert batch_client(make_provider(backend, None, retry=RetrySettings(), seed=0)) is None
+
+
+def test_the_list_reads_every_page(sim_server):
+    """More batches than one page holds: ``batches()`` reads them all, newest first, each
+    once; ``batches(limit)`` the newest ``limit``."""
+    server = sim_server()
+
+    async def scenario() -> list[tuple[int, int, bool]]:
+        out = []
+        for provider, path in (("openai", "/v1"), ("anthropic", "")):
+            client = _client(provider, server.url + path)
+            lines = _anthropic(1) if provider == "anthropic" else _chat(1)
+            made = [(await client.submit(lines)).id for _ in range(PAGE + 3)]
+            every = [b.id for b in await client.batches()]
+            newest = [b.id for b in await client.batches(limit=3)]
+            out.append((len(every), len(set(every)), every == made[::-1] and newest == every[:3]))
+            await client.aclose()
+        return out
+
+    assert [(PAGE + 3, PAGE + 3, True)] * 2 == asyncio.run(scenario())

@@ -42,6 +42,7 @@ def _profile(tmp_path: Path, server: Any) -> Path:
         tmp_path / "pool.toml",
         [
             {"id": "gpt-a", "base_url": server.openai_url, "credentials": {"api_key_env": "K1"}},
+            {"id": "gpt-twin", "base_url": server.openai_url, "credentials": {"api_key_env": "K1"}},
             {
                 "id": "claude-b",
                 "provider": "anthropic",
@@ -60,9 +61,9 @@ def _rows(out: str) -> dict[str, list[str]]:
 
 
 def test_lists_every_backends_batches_and_cancels_one_then_all(sim_server, tmp_path):
-    """The list names each batch with its deployment and state; --cancel ID cancels that one
-    (on whichever backend holds it), --all every batch not ended; a backend without a Batch
-    API is left out."""
+    """The list names each batch once with its deployment and state (two backends on one key
+    see the same batches); --cancel ID cancels that one (on whichever backend holds it), --all
+    every batch not ended; a backend without a Batch API is left out."""
     server = sim_server(batch_delay_ms=3_600_000, api_keys=[ONE, TWO])
     first = _submit("openai", server.openai_url, ONE, 3)
     second = _submit("openai", server.openai_url, ONE, 2)
@@ -72,6 +73,7 @@ def test_lists_every_backends_batches_and_cancels_one_then_all(sim_server, tmp_p
     listed = rrcli("batches", "-p", profile, cwd=tmp_path, env=env)
     assert 0 == listed.returncode, listed.stderr
     rows = _rows(listed.stdout)
+    assert 4 == len(listed.stdout.splitlines())  # the head and one row a batch
     assert {first: "gpt-a", second: "gpt-a", third: "claude-b"} == {
         k: v[0] for k, v in rows.items()
     }

@@ -31,6 +31,7 @@ from rrcli.vocabulary import anthropic_error_status
 
 __all__ = [
     "ENDED",
+    "PAGE",
     "BatchClient",
     "BatchState",
     "LineResult",
@@ -42,6 +43,8 @@ __all__ = [
 ENDED = frozenset({"completed", "expired", "cancelled", "failed"})
 #: uploads and downloads move up to hundreds of MB: their time, in seconds
 TRANSFER_TIMEOUT = 600.0
+#: batches asked for a page of a list (the most OpenAI gives)
+PAGE = 100
 #: a results file's size at most, in bytes (an output is larger than its input)
 RESULTS_LIMIT = 4 * 10**9
 _KINDS = {"openai": "openai", "azure": "openai", "anthropic": "anthropic"}
@@ -266,7 +269,9 @@ class OpenAIBatches(BatchClient):
         found: list[BatchState] = []
         after = None
         while limit is None or len(found) < limit:
-            query = {"limit": "100"} if after is None else {"limit": "100", "after": after}
+            query = {"limit": str(PAGE)}
+            if after is not None:
+                query["after"] = after
             page = await self._json("GET", self._url("/batches", query))
             data = page.get("data") or []
             found += [_openai_state(b) for b in data]
@@ -324,7 +329,9 @@ class AnthropicBatches(BatchClient):
         found: list[BatchState] = []
         after = None
         while limit is None or len(found) < limit:
-            query = {"limit": "100"} if after is None else {"limit": "100", "after_id": after}
+            query = {"limit": str(PAGE)}
+            if after is not None:
+                query["after_id"] = after
             page = await self._json("GET", f"{self._root}?{urlencode(query)}")
             data = page.get("data") or []
             found += [_anthropic_state(b) for b in data]

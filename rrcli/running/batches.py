@@ -106,43 +106,45 @@ def pool_batches(
             "no backend of this profile has a Batch API — OpenAI, Azure OpenAI and Anthropic "
             "backends have one"
         )
-    found = asyncio.run(_ask(able, environ, profile, cancel, cancel_all))
+    problems: list[str] = []
+    accounts: dict[tuple[str, str, str | None], tuple[Backend, str | None]] = {}
+    for backend in able:
+        try:
+            key = backend.credentials.resolve(environ)
+        except UsageError as exc:
+            problems.append(f"{backend.id}: {exc}")
+            continue
+        # backends on one key at one address see the same batches: asked once, by the first
+        accounts.setdefault((backend.provider, backend.base_url, key), (backend, key))
+    found = asyncio.run(_ask(list(accounts.values()), profile, cancel, cancel_all))
     rows: list[BatchRow] = []
     cancelled: list[str] = []
-    problems: list[str] = []
-    seen: set[str] = set()
     for backend, batches, done, problem in found:
         if problem is not None:
             problems.append(f"{backend.id}: {problem}")
         cancelled += done
-        for state in batches:
-            if state.id not in seen:  # two backends on one key see the same batches
-                seen.add(state.id)
-                rows.append(BatchRow(backend.id, state))
+        rows += [BatchRow(backend.id, state) for state in batches]
     rows.sort(key=lambda r: r.state.created_at, reverse=True)
     missing = cancel if cancel is not None and cancel not in cancelled else None
-    return BatchesReport(
-        tuple(rows), tuple(dict.fromkeys(cancelled)), tuple(problems), skipped, missing
-    )
+    return BatchesReport(tuple(rows), tuple(cancelled), tuple(problems), skipped, missing)
 
 
 async def _ask(
-    backends: list[Backend],
-    environ: Mapping[str, str],
+    accounts: list[tuple[Backend, str | None]],
     profile: Profile,
     cancel: str | None,
     cancel_all: bool,
 ) -> list[tuple[Backend, list[BatchState], list[str], str | None]]:
-    async def one(backend: Backend) -> tuple[Backend, list[BatchState], list[str], str | None]:
-        try:
-            key = backend.credentials.resolve(environ)
-        except UsageError as exc:
-            return backend, [], [], str(exc)
+    """Each account's batches (after its cancels), the ids cancelled, or why it failed."""
+
+    async def one(
+        backend: Backend, key: str | None
+    ) -> tuple[Backend, list[BatchState], list[str], str | None]:
         client: Any = batch_client(make_provider(backend, key, retry=profile.retry, seed=None))
+        done: list[str] = []
         try:
             batches = await client.batches()
             targets = [b.id for b in batches if (cancel_all and not b.ended) or b.id == cancel]
-            done = []
             for batch_id in targets:
                 await client.cancel(batch_id)
                 done.append(batch_id)
@@ -150,8 +152,8 @@ async def _ask(
                 batches = await client.batches()
             return backend, batches, done, None
         except ProviderError as exc:
-            return backend, [], [], str(exc)
+            return backend, [], done, str(exc)
         finally:
             await client.aclose()
 
-    return list(await asyncio.gather(*(one(b) for b in backends)))
+    return list(await asyncio.gather(*(one(b, key) for b, key in accounts)))
