@@ -8,6 +8,7 @@ import asyncio
 import urllib.request
 from typing import Any
 
+import orjson
 import pytest
 
 from rrcli.config.profile import Backend, Credentials, RetrySettings
@@ -207,3 +208,34 @@ def test_the_list_reads_every_page(sim_server):
         return out
 
     assert [(PAGE + 3, PAGE + 3, True)] * 2 == asyncio.run(scenario())
+
+
+def test_a_credential_the_server_echoes_is_masked(canned):
+    """A server that echoes a credential header's value (not the key) in its error and its
+    answer: neither the ProviderError nor the state shows it."""
+    token = "tok-secret-0123456789abcdef"
+
+    def answer(request: Any) -> tuple[int, dict[str, str], bytes]:
+        said = request.headers.get("x-auth-token", "")
+        if request.body.get("requests", [{}])[0].get("custom_id") == "bad":
+            body = {"type": "error", "error": {"type": "invalid_request_error", "message": said}}
+            return 400, {"content-type": "application/json"}, orjson.dumps(body)
+        batch = {"id": f"msgbatch_{said}", "processing_status": "in_progress"}
+        return 200, {"content-type": "application/json"}, orjson.dumps(batch)
+
+    url = canned(answer)
+    client = _client("anthropic", url, headers={"x-auth-token": token})
+
+    async def scenario() -> tuple[str, str]:
+        made = await client.submit([("ok", {"model": "m"})])
+        try:
+            await client.submit([("bad", {"model": "m"})])
+        except ProviderError as exc:
+            error = str(exc)
+        await client.aclose()
+        return made.id, error
+
+    made, error = asyncio.run(scenario())
+    assert token not in made
+    assert token not in error
+    assert "invalid_request_error" in error or "HTTP 400" in error

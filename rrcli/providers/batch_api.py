@@ -25,8 +25,10 @@ from urllib.parse import quote, urlencode
 import orjson
 
 from rrcli.config.urls import endpoint_url
+from rrcli.errors import ProviderError
 from rrcli.providers.base import invalid_response
 from rrcli.providers.batch_limits import ANTHROPIC_LIMITS, OPENAI_LIMITS, BatchLimits
+from rrcli.providers.scrub import scrub_error, scrub_text
 from rrcli.vocabulary import anthropic_error_status
 
 __all__ = [
@@ -120,11 +122,12 @@ def batch_client(provider: Any) -> BatchClient | None:
     backend = getattr(inner, "backend", None)
     if backend is None or not has_batch_api(backend.provider):
         return None
+    masked = provider if inner is not provider else None
     if backend.provider == "anthropic":
-        return AnthropicBatches(inner)
+        return AnthropicBatches(inner, masked)
     if backend.provider == "azure":
-        return OpenAIBatches(inner, inner.batch_base(), line_prefix="")
-    return OpenAIBatches(inner, backend.base_url, line_prefix="/v1")
+        return OpenAIBatches(inner, masked, inner.batch_base(), line_prefix="")
+    return OpenAIBatches(inner, masked, backend.base_url, line_prefix="/v1")
 
 
 class BatchClient:
@@ -134,9 +137,10 @@ class BatchClient:
     api: str
     limits: BatchLimits
 
-    def __init__(self, provider: Any) -> None:
+    def __init__(self, provider: Any, masked: Any = None) -> None:
         self.provider = provider
         self.backend = provider.backend
+        self._masked = masked  # the provider's secrets' mask (``scrub.Redacting``), if any
 
     async def submit(
         self,
@@ -177,8 +181,23 @@ class BatchClient:
             )
 
     async def _json(self, method: str, url: str, content: bytes | None = None) -> dict[str, Any]:
-        raw = await self.provider.exchange(method, url, content=content)
+        raw = await self._exchange(method, url, content=content)
         return _object(raw)
+
+    async def _exchange(self, method: str, url: str, **options: Any) -> bytes:
+        """The provider's ``exchange``, every secret the backend sends (its key, a credential
+        header's value, its URL's) masked in what comes back, error or body."""
+        secrets = self._masked.secrets if self._masked is not None else ()
+        try:
+            raw = await self.provider.exchange(method, url, **options)
+        except ProviderError as exc:
+            for secret in secrets:
+                exc = scrub_error(exc, secret)
+            raise exc from exc.__cause__
+        for secret in secrets:
+            if secret.encode() in raw:
+                raw = scrub_text(raw.decode("utf-8", "replace"), secret).encode()
+        return raw
 
 
 class OpenAIBatches(BatchClient):
@@ -188,8 +207,8 @@ class OpenAIBatches(BatchClient):
     api = "openai"
     limits = OPENAI_LIMITS
 
-    def __init__(self, provider: Any, base: str, *, line_prefix: str) -> None:
-        super().__init__(provider)
+    def __init__(self, provider: Any, masked: Any, base: str, *, line_prefix: str) -> None:
+        super().__init__(provider, masked)
         self._base = base
         self._prefix = line_prefix
 
@@ -238,7 +257,7 @@ class OpenAIBatches(BatchClient):
             )
         )
         headers = {"content-type": f"multipart/form-data; boundary={boundary}"}
-        raw = await self.provider.exchange(
+        raw = await self._exchange(
             "POST", self._url("/files"), content=body, headers=headers, timeout=TRANSFER_TIMEOUT
         )
         file_id = _object(raw).get("id")
@@ -254,9 +273,7 @@ class OpenAIBatches(BatchClient):
             if file_id is None:
                 continue
             url = self._url(f"/files/{quote(file_id)}/content")
-            raw = await self.provider.exchange(
-                "GET", url, limit=RESULTS_LIMIT, timeout=TRANSFER_TIMEOUT
-            )
+            raw = await self._exchange("GET", url, limit=RESULTS_LIMIT, timeout=TRANSFER_TIMEOUT)
             for row in raw.splitlines():
                 if row.strip():
                     yield _openai_line(_object(row))
@@ -287,8 +304,8 @@ class AnthropicBatches(BatchClient):
     api = "anthropic"
     limits = ANTHROPIC_LIMITS
 
-    def __init__(self, provider: Any) -> None:
-        super().__init__(provider)
+    def __init__(self, provider: Any, masked: Any = None) -> None:
+        super().__init__(provider, masked)
         self._root = endpoint_url(self.backend.base_url, "/v1/messages/batches")
 
     async def submit(
@@ -303,9 +320,7 @@ class AnthropicBatches(BatchClient):
         requests = [{"custom_id": cid, "params": body} for cid, body in lines]
         content = orjson.dumps({"requests": requests})
         self._checked(requests, len(content))
-        data = await self.provider.exchange(
-            "POST", self._root, content=content, timeout=TRANSFER_TIMEOUT
-        )
+        data = await self._exchange("POST", self._root, content=content, timeout=TRANSFER_TIMEOUT)
         return _anthropic_state(_object(data))
 
     async def state(self, batch_id: str) -> BatchState:
@@ -315,9 +330,7 @@ class AnthropicBatches(BatchClient):
         if not state.ended:
             return
         url = f"{self._root}/{quote(state.id)}/results"
-        raw = await self.provider.exchange(
-            "GET", url, limit=RESULTS_LIMIT, timeout=TRANSFER_TIMEOUT
-        )
+        raw = await self._exchange("GET", url, limit=RESULTS_LIMIT, timeout=TRANSFER_TIMEOUT)
         for row in raw.splitlines():
             if row.strip():
                 yield _anthropic_line(_object(row))
