@@ -1,5 +1,6 @@
-"""The ``rrcli`` commands around a run: ``stats``, ``export``, ``results``, ``queue`` and ``sim``
-(``cli.py`` has the group, ``run``, ``validate`` and ``init``, and adds these to it).
+"""The ``rrcli`` commands around a run: ``stats``, ``export``, ``results``, ``queue``, ``sim``,
+``serve`` and ``batches`` (``cli.py`` has the group, ``run``, ``validate`` and ``init``, and
+adds these to it).
 
 As in ``cli.py``: parse options, call one core function, render; heavy modules are imported
 inside the command that needs them.
@@ -219,6 +220,30 @@ def queue_command(name: str, profile_path: str | None, as_json: bool) -> None:
     show_default=True,
     help="Share of Anthropic replies that stop with pause_turn.",
 )
+@click.option(
+    "--batch-delay-ms",
+    default=0.0,
+    show_default=True,
+    help="Time a batch takes from created to ended.",
+)
+@click.option(
+    "--batch-window-ms",
+    type=float,
+    default=None,
+    help="Batch lines not done this long after the create expire [default: 24 h].",
+)
+@click.option(
+    "--batch-failure-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of batch lines that fail with a 500.",
+)
+@click.option(
+    "--batch-enqueued-tokens",
+    type=int,
+    default=None,
+    help="Input tokens a key may have in batches not ended [default: no limit].",
+)
 @click.option("--api-key", "api_keys", multiple=True, help="Accept only this key (repeatable).")
 @click.option("--seed", type=int, default=None, help="Makes the random draws repeatable.")
 @click.option("--model", default=None, help="Model name to report (default: the request's).")
@@ -236,6 +261,27 @@ def sim_command(ctx: click.Context, host: str, port: int, **options: object) -> 
         pass
     except OSError as exc:
         raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+@click.command("batches")
+@profile_option
+@click.option("--cancel", "cancel", metavar="ID", help="Cancel the batch ID, then list.")
+@click.option("--all", "cancel_all", is_flag=True, help="Cancel every batch not ended, then list.")
+def batches_command(profile_path: str | None, cancel: str | None, cancel_all: bool) -> None:
+    """List the Batch API batches on the pool's keys (deployment, id, state, counts, age) on
+    every backend that has a Batch API, and cancel them. Exit status 1 when a backend could
+    not be asked or --cancel names a batch no backend has."""
+    import os
+    import time
+
+    from rrcli.running.batches import pool_batches
+
+    if cancel is not None and cancel_all:
+        raise click.UsageError("give --cancel ID or --all, not both")
+    report = pool_batches(profile_path, os.environ, cancel=cancel, cancel_all=cancel_all)
+    for line in report.lines(time.time()):
+        click.echo(line, err=line.startswith("rrcli: "))
+    sys.exit(report.exit_code)
 
 
 @click.command("serve")
@@ -318,4 +364,12 @@ def serve_command(
         raise UsageError(f"cannot listen on {options.host}:{options.port}: {exc}") from None
 
 
-COMMANDS = (stats, export_command, results_command, queue_command, sim_command, serve_command)
+COMMANDS = (
+    stats,
+    export_command,
+    results_command,
+    queue_command,
+    sim_command,
+    serve_command,
+    batches_command,
+)

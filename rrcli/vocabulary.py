@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 __all__ = [
+    "anthropic_error_status",
     "anthropic_error_type",
     "anthropic_stop_reason",
     "finish_reason_from_anthropic",
@@ -79,6 +80,15 @@ def anthropic_stop_reason(reason: str) -> str:
 def openai_error_type(status_code: int | None) -> str:
     """The OpenAI error type for a failure the server answered with ``status_code``."""
     return _OPENAI_ERRORS.get(status_code or 0, "server_error")
+
+
+def anthropic_error_status(error_type: str) -> int:
+    """The HTTP status an Anthropic error type stands for (a batch's ``errored`` result has
+    only its type); 500 for ``api_error`` and any type not known."""
+    for status, kind in _ANTHROPIC_ERRORS.items():
+        if kind == error_type:
+            return status
+    return 500
 
 
 def anthropic_error_type(error_type: str | None, status_code: int | None) -> str:

@@ -235,10 +235,10 @@ def test_moderations_flag_nothing_with_deterministic_scores(sim_server) -> None:
 @pytest.mark.parametrize(
     ("method", "path", "headers", "shape"),
     [
-        ("POST", "/v1/files", {}, "openai"),
+        ("POST", "/v1/fine_tuning/jobs", {}, "openai"),
         ("GET", "/v1/chat/completions", {}, "openai"),
         ("POST", "/v1/images/generations", {}, "openai"),
-        ("POST", "/v1/messages/batches", {"anthropic-version": "2023-06-01"}, "anthropic"),
+        ("POST", "/v1/skills", {"anthropic-version": "2023-06-01"}, "anthropic"),
         ("POST", "/v1/messages/count_tokens", {}, "anthropic"),
         ("POST", "/v1/complete", {"anthropic-version": "2023-06-01"}, "anthropic"),
     ],

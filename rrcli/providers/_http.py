@@ -227,6 +227,37 @@ class HTTPProvider:
         finally:
             await response.aclose()
 
+    async def exchange(
+        self,
+        method: str,
+        url: str,
+        *,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        limit: int | None = None,
+        timeout: float | None = None,
+    ) -> bytes:
+        """The body of a request besides the calls (a Batch API's files and batches), sent
+        through this backend's client: its key and headers (``headers`` added), its address
+        policy. Within ``timeout`` seconds (the backend's by default), a body up to ``limit``
+        bytes (``max_response_bytes`` by default); ProviderError for a failure status, a
+        transport error or the time running out, the key masked in its text."""
+        seconds = self.backend.timeout if timeout is None else timeout
+        request = self._client.build_request(method, url, content=content, headers=headers)
+        try:
+            async with asyncio.timeout(seconds):
+                response = await self._open(request)
+                try:
+                    if not 200 <= response.status_code < 300:
+                        raise self._status_error(response, await read_head(response))
+                    return await read_body(response, limit or self.backend.max_response_bytes)
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            raise timed_out(seconds) from None
+        except httpx2.HTTPError as exc:
+            raise translate_transport_error(exc, self._key, seconds) from exc
+
     async def aclose(self) -> None:
         await self._client.aclose()
 

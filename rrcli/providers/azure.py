@@ -121,6 +121,15 @@ class AzureProvider(OpenAIProvider):
             raise _filtered_answer(reply, self._key)
         return reply
 
+    async def exchange(self, method: str, url: str, **options: Any) -> bytes:
+        if self._command is not None:
+            await self._renew()
+        return await super().exchange(method, url, **options)
+
+    def batch_base(self) -> str:
+        """Where the resource's files and batches are (an api-version with it, or v1)."""
+        return self._bases["responses"]
+
     async def _renew(self) -> None:
         """The command's token in the auth header, asked for again when it is near expiry."""
         assert self._command is not None

@@ -284,6 +284,10 @@ class SimConfig:
     seed: int | None = None
     model: str | None = None  # reported model; None echoes the request's
     api_keys: tuple[str, ...] = ()  # when given, any other key answers 401
+    batch_delay_ms: float = 0.0  # a batch's processing time, from created to ended
+    batch_window_ms: float | None = None  # lines not done by then expire; None: 24 h
+    batch_failure_rate: float = 0.0  # share of batch lines answered with a 500
+    batch_enqueued_tokens: int | None = None  # per key; None: no limit
 
 
 _SETTINGS_FIELDS = frozenset(f.name for f in fields(SimSettings))
@@ -294,7 +298,8 @@ def config_from_options(**options: Any) -> SimConfig:
     fields plus SimConfig's own (``cap``, ``cut_stream_rate``, ``api_keys``...). None means the
     default. Raises UsageError naming the flag for a value out of range."""
     options = {k: v for k, v in options.items() if v is not None}
-    for name in ("error_rate", "rate_limit_rate", "cut_stream_rate", "stream_error_rate"):
+    rates = ("error_rate", "rate_limit_rate", "cut_stream_rate", "stream_error_rate")
+    for name in (*rates, "batch_failure_rate"):
         rate = options.get(name, 0.0)
         if not 0.0 <= rate <= 1.0:
             flag = "--" + name.replace("_", "-")
@@ -303,10 +308,14 @@ def config_from_options(**options: Any) -> SimConfig:
         raise UsageError("--pause-turn-rate: expected a share between 0 and 1")
     if options.get("error_rate", 0.0) + options.get("rate_limit_rate", 0.0) > 1.0:
         raise UsageError("--error-rate plus --rate-limit-rate must not exceed 1")
-    for name in ("prefix_cache_tokens", "prefill_ms_per_token"):
+    for name in ("prefix_cache_tokens", "prefill_ms_per_token", "batch_delay_ms"):
         if options.get(name, 0) < 0:
             flag = "--" + name.replace("_", "-")
             raise UsageError(f"{flag}: expected 0 or more, got {options[name]}")
+    for name in ("batch_window_ms", "batch_enqueued_tokens"):
+        if options.get(name, 1) <= 0:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag}: expected a positive number, got {options[name]}")
     if options.get("cap", 1) < 1:
         raise UsageError(f"--cap: expected a positive number of requests, got {options['cap']}")
     settings = SimSettings(**{k: v for k, v in options.items() if k in _SETTINGS_FIELDS})

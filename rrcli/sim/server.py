@@ -10,7 +10,8 @@ errors, rate limits and concurrency cap are known. It serves OpenAI ``/v1/chat/c
 (``rrcli.sim.gemini``) and Bedrock's Converse (``/model/{model}/converse``, ``-stream`` in
 event-stream frames: ``rrcli.sim.bedrock_converse``), plain and streaming where the API
 streams; any other path (one without ``/v1`` included, as OpenAI and vLLM answer it) is a
-404 in the error shape of the API the request speaks. ``/v1/models``;
+404 in the error shape of the API the request speaks. The Batch APIs (OpenAI's files and
+batches, Anthropic's Message Batches) are ``rrcli.sim.batches``'. ``/v1/models``;
 ``/stats`` (``/stats/reset``, which also empties the prefix cache) so tests can see what the
 server saw: requests, peak concurrency,
 429s sent, assistant messages received in histories (and how many carried
@@ -63,6 +64,7 @@ from starlette.routing import Route
 from rrcli.errors import InvalidSimRequest, UsageError
 from rrcli.sim.anthropic_messages import AnthropicWire
 from rrcli.sim.azure import azure_routes
+from rrcli.sim.batches import BatchStore, batch_routes
 from rrcli.sim.bedrock_converse import BedrockWire
 from rrcli.sim.behaviour import (
     ERROR,
@@ -342,6 +344,8 @@ def build_app(config: SimConfig) -> Starlette:
     """The ASGI app of ``rrcli sim`` for ``config``."""
     api = _SimAPI(config)
     routes = [Route(path, api.endpoint(wire), methods=["POST"]) for path, wire in ENDPOINTS]
+    families = (OPENAI_FAMILY, ANTHROPIC_FAMILY)
+    routes += batch_routes(BatchStore(api, _OPENAI, AnthropicWire(), families))
     routes += [
         Route("/v1/models", api.models, methods=["GET"]),
         Route("/stats", api.stats, methods=["GET"]),
