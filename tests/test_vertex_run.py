@@ -175,6 +175,21 @@ def test_google_auth_finds_the_token_and_no_record_shows_it(tmp_path, sim_server
     assert TOKEN not in written
 
 
+def test_a_server_echoing_the_found_token_gets_it_into_no_output(tmp_path, sim_server):
+    """A token google-auth found (known to no profile) that a server echoes in its error is
+    masked in the result, the traces and the log."""
+    pytest.importorskip("google.auth")
+    sim = sim_server(api_keys=(TOKEN,))
+    echo = {"x-sim-status": "400", "x-sim-error-message": f"bad request from {TOKEN}"}
+    backend = vertex(sim, CLAUDE, headers=echo)
+    backend["credentials"] = {"file": str(service_account(tmp_path, sim))}
+    done, results, traces = run(tmp_path, [backend], [OPENAI_JOB], "-v")
+    assert "error" == results["o1"]["status"]
+    assert "bad request from ***" in results["o1"]["error"]["message"]
+    written = done.stderr + traces.read_text() + (tmp_path / "jobs.results.jsonl").read_text()
+    assert TOKEN not in written
+
+
 def test_an_unknown_token_takes_the_backend_down(tmp_path, sim_server):
     """A token Vertex AI does not take (401 UNAUTHENTICATED) is not retried: the job fails
     naming the status, and the token is not written."""
@@ -207,3 +222,36 @@ def test_validate_names_what_a_vertex_backend_lacks(tmp_path):
         "g": "https://aiplatform.googleapis.com",
         "r": "https://europe-west4-aiplatform.googleapis.com",
     } == urls
+
+
+def test_validate_probe_sends_a_tiny_call_to_each_publisher(tmp_path, sim_server):
+    """`validate --probe`: one tiny call each to a Gemini and a Claude backend, ok; with a
+    token Vertex AI does not take, FAILED naming UNAUTHENTICATED; the token never printed."""
+    sim = sim_server(api_keys=(TOKEN,))
+    backends = [vertex(sim, "gemini-2.5-flash"), vertex(sim, CLAUDE)]
+    profile = write_profile(tmp_path / "p.toml", backends)
+    outcomes = []
+    for token in (TOKEN, "ya29.not-this-one-0123456789"):
+        env = {**ENV, "RR_TEST_VERTEX_TOKEN": token}
+        done = rrcli("validate", "--probe", profile, cwd=tmp_path, env=env)
+        probes = sorted(ln for ln in done.stdout.splitlines() if ln.startswith("probe:"))
+        outcomes.append([(ln.split()[1], "ok in" in ln, "UNAUTHENTICATED" in ln) for ln in probes])
+        assert token not in done.stdout + done.stderr
+    assert [("claude:", True, False), ("gemini:", True, False)] == outcomes[0]
+    assert [("claude:", False, True), ("gemini:", False, True)] == outcomes[1]
+
+
+def test_the_router_keeps_from_a_claude_model_what_messages_cannot_say():
+    """A vertex backend speaks its model's publisher's API: a Claude model takes an Anthropic
+    job's top_k but not n = 2 (Anthropic's Messages), a Gemini model takes n = 2; a
+    refusal names Anthropic's API for the Claude one."""
+    from rrcli.config.profile import Backend
+    from rrcli.routing.eligibility import eligible_backends
+
+    claude = Backend(id="c", provider="vertex", model=CLAUDE)
+    gemini = Backend(id="g", provider="vertex", model="gemini-2.5-flash")
+    ids, reasons = eligible_backends({"n": 2}, "openai", [claude, gemini])
+    assert ("g",) == ids
+    said = "n = 2 cannot be sent to vertex backend c: Anthropic's Messages API cannot express it"
+    assert [said] == list(reasons)
+    assert (("c",), ()) == eligible_backends({"top_k": 3}, "anthropic", [claude])
