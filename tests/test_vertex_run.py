@@ -7,6 +7,7 @@ and never written; the profile's checks."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import orjson
@@ -255,3 +256,26 @@ def test_the_router_keeps_from_a_claude_model_what_messages_cannot_say():
     said = "n = 2 cannot be sent to vertex backend c: Anthropic's Messages API cannot express it"
     assert [said] == list(reasons)
     assert (("c",), ()) == eligible_backends({"top_k": 3}, "anthropic", [claude])
+
+
+def test_validate_says_to_install_the_extra(tmp_path, monkeypatch):
+    """Without google-auth, a vertex backend finding its token by it is an error saying to
+    pip install 'rrcli[vertex]'; one given its token by token_env needs no extra."""
+    monkeypatch.setitem(sys.modules, "google.auth", None)
+    adc = {"id": "a", "provider": "vertex", "project": PROJECT, "region": REGION}
+    given = {**adc, "id": "t", "credentials": {"token_env": "RR_TEST_VERTEX_TOKEN"}}
+    report = validate_profile(write_profile(tmp_path / "p.toml", [adc, given]), environ=ENV)
+    assert [("backends[0].provider", "extra_missing")] == [(d.path, d.code) for d in report.errors]
+    assert "pip install 'rrcli[vertex]'" in report.errors[0].fix
+
+
+def test_prices_come_from_genai_prices():
+    """Both publishers' models on Vertex AI are priced by genai-prices (its google-vertex
+    provider), whatever the base_url (a proxy's here)."""
+    from rrcli.config.prices import lookup_price
+
+    url = "https://vertex-proxy.example.com"
+    gemini = lookup_price("vertex", url, "gemini-2.5-flash")
+    claude = lookup_price("vertex", url, CLAUDE)
+    assert (0.3, 2.5) == (gemini.input, gemini.output)
+    assert (0.8, 4.0) == (claude.input, claude.output)
