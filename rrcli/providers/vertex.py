@@ -107,10 +107,10 @@ class _Tokens:
             return self._fixed
         if self._command is not None:
             return await self._command.token()
-        google = _google_auth()
         found = self._google
         if found is not None and found.token and not _expiring(found):
             return str(found.token)
+        google = _google_auth()
         async with self._lock:
             if self._google is None:
                 self._google = await asyncio.to_thread(self._find, google)
