@@ -176,6 +176,26 @@ def test_google_auth_finds_the_token_and_no_record_shows_it(tmp_path, sim_server
     assert TOKEN not in written
 
 
+def test_a_token_about_to_expire_is_fetched_again(tmp_path, sim_server, monkeypatch):
+    """Tokens the endpoint says last a minute (within the five minutes before expiry when
+    rrcli refreshes): google-auth is asked for a new one before each call."""
+    pytest.importorskip("google.auth")
+    from rrcli.sim import vertex as sim_vertex
+
+    monkeypatch.setattr(sim_vertex, "TOKEN_LIFE", 60)  # the sim's, in this process
+    sim = sim_server(api_keys=(TOKEN,))
+    backend = vertex(sim, CLAUDE)
+    backend["credentials"] = {"file": str(service_account(tmp_path, sim))}
+    second = {**OPENAI_JOB, "id": "o2"}
+    done, results, _ = run(tmp_path, [backend], [OPENAI_JOB, second], "--concurrency", "1")
+    assert 0 == done.returncode, done.stderr
+    assert ["ok", "ok"] == [results["o1"]["status"], results["o2"]["status"]]
+    paths = [r["path"] for r in sim.received()]
+    assert ["/token", "rawPredict", "/token", "rawPredict"] == [
+        p if p == "/token" else p.rpartition(":")[2] for p in paths
+    ]
+
+
 def test_a_server_echoing_the_found_token_gets_it_into_no_output(tmp_path, sim_server):
     """A token google-auth found (known to no profile) that a server echoes in its error is
     masked in the result, the traces and the log."""
