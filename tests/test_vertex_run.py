@@ -223,6 +223,19 @@ def test_an_unknown_token_takes_the_backend_down(tmp_path, sim_server):
     assert TOKEN not in done.stderr + traces.read_text()
 
 
+def test_permission_denied_takes_the_backend_down(tmp_path, sim_server):
+    """A 403 PERMISSION_DENIED (the API not enabled, no role on the project) is the backend's
+    fault, not the call's: not retried, and the run says no healthy backend is left."""
+    sim = sim_server(api_keys=(TOKEN,))
+    denied = {"x-sim-status": "403", "x-sim-error-type": "PERMISSION_DENIED"}
+    backend = vertex(sim, "gemini-2.5-flash", headers=denied)
+    done, results, traces = run(tmp_path, [backend], [OPENAI_JOB])
+    assert "error" == results["o1"]["status"]
+    assert "HTTP 403 PERMISSION_DENIED" in results["o1"]["error"]["message"]
+    assert 1 == len(calls(traces))
+    assert "no healthy backend left" in done.stderr
+
+
 def test_validate_names_what_a_vertex_backend_lacks(tmp_path):
     """No project, no region, a key: each an error naming the field and the fix; the region's
     endpoint is the default base_url, "global" the global one."""
