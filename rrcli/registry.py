@@ -32,10 +32,14 @@ __all__ = [
     "PRESETS",
     "REGISTRY",
     "UNSTREAMED",
+    "VERTEX_GLOBAL_URL",
+    "VERTEX_URL",
     "ProviderInfo",
+    "api_dialect",
     "count_inputs",
     "info",
     "server_address",
+    "vertex_publisher",
 ]
 
 #: The endpoints a job may name: chat (``/chat/completions``; Anthropic's ``/v1/messages``) and
@@ -55,6 +59,9 @@ AZURE_API_VERSION = "2024-10-21"
 ANTHROPIC_MAX_TOKENS = 1024
 #: Bedrock's runtime endpoint in a region (a backend's ``region`` fills it in)
 BEDROCK_URL = "https://bedrock-runtime.{region}.amazonaws.com"
+#: Vertex AI's endpoint in a region, and its global one (``region = "global"``)
+VERTEX_URL = "https://{region}-aiplatform.googleapis.com"
+VERTEX_GLOBAL_URL = "https://aiplatform.googleapis.com"
 #: Endpoints whose API has no streamed form: ``--stream`` leaves their calls plain
 UNSTREAMED = frozenset({"embeddings", "moderations"})
 
@@ -140,6 +147,16 @@ REGISTRY: dict[str, ProviderInfo] = {
         request_id_header="x-amzn-requestid",
         dialect="anthropic",  # reached through the Messages shape (providers.converse)
     ),
+    "vertex": ProviderInfo(
+        name="vertex",
+        adapter="rrcli.providers.vertex:vertex_provider",
+        default_base_url=VERTEX_URL,
+        default_model="gemini-2.5-flash",
+        auth_header=None,  # a Google OAuth token, fetched by the adapter (providers.vertex)
+        request_id_header=None,  # the body's responseId (Gemini), its id (Anthropic)
+        dialect="gemini",  # Claude models speak Anthropic's Messages: api_dialect
+        prices_id="google-vertex",
+    ),
     "sim": ProviderInfo(
         name="sim",
         adapter="rrcli.sim.provider:SimProvider",
@@ -163,6 +180,21 @@ REGISTRY: dict[str, ProviderInfo] = {
         prices_id="azure",
     ),
 }
+
+
+def api_dialect(provider: str, model: str) -> str | None:
+    """The request shape a backend of ``provider`` serving ``model`` speaks: its provider's,
+    but Anthropic's Messages for a Claude model on Vertex AI (published by Anthropic)."""
+    if provider == "vertex" and vertex_publisher(model) == "anthropic":
+        return "anthropic"
+    return info(provider).dialect
+
+
+def vertex_publisher(model: str) -> str:
+    """Who publishes ``model`` on Vertex AI: ``anthropic`` for a Claude model, else ``google``."""
+    name = model.rpartition("/")[2].lower()
+    return "anthropic" if name.startswith("claude") else "google"
+
 
 #: the OpenAI-compatible hosts' facts, one table a host
 _PRESETS_FILE = Path(__file__).parent / "config" / "data" / "presets.toml"

@@ -46,11 +46,11 @@ def test_an_http_provider_takes_its_server_address_from_the_registry() -> None:
     assert "[::1]:8080" == provider.server_address
 
 
-@pytest.mark.parametrize("provider", [n for n in NAMES if n not in ("azure", "bedrock")])
+@pytest.mark.parametrize("provider", [n for n in NAMES if n not in ("azure", "bedrock", "vertex")])
 def test_init_writes_the_registrys_defaults(provider) -> None:
     """`rrcli init` names the registry's default model (sim: ``sim-small``) and, for a
     provider with a network, its default base_url (azure has none: each resource has its
-    own, a placeholder in the starter; bedrock's follows each backend's region)."""
+    own, a placeholder in the starter; bedrock's and vertex's follow each backend's region)."""
     profile = starter_profile(provider, 1)
     entry = info(provider)
     expected = entry.default_base_url if entry.needs_network else None

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rrcli.config.aws import aws_credentials, aws_endpoint
+from rrcli.config.gcp import google_credentials, vertex_endpoint
 from rrcli.config.profile import (
     DEFAULT_PROVIDER,
     MAX_RESPONSE_BYTES,
@@ -65,6 +66,13 @@ def build_backend(
     if provider.name == "bedrock":  # AWS credentials, region and botocore (config.aws)
         credentials = aws_credentials(check, values, path)
         merged = {**merged, **aws_endpoint(check, merged, path, environ)}
+    elif provider.name == "vertex":  # a Google OAuth token, project and region (config.gcp)
+        table = values.get("credentials", {})
+        if "token_env" in table or "token_command" in table:
+            credentials = _credentials(check, provider.name, values, path, written_at, environ)
+        else:
+            credentials = google_credentials(check, values, path)
+        merged = {**merged, **vertex_endpoint(check, merged, path, environ)}
     elif provider.auth_header is None:  # a provider that takes no key has no credentials
         credentials = Credentials(auth="none")
     elif not provider.key_required and "credentials" not in values and "auth" not in values:
@@ -194,6 +202,7 @@ def _backend(
         api_version=merged.get("api_version", AZURE_API_VERSION) if deployment else None,
         drop_params=tuple(merged.get("drop_params", provider.drops)),
         region=merged.get("region"),
+        project=merged.get("project"),
     )
 
 
@@ -260,12 +269,12 @@ def _token(
 ) -> Credentials:
     """Credentials by a bearer token (Azure's Entra ID): from ``token_env`` or
     ``token_command``, one of them, and no key beside it."""
-    if provider != "azure":
+    if provider not in ("azure", "vertex"):
         name = next(iter(tokens))
         check.add(
             "error",
             f"{where}.{name}",
-            f'{name} is for azure backends (a bearer token from Entra ID), not "{provider}"',
+            f'{name} is for azure and vertex backends (a bearer token), not "{provider}"',
             "use credentials.api_key_env for this backend's key",
             "token_not_taken",
         )

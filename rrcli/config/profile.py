@@ -95,7 +95,8 @@ class Credentials:
     backend: its AWS credentials sign requests, ``profile`` naming the AWS profile, None for
     the default chain). An Azure backend may send a bearer token instead of its key: from the
     variable ``token_env``, or printed by ``token_command`` (run again when the token expires:
-    Entra ID).
+    Entra ID), and so may a vertex backend (a Google OAuth token); else a vertex backend's
+    token comes from Application Default Credentials, or the credentials JSON at ``file``.
     """
 
     api_key_env: str | None = None
@@ -104,6 +105,7 @@ class Credentials:
     profile: str | None = None
     token_env: str | None = None
     token_command: str | None = None
+    file: str | None = None
 
     def resolve(self, environ: Mapping[str, str]) -> str | None:
         """The key to send, or None for ``auth = "none"``; raises UsageError if it is unset.
@@ -148,6 +150,8 @@ class Credentials:
             out["token_env"] = MASK if looks_like_key(self.token_env) else self.token_env
         if self.token_command is not None:
             out["token_command"] = redacted_command(self.token_command)
+        if self.file is not None:
+            out["file"] = self.file
         return out
 
 
@@ -205,7 +209,8 @@ class Backend:
     prefix_cache_tokens: int | None = None  # what its prefix cache holds; None: prefix_capacity
     prompt_cache_key: bool | None = None  # cache_aware sets one; None: sets_cache_key decides
     max_tokens_per_image: int | None = None  # what a budget reserves an image at; None: known
-    region: str | None = None  # bedrock: the AWS region its requests are signed for
+    region: str | None = None  # bedrock: the AWS region its requests are signed for; vertex's
+    project: str | None = None  # vertex: the Google Cloud project its calls are billed to
     deployment: str | None = None  # azure: the deployment in the path; None: the v1 API
     api_version: str | None = None  # azure: the api-version of a deployment's calls
     drop_params: tuple[str, ...] = ()  # request fields the server does not take: never sent
@@ -438,8 +443,13 @@ def _backend_to_dict(backend: Backend, redact: bool) -> dict[str, Any]:
         if not redact and backend.credentials.token_command is not None:
             creds["token_command"] = backend.credentials.token_command
         out["credentials"] = creds
-    elif backend.credentials.profile is not None:
-        out["credentials"] = {"profile": backend.credentials.profile}
+    elif any(
+        getattr(backend.credentials, k) for k in ("profile", "file", "token_env", "token_command")
+    ):
+        creds = backend.credentials.redacted()  # an AWS profile, a vertex backend's tokens
+        if not redact and backend.credentials.token_command is not None:
+            creds["token_command"] = backend.credentials.token_command
+        out["credentials"] = creds
     out["endpoints"] = list(backend.endpoints)
     if backend.drop_params:
         out["drop_params"] = list(backend.drop_params)

@@ -172,6 +172,7 @@ BACKEND = {
     "prompt_cache_key": Field("bool"),
     "max_tokens_per_image": Field("int", at_least(1)),
     "region": Field("str", NOT_EMPTY),
+    "project": Field("str", NOT_EMPTY),
     "deployment": Field("str", NOT_EMPTY),
     "api_version": Field("str", NOT_EMPTY),
     "drop_params": Field("strs"),
@@ -183,6 +184,7 @@ CREDENTIALS = {
     "profile": Field("str", NOT_EMPTY),
     "token_env": Field("str", ENV_RULE, secret=True),
     "token_command": Field("str", NOT_EMPTY),
+    "file": Field("str", NOT_EMPTY),
 }
 RETRY = {
     "max_retries": Field("int", at_least(0)),

@@ -4,7 +4,8 @@ For a provider that takes a key it names one environment variable per backend
 (``OPENAI_API_KEY_1``..., after the registry's key variable: ``GROQ_API_KEY_1``...), so the only
 errors ``rrcli validate`` gives on it are the variables not yet exported, and ``next_step``
 names them; for azure, each backend's resource and deployment are placeholders to replace too;
-for bedrock, a backend a region, signed by the AWS credentials the machine has;
+for bedrock, a backend a region, signed by the AWS credentials the machine has; for vertex, a
+backend a region of one placeholder project, its token from Application Default Credentials;
 for a local server (ollama, vllm, sglang, llamacpp) it is a pool at the server's usual address
 with no key; for sim it is a pool of simulated backends of different speeds that runs offline at
 once.
@@ -23,6 +24,7 @@ __all__ = ["key_variables", "next_step", "starter_profile", "starter_text", "wri
 
 _SIM_SPEEDS = ((20, 4), (60, 4), (150, 8))  # (latency_ms, max_concurrency), cycled
 _AWS_REGIONS = ("us-east-1", "us-west-2", "eu-central-1")  # a bedrock pool's, cycled
+_GOOGLE_REGIONS = ("us-central1", "europe-west4", "asia-northeast1")  # a vertex pool's, cycled
 
 
 def key_variables(provider: str, backends: int) -> list[str]:
@@ -71,6 +73,10 @@ def starter_profile(provider: str = "openai", backends: int = 3) -> dict[str, An
         elif provider == "bedrock":  # one region a backend; the AWS credential chain signs
             backend["region"] = _AWS_REGIONS[(n - 1) % len(_AWS_REGIONS)]
             backend["max_concurrency"] = 4
+        elif provider == "vertex":  # one region a backend; google-auth finds the token
+            backend["project"] = "my-project"
+            backend["region"] = _GOOGLE_REGIONS[(n - 1) % len(_GOOGLE_REGIONS)]
+            backend["max_concurrency"] = 4
         elif provider == "azure":  # each deployment its own resource: placeholders to replace
             backend["base_url"] = f"https://my-resource-{n}.openai.azure.com"
             backend["deployment"] = info(provider).default_model
@@ -110,6 +116,12 @@ def starter_text(provider: str = "openai", backends: int = 3) -> str:
         next_step = (
             "# Signed with your AWS credentials (AWS_ACCESS_KEY_ID..., a profile, a role); "
             "pip install 'rrcli[bedrock]'.\n# Then: rrcli validate <this file>"
+        )
+    elif provider == "vertex":
+        next_step = (
+            "# Replace my-project with your Google Cloud project's id. The token comes from "
+            "Application Default\n# Credentials (gcloud auth application-default login); "
+            "pip install 'rrcli[vertex]'. Then: rrcli validate <this file>"
         )
     elif not key_variables(provider, backends):
         next_step = f"# {provider} on this machine, no key. Try: rrcli validate <this file>"

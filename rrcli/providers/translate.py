@@ -34,7 +34,7 @@ from rrcli.providers import _anthropic_sayable, _to_gemini, _to_openai
 from rrcli.providers._to_anthropic import answer_name, to_anthropic
 from rrcli.providers._to_gemini import to_gemini
 from rrcli.providers._to_openai import to_openai
-from rrcli.registry import info
+from rrcli.registry import api_dialect
 
 if TYPE_CHECKING:
     from rrcli.providers.base import Call, Reply
@@ -135,14 +135,17 @@ def unexpressible(
     params: Mapping[str, Any],
     messages: Sequence[Mapping[str, Any]] = (),
     dialect: str | None = None,
+    *,
+    model: str = "",
 ) -> tuple[str, ...]:
     """The names of ``params`` (and the places of ``messages``: ``messages[0].name``), written
     in the other API's shape, that the API of ``provider`` (a registry name) cannot express; ()
     for a provider that takes every job as written (sim). A field of the target API is
     expressible as it is; a null, rrcli's own fields and a default that says nothing are
     dropped, not refused. ``dialect``: the job's (the other API's when not given); it matters
-    for a provider of a third API (gemini), which takes both."""
-    target = info(provider).dialect
+    for a provider of a third API (gemini), which takes both. ``model``: the backend's, where
+    it decides the API (a Claude model on Vertex AI speaks Anthropic's)."""
+    target = api_dialect(provider, model)
     if target is None:
         return ()
     if target == "gemini":

@@ -19,7 +19,7 @@ import orjson
 
 from rrcli.config.profile import Backend
 from rrcli.providers.translate import DIALECTS, unexpressible
-from rrcli.registry import info
+from rrcli.registry import api_dialect
 
 __all__ = ["Eligibility", "eligible_backends"]
 
@@ -42,31 +42,35 @@ def eligible_backends(
     ``messages``, one reason for each group of the others): ``n = 2 cannot be sent to
     anthropic backends a, b: ...``."""
     ids: list[str] = []
-    refused: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    refused: dict[tuple[str, str | None, tuple[str, ...]], list[str]] = {}
     for backend in backends:
-        target = info(backend.provider).dialect
+        target = api_dialect(backend.provider, backend.model)
         names = (
             ()
             if target in (None, dialect)
-            else unexpressible(backend.provider, params, messages, dialect)
+            else unexpressible(backend.provider, params, messages, dialect, model=backend.model)
         )
         if names:
-            refused.setdefault((backend.provider, names), []).append(backend.id)
+            refused.setdefault((backend.provider, target, names), []).append(backend.id)
         else:
             ids.append(backend.id)
     reasons = tuple(
-        _reason(params, provider, names, refused_ids)
-        for (provider, names), refused_ids in refused.items()
+        _reason(params, provider, target, names, refused_ids)
+        for (provider, target, names), refused_ids in refused.items()
     )
     return tuple(ids), reasons
 
 
 def _reason(
-    params: Mapping[str, Any], provider: str, names: tuple[str, ...], ids: Sequence[str]
+    params: Mapping[str, Any],
+    provider: str,
+    target: str | None,
+    names: tuple[str, ...],
+    ids: Sequence[str],
 ) -> str:
     what = ", ".join(_shown(name, params.get(name)) for name in names)
     where = f"{provider} backend{'s' if len(ids) > 1 else ''} {', '.join(ids)}"
-    api = _API_NAMES.get(info(provider).dialect or "", provider)
+    api = _API_NAMES.get(target or "", provider)
     it = "it" if len(names) == 1 else "them"
     return f"{what} cannot be sent to {where}: {api} cannot express {it}"
 
@@ -89,7 +93,7 @@ class Eligibility:
     def __init__(self, backends: Sequence[Backend]) -> None:
         self._backends = tuple(backends)
         self._mixed = {
-            dialect: any(info(b.provider).dialect not in (None, dialect) for b in backends)
+            dialect: any(api_dialect(b.provider, b.model) not in (None, dialect) for b in backends)
             for dialect in DIALECTS
         }
 

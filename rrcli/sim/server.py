@@ -7,9 +7,10 @@ errors, rate limits and concurrency cap are known. It serves OpenAI ``/v1/chat/c
 ``/v1/embeddings``, ``/v1/responses``, ``/v1/completions`` and ``/v1/moderations``, Anthropic
 ``/v1/messages``, Azure OpenAI's paths (``rrcli.sim.azure``), Gemini's
 ``/v1beta/models/{model}:generateContent`` (and ``/v1/...``) and its other methods
-(``rrcli.sim.gemini``) and Bedrock's Converse (``/model/{model}/converse``, ``-stream`` in
-event-stream frames: ``rrcli.sim.bedrock_converse``), plain and streaming where the API
-streams; any other path (one without ``/v1`` included, as OpenAI and vLLM answer it) is a
+(``rrcli.sim.gemini``), Vertex AI's Gemini and Claude paths (``rrcli.sim.vertex``, with an
+OAuth token endpoint at ``/token``) and Bedrock's Converse (``/model/{model}/converse``,
+``-stream`` in event-stream frames: ``rrcli.sim.bedrock_converse``), plain and streaming where
+the API streams; any other path (one without ``/v1`` included, as OpenAI and vLLM answer it) is a
 404 in the error shape of the API the request speaks. The Batch APIs (OpenAI's files and
 batches, Anthropic's Message Batches) are ``rrcli.sim.batches``'. ``/v1/models``;
 ``/stats`` (``/stats/reset``, which also empties the prefix cache) so tests can see what the
@@ -79,6 +80,7 @@ from rrcli.sim.gemini import GeminiEmbedWire, GeminiFamily, GeminiWire
 from rrcli.sim.openai_chat import OpenAIChatWire
 from rrcli.sim.responses import ResponseIds, ResponsesWire
 from rrcli.sim.seen import Counters, Received
+from rrcli.sim.vertex import issue_token, vertex_routes
 from rrcli.sim.wire import AnthropicFamily, OpenAIFamily, Wire, override_headers
 
 __all__ = ["build_app", "check_host", "listen", "serve", "uvicorn_server"]
@@ -111,6 +113,7 @@ ENDPOINTS = [
         for version in ("v1beta", "v1")  # the SDK's default is v1, rrcli's v1beta
         for method, wire in _GEMINI.items()
     ),
+    *vertex_routes(),
 ]
 
 
@@ -161,6 +164,13 @@ class _SimAPI:
         self.received.clear()
         self.behaviour.forget()
         return Response(orjson.dumps(self.state.snapshot()), media_type=_JSON)
+
+    async def token(self, request: Request) -> Response:
+        """Vertex AI's OAuth token endpoint, for google-auth's service-account flow."""
+        raw = await request.body()
+        self._receive(request, raw)
+        status, body = issue_token(raw, self.config.api_keys)
+        return Response(orjson.dumps(body), status_code=status, media_type=_JSON)
 
     async def requests(self, request: Request) -> Response:
         query = request.query_params
@@ -348,6 +358,7 @@ def build_app(config: SimConfig) -> Starlette:
     routes += batch_routes(BatchStore(api, _OPENAI, AnthropicWire(), families))
     routes += [
         Route("/v1/models", api.models, methods=["GET"]),
+        Route("/token", api.token, methods=["POST"]),
         Route("/stats", api.stats, methods=["GET"]),
         Route("/stats/reset", api.reset, methods=["POST", "GET"]),
         Route("/requests", api.requests, methods=["GET"]),
