@@ -1,6 +1,6 @@
 """The ``rrcli`` commands around a run: ``stats``, ``export``, ``results``, ``queue``, ``sim``,
-``serve`` and ``batches`` (``cli.py`` has the group, ``run``, ``validate`` and ``init``, and
-adds these to it).
+``serve``, ``batches`` and ``help`` (``cli.py`` has the group, ``run``, ``validate`` and
+``init``, and adds these to it).
 
 As in ``cli.py``: parse options, call one core function, render; heavy modules are imported
 inside the command that needs them.
@@ -364,6 +364,17 @@ def serve_command(
         raise UsageError(f"cannot listen on {options.host}:{options.port}: {exc}") from None
 
 
+@click.command("help")
+@click.argument("topic", required=False)
+def help_command(topic: str | None) -> None:
+    """Show the man page of TOPIC: a command (run, serve, ...), or profile, jobs or traces (the
+    files' formats); without TOPIC, list the topics. Paged by man on a terminal, plain text
+    otherwise; works from a checkout as from an install."""
+    from rrcli.manpages import show
+
+    sys.exit(show(topic, sys.stdout))
+
+
 COMMANDS = (
     stats,
     export_command,
@@ -372,4 +383,5 @@ COMMANDS = (
     sim_command,
     serve_command,
     batches_command,
+    help_command,
 )

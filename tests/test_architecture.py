@@ -209,6 +209,7 @@ MAY_IMPORT = {
     },
     "rrcli.stats": {"rrcli.errors", "rrcli.records", "rrcli.tokens"},
     "rrcli.otel": {"rrcli.errors", "rrcli.config", "rrcli.records"},
+    "rrcli.manpages": {"rrcli.errors"},
 }
 #: Every part logs through ``rrcli.logs``, which imports nothing of rrcli's.
 MAY_IMPORT["rrcli.logs"] = set()

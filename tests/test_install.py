@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -47,13 +48,19 @@ def test_the_wheel_carries_every_man_page_in_its_section(wheel):
     assert all(f"/share/man/man{n[-1]}/{n}" in " ".join(names) for n in PAGES)
 
 
+@pytest.fixture(scope="module")
+def prefix(wheel, tmp_path_factory) -> Path:
+    """The wheel installed under a fresh prefix (a venv, or /usr/local)."""
+    prefix = tmp_path_factory.mktemp("prefix")
+    # --ignore-installed: pip would otherwise uninstall the rrcli this suite runs from first
+    pip("install", "--prefix", prefix, "--ignore-installed", wheel, cwd=prefix)
+    return prefix
+
+
 @pytest.mark.skipif(shutil.which("man") is None, reason="no man command here")
-def test_man_finds_the_pages_of_a_fresh_install(wheel, tmp_path):
+def test_man_finds_the_pages_of_a_fresh_install(prefix):
     """Installed under a fresh prefix with its bin on PATH (a venv, or /usr/local), `man -w`
     finds rrcli(1), rrcli-run(1) and rrcli-profile(5) there."""
-    prefix = tmp_path / "prefix"
-    # --ignore-installed: pip would otherwise uninstall the rrcli this suite runs from first
-    pip("install", "--prefix", prefix, "--ignore-installed", wheel, cwd=tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "MANPATH"}
     env["PATH"] = f"{prefix / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin"
     for section, page in (("1", "rrcli"), ("1", "rrcli-run"), ("5", "rrcli-profile")):
@@ -61,3 +68,16 @@ def test_man_finds_the_pages_of_a_fresh_install(wheel, tmp_path):
                                text=True, check=False)  # fmt: skip
         expected = prefix / "share" / "man" / f"man{section}" / f"{page}.{section}"
         assert (0, str(expected)) == (found.returncode, found.stdout.strip())
+
+
+def test_rrcli_help_shows_the_installed_page(prefix):
+    """The installed rrcli, with no checkout near it, finds rrcli-run(1) under the prefix's
+    share/man and, piped, prints it as text."""
+    purelib = sysconfig.get_path("purelib", vars={"base": prefix, "platbase": prefix})
+    code = "import sys, rrcli.cli; print(rrcli.cli.__file__, file=sys.stderr); rrcli.cli.main()"
+    env = {**os.environ, "PYTHONPATH": purelib}
+    proc = subprocess.run([sys.executable, "-c", code, "help", "run"], env=env, cwd=prefix,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert (0, purelib) == (proc.returncode, str(Path(proc.stderr.strip()).parents[1]))
+    assert "rrcli-run - send LLM jobs" in " ".join(proc.stdout.split())
+    assert "--resume" in proc.stdout and ".TH" not in proc.stdout and "\\fB" not in proc.stdout
