@@ -1,13 +1,12 @@
 """One mixed pool behind ``rrcli serve``: two Azure OpenAI deployments, a Bedrock Claude, a
-Gemini, an OpenAI key and a vLLM server (the ``vllm`` preset), each on ``rrcli sim`` speaking that
-provider's wire (one sim holds the clouds' keys and AWS secret, a keyless one stands for vLLM).
-The official openai SDK (the ``x-rrcli-session`` header) and anthropic SDK (``/s/{session}``)
-hold two-turn sessions over the pool, and a pydantic-ai agent makes a tool round trip in a session
-on each deployment. Every call is served by the pool, each session stays on one deployment, each
-backend receives its own API's bodies, translated exactly, and every call is priced.
-
-Vertex AI is not a provider yet: a Gemini-API backend (``provider = "gemini"``) stands where the
-issue's Vertex Gemini would be.
+Gemini on Vertex AI (a project and region, a bearer token from ``credentials.token_env``), the
+same Gemini on the Gemini API (a key), an OpenAI key and a vLLM server (the ``vllm`` preset), each
+on ``rrcli sim`` speaking that provider's wire (one sim holds the clouds' keys, the Vertex token
+and the AWS secret, a keyless one stands for vLLM). The official openai SDK (the
+``x-rrcli-session`` header) and anthropic SDK (``/s/{session}``) hold two-turn sessions over the
+pool, and a pydantic-ai agent makes a tool round trip in a session on each deployment. Every call
+is served by the pool, each session stays on one deployment, each backend receives its own API's
+bodies, translated exactly, every call is priced, and no key or token is written.
 """
 
 from __future__ import annotations
@@ -31,14 +30,24 @@ from rrcli.sim.behaviour import config_from_options, key_fingerprint
 AZ_KEY = "azk-mixed-0123456789abcdef0123456789ab"
 GM_KEY = "gm-mixed-key-0123456789abcdef"
 OA_KEY = "sk-mixed-0123456789abcdef0123456789"
-ENV = {**AWS_ENV, "AZ_KEY": AZ_KEY, "GM_KEY": GM_KEY, "OA_KEY": OA_KEY}
+VX_TOKEN = "ya29.mixed-vertex-token-0123456789abcdef"
+ENV = {
+    **AWS_ENV,
+    "AZ_KEY": AZ_KEY,
+    "GM_KEY": GM_KEY,
+    "OA_KEY": OA_KEY,
+    "VX_TOKEN": VX_TOKEN,
+    "GOOGLE_APPLICATION_CREDENTIALS": "/nonexistent.json",  # the token is the profile's only
+}
 VERSION = "2024-10-21"
 CLAUDE = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
 GEMINI = "gemini-2.5-flash"
+PROJECT, REGION = "mixed-project-1", "us-east5"
+VERTEX = f"/v1/projects/{PROJECT}/locations/{REGION}/publishers/google/models/{GEMINI}:"
 VLLM = "Qwen/Qwen2.5-7B-Instruct"  # the vllm preset's model
 #: USD per million tokens, for the backends genai-prices cannot price at a loopback address
 PRICE = {"input": 1.0, "output": 2.0}
-DEPLOYMENTS = ("az-east", "az-west", "bedrock", "gemini", "openai", "vllm")
+DEPLOYMENTS = ("az-east", "az-west", "bedrock", "vertex", "gemini", "openai", "vllm")
 SESSIONS = len(DEPLOYMENTS)  # the default round_robin binds one new session to each in turn
 TURNS = 2
 MAX_TOKENS = 16
@@ -48,17 +57,20 @@ MODELS = {
     "az-east": "gpt-4o-mini",
     "az-west": "gpt-4o-mini",
     "bedrock": CLAUDE,
+    "vertex": GEMINI,
     "gemini": GEMINI,
     "openai": "gpt-4o-mini",
     "vllm": VLLM,
 }
 OPENAI_WIRE = ("az-east", "az-west", "openai", "vllm")
+GEMINI_WIRE = ("vertex", "gemini")
 
 
 def mixed_profile(path: Path, cloud: RunningSim, local: RunningSim) -> Path:
     """The pool ``mixed`` (binding by session): Azure's deployments gpt4o-east and gpt4o-west
-    by key and Gemini 2.5 Flash (priced by genai-prices), Bedrock's Claude 3.5 Haiku signed
-    from the AWS environment, an OpenAI key and the vllm preset (priced here)."""
+    by key, Gemini 2.5 Flash on Vertex AI by a token and on the Gemini API by a key (all priced
+    by genai-prices), Bedrock's Claude 3.5 Haiku signed from the AWS environment, an OpenAI key
+    and the vllm preset (priced here)."""
     azure = {
         "provider": "azure",
         "model": "gpt-4o-mini",
@@ -76,6 +88,15 @@ def mixed_profile(path: Path, cloud: RunningSim, local: RunningSim) -> Path:
             "region": "us-east-1",
             "base_url": cloud.url,
             "price": PRICE,
+        },
+        {
+            "id": "vertex",
+            "provider": "vertex",
+            "model": GEMINI,
+            "project": PROJECT,
+            "region": REGION,
+            "base_url": cloud.url,
+            "credentials": {"token_env": "VX_TOKEN"},
         },
         {
             "id": "gemini",
@@ -111,6 +132,7 @@ def wire_of(request: dict[str, Any], local: RunningSim) -> str:
         ("az-east", "/openai/deployments/gpt4o-east/"),
         ("az-west", "/openai/deployments/gpt4o-west/"),
         ("bedrock", f"/model/{CLAUDE}/"),
+        ("vertex", VERTEX),
         ("gemini", f"/v1beta/models/{GEMINI}:"),
         ("openai", "/v1/chat/completions"),
     ):
@@ -200,7 +222,7 @@ def pool(tmp_path_factory) -> dict[str, Any]:
     exit."""
     pytest.importorskip("pydantic_ai")
     tmp_path = tmp_path_factory.mktemp("mixed")
-    cloud = RunningSim(config_from_options(api_keys=[AZ_KEY, GM_KEY, OA_KEY, SECRET]))
+    cloud = RunningSim(config_from_options(api_keys=[AZ_KEY, GM_KEY, OA_KEY, VX_TOKEN, SECRET]))
     local = RunningSim(config_from_options())
     traces = tmp_path / "serve.traces.jsonl"
     profile = mixed_profile(tmp_path / "mixed.toml", cloud, local)
@@ -242,7 +264,7 @@ def by_session(pool: dict[str, Any], prefix: str) -> dict[str, list[dict[str, An
 
 
 def test_the_openai_sdk_keeps_each_session_on_one_deployment_of_the_pool(pool) -> None:
-    """Six two-turn sessions of the openai SDK, named by ``x-rrcli-session``: every turn
+    """Seven two-turn sessions of the openai SDK, named by ``x-rrcli-session``: every turn
     answered, each session's turns on one deployment (as serve says and as the sims saw),
     every deployment serving one."""
     assert 0 == pool["exit"][0], pool["exit"][1]
@@ -276,7 +298,7 @@ def tool_round_trip(deployment: str, requests: list[dict[str, Any]]) -> tuple[An
         result = second["messages"][2]["content"][0]["toolResult"]
         assert use["toolUseId"] == result["toolUseId"]
         return declared, (use["name"], result["content"])
-    if deployment == "gemini":
+    if deployment in GEMINI_WIRE:
         declared = first["tools"][0]["functionDeclarations"][0]["name"]
         call = second["contents"][1]["parts"][0]["functionCall"]
         response = second["contents"][2]["parts"][0]["functionResponse"]
@@ -289,11 +311,11 @@ def tool_round_trip(deployment: str, requests: list[dict[str, Any]]) -> tuple[An
 
 
 def test_a_pydantic_ai_agent_makes_a_tool_round_trip_on_every_deployment(pool) -> None:
-    """A pydantic-ai agent (OpenAIChatModel on serve, its session in the path) in six
+    """A pydantic-ai agent (OpenAIChatModel on serve, its session in the path) in seven
     sessions: each calls its tool once and ends with text, both requests on one deployment,
     every deployment used; each received the tool declared and its result sent back in its
-    own API (Converse toolSpec and toolResult, Gemini functionDeclarations and
-    functionResponse, OpenAI tools and a tool message)."""
+    own API (Converse toolSpec and toolResult, Gemini's functionDeclarations and
+    functionResponse on Vertex AI and the Gemini API, OpenAI tools and a tool message)."""
     for output, asked, requests in pool["agent"].values():
         assert isinstance(output, str) and output
         assert (1, 2) == (len(asked), requests)
@@ -307,6 +329,7 @@ def test_a_pydantic_ai_agent_makes_a_tool_round_trip_on_every_deployment(pool) -
         assert "weather" == declared
         expected = {
             "bedrock": ("weather", [{"text": "sunny"}]),
+            "vertex": ("weather", "weather", {"result": "sunny"}),
             "gemini": ("weather", "weather", {"result": "sunny"}),
         }.get(deployment, ("weather", "sunny"))
         assert expected == sent_back, deployment
@@ -328,9 +351,10 @@ def expected_body(deployment: str, history: list[dict[str, str]]) -> dict[str, A
 def test_each_backend_receives_its_own_api_exactly(pool) -> None:
     """Every openai SDK turn reached its deployment as exactly that API's body: Azure's at
     its deployment's path with its api-version and the key in ``api-key``, Bedrock's
-    Converse body at the model's path signed with SigV4, Gemini's generateContent with the key
-    in ``x-goog-api-key``, OpenAI and vLLM the chat body as sent. An anthropic SDK turn's
-    system text lands where each API keeps it."""
+    Converse body at the model's path signed with SigV4, Gemini's generateContent at Vertex
+    AI's publisher path of the project and region with the token as a bearer, and at the
+    Gemini API's with the key in ``x-goog-api-key``, OpenAI and vLLM the chat body as sent. An
+    anthropic SDK turn's system text lands where each API keeps it."""
     for session, requests in by_session(pool, "o").items():
         turns = pool["openai"][session]
         assert len(turns) == len(requests)
@@ -343,6 +367,7 @@ def test_each_backend_receives_its_own_api_exactly(pool) -> None:
         "az-east": {("/openai/deployments/gpt4o-east/chat/completions", f"api-version={VERSION}")},
         "az-west": {("/openai/deployments/gpt4o-west/chat/completions", f"api-version={VERSION}")},
         "bedrock": {(f"/model/{CLAUDE}/converse", "")},
+        "vertex": {(f"{VERTEX}generateContent", "")},
         "gemini": {(f"/v1beta/models/{GEMINI}:generateContent", "")},
         "openai": {("/v1/chat/completions", "")},
         "vllm": {("/v1/chat/completions", "")},
@@ -353,6 +378,7 @@ def test_each_backend_receives_its_own_api_exactly(pool) -> None:
     assert {
         "api-key:" + key_fingerprint(AZ_KEY): counts["az-east"] + counts["az-west"],
         "aws:" + key_fingerprint(ACCESS_KEY): counts["bedrock"],
+        "authorization:" + key_fingerprint(VX_TOKEN): counts["vertex"],
         "x-goog-api-key:" + key_fingerprint(GM_KEY): counts["gemini"],
         "authorization:" + key_fingerprint(OA_KEY): counts["openai"],
     } == pool["credentials"]["cloud"]
@@ -370,14 +396,15 @@ def test_each_backend_receives_its_own_api_exactly(pool) -> None:
     assert {
         **{d: {"role": "system", "content": SYSTEM} for d in OPENAI_WIRE},
         "bedrock": [{"text": SYSTEM}],
-        "gemini": {"parts": [{"text": SYSTEM}]},
+        **{d: {"parts": [{"text": SYSTEM}]} for d in GEMINI_WIRE},
     } == system
 
 
 def test_every_call_is_on_the_pool_once_and_priced(pool) -> None:
     """serve's trace: one ok call, first attempt, for each request the sims received, on the
     deployment whose wire received it; each priced (cost_usd > 0) at its backend's price:
-    genai-prices' for Azure's gpt-4o-mini and Gemini, the profile's for Bedrock (genai-prices
+    genai-prices' for Azure's gpt-4o-mini and Gemini (on Vertex AI and the Gemini API), the
+    profile's for Bedrock (genai-prices
     knows its models at AWS's endpoints only), the OpenAI key and vLLM."""
     records = pool["calls"]
     assert len(pool["received"]) == len(records) == SESSIONS * (2 * TURNS + 2)
@@ -390,7 +417,7 @@ def test_every_call_is_on_the_pool_once_and_priced(pool) -> None:
         received[request["deployment"]] += 1
     assert dict(received) == dict(traced)
     assert set(DEPLOYMENTS) == set(traced)
-    providers = {"az-east": "azure", "az-west": "azure", "gemini": "gemini"}
+    providers = {"az-east": "azure", "az-west": "azure", "vertex": "vertex", "gemini": "gemini"}
     for record in records:
         deployment = record["deployment"]
         if deployment in providers:
@@ -401,3 +428,10 @@ def test_every_call_is_on_the_pool_once_and_priced(pool) -> None:
         expected = (record["input_tokens"] * rates[0] + record["output_tokens"] * rates[1]) / 1e6
         assert (record["cost_usd"] or 0) > 0, deployment
         assert expected == pytest.approx(record["cost_usd"]), deployment
+
+
+def test_no_key_or_token_is_written(pool) -> None:
+    """serve's log and trace hold none of the pool's secrets: the Azure, Gemini and OpenAI
+    keys, the Vertex token, the AWS secret."""
+    for secret in (AZ_KEY, GM_KEY, OA_KEY, VX_TOKEN, SECRET):
+        assert secret not in pool["written"]
