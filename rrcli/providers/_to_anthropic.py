@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import orjson
-
 from rrcli.errors import UntranslatableError
 from rrcli.providers._anthropic_sayable import (
     EXPRESSIBLE,
@@ -18,7 +16,7 @@ from rrcli.providers._anthropic_sayable import (
     image_source,
     schema_format,
 )
-from rrcli.providers._to_openai import apply_rules, text_of
+from rrcli.providers._to_openai import apply_rules, call_arguments, text_of
 from rrcli.tokens import whole_tokens
 
 __all__ = ["answer_name", "to_anthropic"]
@@ -307,30 +305,15 @@ def _tool_use(call: Any, where: str) -> dict[str, Any]:
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(function, dict):
         raise UntranslatableError(f"{where} is not a function call")
-    arguments = _arguments(function.get("arguments"), where)
+    arguments = call_arguments(
+        function.get("arguments"), where, "Anthropic needs the tool call's input as an object"
+    )
     return {
         "type": "tool_use",
         "id": call.get("id"),
         "name": function.get("name"),
         "input": arguments,
     }
-
-
-def _arguments(text: Any, where: str) -> Any:
-    if text is None or text == "":
-        return {}
-    if isinstance(text, dict):
-        return text
-    try:
-        value = orjson.loads(text)
-    except (orjson.JSONDecodeError, TypeError) as exc:
-        raise UntranslatableError(
-            f"{where}.function.arguments is not JSON ({exc}) — Anthropic needs the tool call's "
-            "input as an object"
-        ) from None
-    if not isinstance(value, dict):
-        raise UntranslatableError(f"{where}.function.arguments is not a JSON object")
-    return value
 
 
 def _anthropic_content(content: Any, where: str) -> Any:

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from rrcli.errors import UntranslatableError
-from rrcli.providers._to_openai import apply_rules, text_of
+from rrcli.providers._to_openai import apply_rules, call_arguments, text_of
 from rrcli.tokens import whole_tokens
 
 __all__ = [
@@ -442,31 +442,20 @@ def _model_parts(message: dict[str, Any], names: dict[Any, Any], where: str) -> 
             raise UntranslatableError(f"{place} is not a function call")
         names[call.get("id")] = function.get("name")
         part: dict[str, Any] = {
-            "functionCall": {"name": function.get("name"), "args": _arguments(function, place)}
+            "functionCall": {
+                "name": function.get("name"),
+                "args": call_arguments(
+                    function.get("arguments"),
+                    place,
+                    "Gemini needs the call's arguments as an object",
+                ),
+            }
         }
         signature = signature_of(call)
         if signature:
             part["thoughtSignature"] = signature
         parts.append(part)
     return parts
-
-
-def _arguments(function: dict[str, Any], where: str) -> dict[str, Any]:
-    text = function.get("arguments")
-    if text is None or text == "":
-        return {}
-    if isinstance(text, dict):
-        return text
-    try:
-        value = orjson.loads(text)
-    except (orjson.JSONDecodeError, TypeError) as exc:
-        raise UntranslatableError(
-            f"{where}.function.arguments is not JSON ({exc}) — Gemini needs the call's "
-            "arguments as an object"
-        ) from None
-    if not isinstance(value, dict):
-        raise UntranslatableError(f"{where}.function.arguments is not a JSON object")
-    return value
 
 
 def _function_response(message: dict[str, Any], names: dict[Any, Any], where: str) -> dict:

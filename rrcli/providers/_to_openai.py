@@ -241,6 +241,24 @@ def text_of(content: Any, where: str = "") -> str:
     return "".join(_string(part, "text", where) for part in content)
 
 
+def call_arguments(text: Any, where: str, needs: str) -> dict[str, Any]:
+    """A chat completions tool call's ``function.arguments`` as an object: its JSON text parsed
+    (empty or absent: ``{}``; an object as it is), or UntranslatableError saying ``needs``."""
+    if text is None or text == "":
+        return {}
+    if isinstance(text, dict):
+        return text
+    try:
+        value = orjson.loads(text)
+    except (orjson.JSONDecodeError, TypeError) as exc:
+        raise UntranslatableError(
+            f"{where}.function.arguments is not JSON ({exc}) — {needs}"
+        ) from None
+    if not isinstance(value, dict):
+        raise UntranslatableError(f"{where}.function.arguments is not a JSON object")
+    return value
+
+
 def _string(block: Any, key: str, where: str) -> str:
     """A text or thinking block's text."""
     value = block.get(key) if isinstance(block, dict) and block.get("type") == key else None
