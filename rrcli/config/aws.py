@@ -11,14 +11,13 @@ run would fail at its first call.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from rrcli.config.profile import Credentials
-from rrcli.config.walk import Checker
+from rrcli.config.walk import Checker, need_module, refuse_keys
 from rrcli.registry import BEDROCK_URL
 
 __all__ = ["aws_credentials", "aws_endpoint", "region_of"]
@@ -31,26 +30,23 @@ _KEYS = ("api_key_env", "api_key", "auth")
 def aws_credentials(check: Checker, values: Mapping[str, Any], path: str) -> Credentials:
     """The credentials of bedrock backend ``path``: the AWS profile its table names (None: the
     default chain). A key is refused: Bedrock takes SigV4 signatures, not keys."""
-    table = values.get("credentials", {})
-    for key in _KEYS:
-        if key in table or key in values:
-            check.add(
-                "error",
-                f"{path}.credentials.{key}" if key in table else f"{path}.{key}",
-                "a bedrock backend signs its requests with AWS credentials; it sends no key",
-                "remove it; name an AWS profile in credentials.profile, or leave credentials "
-                "out for the default chain (AWS_ACCESS_KEY_ID..., the shared files, a role)",
-                "credentials_conflict",
-            )
-    if importlib.util.find_spec("botocore") is None:
-        check.add(
-            "error",
-            f"{path}.provider",
-            "bedrock backends sign their requests with botocore, which is not installed",
-            "pip install 'rrcli[bedrock]'",
-            "extra_missing",
-        )
-    return Credentials(auth="none", profile=table.get("profile"))
+    refuse_keys(
+        check,
+        values,
+        path,
+        _KEYS,
+        "a bedrock backend signs its requests with AWS credentials; it sends no key",
+        "remove it; name an AWS profile in credentials.profile, or leave credentials "
+        "out for the default chain (AWS_ACCESS_KEY_ID..., the shared files, a role)",
+    )
+    need_module(
+        check,
+        path,
+        "botocore",
+        "bedrock backends sign their requests with botocore, which is not installed",
+        "pip install 'rrcli[bedrock]'",
+    )
+    return Credentials(auth="none", profile=values.get("credentials", {}).get("profile"))
 
 
 def region_of(base_url: str) -> str | None:

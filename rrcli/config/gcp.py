@@ -16,13 +16,12 @@ base_url defaults to the region's endpoint.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from rrcli.config.profile import Credentials
-from rrcli.config.walk import Checker
+from rrcli.config.walk import Checker, need_module, refuse_keys
 from rrcli.registry import VERTEX_GLOBAL_URL, VERTEX_URL
 
 __all__ = ["EXTRA_HINT", "google_credentials", "vertex_endpoint"]
@@ -37,26 +36,23 @@ def google_credentials(check: Checker, values: Mapping[str, Any], path: str) -> 
     """The credentials of vertex backend ``path`` that finds its token by google-auth: the
     credentials JSON its table names (None: Application Default Credentials). A key is
     refused: Vertex AI takes OAuth tokens."""
-    table = values.get("credentials", {})
-    for key in _KEYS:
-        if key in table or key in values:
-            check.add(
-                "error",
-                f"{path}.credentials.{key}" if key in table else f"{path}.{key}",
-                "a vertex backend sends a Google OAuth token; it takes no key or AWS profile",
-                "remove it; leave credentials out for Application Default Credentials, name a "
-                "service account's JSON in credentials.file, or a token in credentials.token_env",
-                "credentials_conflict",
-            )
-    if importlib.util.find_spec("google.auth") is None:
-        check.add(
-            "error",
-            f"{path}.provider",
-            "vertex backends find their token with google-auth, which is not installed",
-            f"{EXTRA_HINT}, or give a token in credentials.token_env",
-            "extra_missing",
-        )
-    return Credentials(auth="none", file=table.get("file"))
+    refuse_keys(
+        check,
+        values,
+        path,
+        _KEYS,
+        "a vertex backend sends a Google OAuth token; it takes no key or AWS profile",
+        "remove it; leave credentials out for Application Default Credentials, name a "
+        "service account's JSON in credentials.file, or a token in credentials.token_env",
+    )
+    need_module(
+        check,
+        path,
+        "google.auth",
+        "vertex backends find their token with google-auth, which is not installed",
+        f"{EXTRA_HINT}, or give a token in credentials.token_env",
+    )
+    return Credentials(auth="none", file=values.get("credentials", {}).get("file"))
 
 
 def vertex_endpoint(

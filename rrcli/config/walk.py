@@ -9,8 +9,9 @@ line of its key and the id of the backend its path points at.
 
 from __future__ import annotations
 
+import importlib.util
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rrcli.config._toml_lines import key_lines, line_for
@@ -186,3 +187,31 @@ def unsendable(value: str, *, spaces: bool = True) -> str | None:
         if not (" " < char <= "~" or (spaces and char in " \t")):
             return f"U+{ord(char):04X} at character {i + 1}"
     return None
+
+
+def refuse_keys(
+    check: Checker,
+    values: Mapping[str, Any],
+    path: str,
+    keys: Iterable[str],
+    message: str,
+    fix: str,
+) -> None:
+    """An error for each of ``keys`` that backend ``path`` sets, in its credentials table or
+    beside it: a credential its provider does not take."""
+    table = values.get("credentials", {})
+    for key in keys:
+        if key in table or key in values:
+            check.add(
+                "error",
+                f"{path}.credentials.{key}" if key in table else f"{path}.{key}",
+                message,
+                fix,
+                "credentials_conflict",
+            )
+
+
+def need_module(check: Checker, path: str, module: str, message: str, fix: str) -> None:
+    """An error on backend ``path``'s provider when ``module`` (an extra's) is not installed."""
+    if importlib.util.find_spec(module) is None:
+        check.add("error", f"{path}.provider", message, fix, "extra_missing")
