@@ -16,9 +16,10 @@ one body; past the limit the create is a 429 (``ProviderError`` with ``status_co
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -180,6 +181,29 @@ class BatchClient:
                 f"requests or {self.limits.bytes:,} bytes one {self.api} batch may hold"
             )
 
+    async def _listed(
+        self,
+        limit: int | None,
+        page_url: Callable[[Mapping[str, str]], str],
+        after: str,
+        state: Callable[[dict[str, Any]], BatchState],
+    ) -> list[BatchState]:
+        """The batches a list endpoint gives, page by page (``after`` the query's name for the
+        cursor: the page's ``last_id``, else its last batch's id), each read by ``state``."""
+        found: list[BatchState] = []
+        cursor = None
+        while limit is None or len(found) < limit:
+            query = {"limit": str(PAGE)}
+            if cursor is not None:
+                query[after] = cursor
+            page = await self._json("GET", page_url(query))
+            data = page.get("data") or []
+            found += [state(b) for b in data]
+            if not page.get("has_more") or not data:
+                break
+            cursor = page.get("last_id") or data[-1]["id"]
+        return found if limit is None else found[:limit]
+
     async def _json(self, method: str, url: str, content: bytes | None = None) -> dict[str, Any]:
         raw = await self._exchange(method, url, content=content)
         return _object(raw)
@@ -283,19 +307,8 @@ class OpenAIBatches(BatchClient):
         return _openai_state(await self._json("POST", url))
 
     async def batches(self, limit: int | None = None) -> list[BatchState]:
-        found: list[BatchState] = []
-        after = None
-        while limit is None or len(found) < limit:
-            query = {"limit": str(PAGE)}
-            if after is not None:
-                query["after"] = after
-            page = await self._json("GET", self._url("/batches", query))
-            data = page.get("data") or []
-            found += [_openai_state(b) for b in data]
-            if not page.get("has_more") or not data:
-                break
-            after = data[-1]["id"]
-        return found if limit is None else found[:limit]
+        page_url = partial(self._url, "/batches")
+        return await self._listed(limit, page_url, "after", _openai_state)
 
 
 class AnthropicBatches(BatchClient):
@@ -339,19 +352,10 @@ class AnthropicBatches(BatchClient):
         return _anthropic_state(await self._json("POST", f"{self._root}/{quote(batch_id)}/cancel"))
 
     async def batches(self, limit: int | None = None) -> list[BatchState]:
-        found: list[BatchState] = []
-        after = None
-        while limit is None or len(found) < limit:
-            query = {"limit": str(PAGE)}
-            if after is not None:
-                query["after_id"] = after
-            page = await self._json("GET", f"{self._root}?{urlencode(query)}")
-            data = page.get("data") or []
-            found += [_anthropic_state(b) for b in data]
-            if not page.get("has_more") or not data:
-                break
-            after = page.get("last_id") or data[-1]["id"]
-        return found if limit is None else found[:limit]
+        def page_url(query: Mapping[str, str]) -> str:
+            return f"{self._root}?{urlencode(query)}"
+
+        return await self._listed(limit, page_url, "after_id", _anthropic_state)
 
 
 def _object(raw: bytes) -> dict[str, Any]:
