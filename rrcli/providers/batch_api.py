@@ -208,6 +208,14 @@ class BatchClient:
         raw = await self._exchange(method, url, content=content)
         return _object(raw)
 
+    async def _jsonl(self, url: str) -> AsyncIterator[dict[str, Any]]:
+        """The objects of a JSONL file at ``url`` (a batch's results), one by one, blank lines
+        skipped."""
+        raw = await self._exchange("GET", url, limit=RESULTS_LIMIT, timeout=TRANSFER_TIMEOUT)
+        for row in raw.splitlines():
+            if row.strip():
+                yield _object(row)
+
     async def _exchange(self, method: str, url: str, **options: Any) -> bytes:
         """The provider's ``exchange``, every secret the backend sends (its key, a credential
         header's value, its URL's) masked in what comes back, error or body."""
@@ -296,11 +304,8 @@ class OpenAIBatches(BatchClient):
         for file_id in (state.output_file_id, state.error_file_id):
             if file_id is None:
                 continue
-            url = self._url(f"/files/{quote(file_id)}/content")
-            raw = await self._exchange("GET", url, limit=RESULTS_LIMIT, timeout=TRANSFER_TIMEOUT)
-            for row in raw.splitlines():
-                if row.strip():
-                    yield _openai_line(_object(row))
+            async for row in self._jsonl(self._url(f"/files/{quote(file_id)}/content")):
+                yield _openai_line(row)
 
     async def cancel(self, batch_id: str) -> BatchState:
         url = self._url(f"/batches/{quote(batch_id)}/cancel")
@@ -342,11 +347,8 @@ class AnthropicBatches(BatchClient):
     async def results(self, state: BatchState) -> AsyncIterator[LineResult]:
         if not state.ended:
             return
-        url = f"{self._root}/{quote(state.id)}/results"
-        raw = await self._exchange("GET", url, limit=RESULTS_LIMIT, timeout=TRANSFER_TIMEOUT)
-        for row in raw.splitlines():
-            if row.strip():
-                yield _anthropic_line(_object(row))
+        async for row in self._jsonl(f"{self._root}/{quote(state.id)}/results"):
+            yield _anthropic_line(row)
 
     async def cancel(self, batch_id: str) -> BatchState:
         return _anthropic_state(await self._json("POST", f"{self._root}/{quote(batch_id)}/cancel"))
