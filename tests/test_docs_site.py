@@ -23,8 +23,8 @@ def generate_module():
 
 
 def test_regenerating_the_references_changes_nothing():
-    """`python docs/generate.py --check` finds the profile page, its man page and the CLI page
-    as it would write them."""
+    """`python docs/generate.py --check` finds the profile page, its man page, the CLI page and
+    the SYNOPSIS and OPTIONS of every command's man page as it would write them."""
     done = subprocess.run(
         [sys.executable, str(ROOT / "docs" / "generate.py"), "--check"],
         capture_output=True,
