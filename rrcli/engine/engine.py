@@ -462,16 +462,8 @@ class Engine:
         try:
             while True:
                 number += 1
-                if self._closed:
-                    message = "the engine was closed before the call was sent"
-                    raise EngineClosed(message, attempts=number - 1)
-                try:
-                    moved = await self.router.admit(lease, estimate, call)
-                except BaseException:  # it ends unsent (cancelled while it waited for its gate)
-                    await self.router.refund(lease)
-                    raise
-                if moved:  # its backend left while it waited: route again
-                    assert attempt is not None  # only a retry waits for its backend's slot again
+                if await self._admitted(lease, estimate, call, number - 1):
+                    assert attempt is not None  # a retry whose backend left meanwhile: route again
                     return self._outcome(job, attempt, None)
                 if sending is not None:
                     sending.add(current_task())
@@ -504,10 +496,7 @@ class Engine:
                     decision=decision,
                     backoff_s=backoff,
                 )
-                for observe in self.observers:  # each in turn, its step (if any) awaited
-                    step = observe(attempt, lease)
-                    if step is not None:
-                        await step
+                await self._observed(attempt, lease)
                 if backoff is not None:
                     await self._back_off(lease, attempt, backoff)
                     queued = time.monotonic()
@@ -523,6 +512,25 @@ class Engine:
         finally:
             if sending is not None:
                 sending.discard(current_task())
+
+    async def _admitted(self, lease: Lease, estimate: int, call: Call, tried: int) -> bool:
+        """The leased backend's gate passed for one more attempt (``tried`` made before); True
+        when its backend left while it waited. Raises EngineClosed once the engine is closed;
+        an attempt that ends unsent gives its budget room back."""
+        if self._closed:
+            raise EngineClosed("the engine was closed before the call was sent", attempts=tried)
+        try:
+            return await self.router.admit(lease, estimate, call)
+        except BaseException:  # it ends unsent (cancelled while it waited for its gate)
+            await self.router.refund(lease)
+            raise
+
+    async def _observed(self, attempt: Attempt, lease: Lease) -> None:
+        """Each observer in turn sees the attempt, its step (if any) awaited."""
+        for observe in self.observers:
+            step = observe(attempt, lease)
+            if step is not None:
+                await step
 
     def keyed(self, job: Job, messages: list[dict[str, Any]], backend: Backend) -> Call:
         """The call as ``_request`` makes it, for its cache key only: its tokens not counted."""
